@@ -1,0 +1,5 @@
+import sys
+
+from onnx_gather.cli import main
+
+sys.exit(main())

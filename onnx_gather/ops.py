@@ -1,0 +1,198 @@
+"""DmlGather and DmlGatherElements as ONNX Runtime custom operators, through onnxruntime-extensions.
+
+The bridge aborts the whole process when an exception escapes an op's function, and turns every
+result into a Python list unless it is handed an array. So this module installs its own invocation
+hook in front of the bridge's: for our ops it returns arrays and records errors instead of raising
+them; every other Python op still goes through the bridge's own hook, unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime
+from onnxruntime_extensions import PyCustomOpDef, get_library_path
+from onnxruntime_extensions import _ocos as bridge
+
+from onnx_gather import kernels, semantics
+
+DOMAIN = "onnx_gather"
+
+# The types the bridge can carry: DirectML's data types less FLOAT16, which it refuses.
+_BRIDGE_TYPES = {
+    np.dtype(np.float64): PyCustomOpDef.dt_double,
+    np.dtype(np.float32): PyCustomOpDef.dt_float,
+    np.dtype(np.int64): PyCustomOpDef.dt_int64,
+    np.dtype(np.int32): PyCustomOpDef.dt_int32,
+    np.dtype(np.int16): PyCustomOpDef.dt_int16,
+    np.dtype(np.int8): PyCustomOpDef.dt_int8,
+    np.dtype(np.uint64): PyCustomOpDef.dt_uint64,
+    np.dtype(np.uint32): PyCustomOpDef.dt_uint32,
+    np.dtype(np.uint16): PyCustomOpDef.dt_uint16,
+    np.dtype(np.uint8): PyCustomOpDef.dt_uint8,
+}
+DATA_DTYPES = tuple(_BRIDGE_TYPES)
+INDEX_DTYPES = semantics.INDEX_DTYPES
+
+# A session config entry marks options that already hold the custom op library: registering it
+# twice makes session creation fail.
+_REGISTERED_KEY = "onnx_gather.custom_ops"
+
+_log = logging.getLogger("onnx_gather")
+
+
+@dataclass(frozen=True)
+class _Operator:
+    op_type: str
+    function: Callable[..., np.ndarray]
+    attributes: dict[str, int]  # name -> bridge type
+
+    def call(self, feed: Sequence[np.ndarray], attributes: dict[str, str]) -> np.ndarray:
+        # The bridge hands every attribute over as a string.
+        arguments: dict[str, Any] = {}
+        for name, text in attributes.items():
+            if self.attributes[name] == PyCustomOpDef.dt_string:
+                arguments[name] = text
+                continue
+            try:
+                arguments[name] = int(text)
+            except ValueError:
+                raise semantics.GatherError(
+                    f"{self.op_type}: attribute {name} must be an integer, got {text!r}"
+                ) from None
+        return self.function(*feed, **arguments)
+
+
+_OPERATORS = (
+    _Operator(
+        "DmlGather",
+        kernels.gather,
+        {
+            "axis": PyCustomOpDef.dt_int64,
+            "index_dimensions": PyCustomOpDef.dt_int64,
+            "out_of_bounds": PyCustomOpDef.dt_string,
+        },
+    ),
+    _Operator(
+        "DmlGatherElements",
+        kernels.gather_elements,
+        {"axis": PyCustomOpDef.dt_int64, "out_of_bounds": PyCustomOpDef.dt_string},
+    ),
+)
+
+
+class _RunState(threading.local):
+    """Per thread: the errors our ops met during the current ``InferenceSession.run``, if one is under way.
+
+    ONNX Runtime runs a session's kernels on the thread that called ``run`` (sequential execution).
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] | None = None
+
+
+_state = _RunState()
+_registered: dict[int, _Operator] = {}
+_bridge_invoke = bridge._on_pyop_invocation
+
+
+def _record(operator: _Operator, error: BaseException) -> None:
+    if not isinstance(error, semantics.GatherError):
+        error = RuntimeError(f"{operator.op_type}: {type(error).__name__}: {error}")
+    if _state.errors is not None:
+        _state.errors.append(error)
+    else:
+        _log.error("%s (the node's output is empty)", error)
+
+
+def _invoke(op_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> tuple:
+    operator = _registered.get(op_id)
+    if operator is None:
+        return _bridge_invoke(op_id, feed, attributes)
+    try:
+        result = np.ascontiguousarray(operator.call(feed, attributes))
+    except BaseException as error:  # anything that escapes into the bridge aborts the process
+        _record(operator, error)
+        result = np.empty((0,), feed[0].dtype)
+    return (op_id, result.shape, result)
+
+
+def _register_operators() -> None:
+    for operator in _OPERATORS:
+        for data_type in _BRIDGE_TYPES.values():
+            for index_dtype in INDEX_DTYPES:
+                opdef = bridge.Opdef.create(
+                    operator.function,
+                    op_type=f"{DOMAIN}::{operator.op_type}",
+                    inputs=[data_type, _BRIDGE_TYPES[index_dtype]],
+                    outputs=[data_type],
+                    attrs=operator.attributes,
+                )
+                _registered[opdef._nativedef.obj_id] = operator
+    PyCustomOpDef.install_hooker(_invoke)
+
+
+_register_operators()
+
+
+def register(options: onnxruntime.SessionOptions) -> onnxruntime.SessionOptions:
+    """Register the custom ops on ``options`` (once, however often it is called) and return it."""
+    try:
+        options.get_session_config_entry(_REGISTERED_KEY)
+    except RuntimeError:  # not registered yet
+        options.register_custom_ops_library(get_library_path())
+        options.add_session_config_entry(_REGISTERED_KEY, "1")
+    return options
+
+
+def session_options() -> onnxruntime.SessionOptions:
+    """New ``onnxruntime.SessionOptions`` with DmlGather and DmlGatherElements registered."""
+    return register(onnxruntime.SessionOptions())
+
+
+class InferenceSession(onnxruntime.InferenceSession):
+    """An ``onnxruntime.InferenceSession`` with the custom ops registered.
+
+    ``run`` raises the error a DML op met (an out-of-bounds index in ``error`` mode, shapes DirectML
+    would refuse) as a Python exception; a plain ``onnxruntime.InferenceSession`` can only log it.
+    ``model`` is a path, serialized bytes or an ``onnx.ModelProto``.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike | bytes | onnx.ModelProto,
+        sess_options: onnxruntime.SessionOptions | None = None,
+        providers: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        options = register(sess_options or onnxruntime.SessionOptions())
+        if options.execution_mode != onnxruntime.ExecutionMode.ORT_SEQUENTIAL:
+            raise ValueError("onnx_gather.InferenceSession needs sequential execution (execution_mode ORT_SEQUENTIAL)")
+        if isinstance(model, onnx.ModelProto):
+            model = model.SerializeToString()
+        elif isinstance(model, os.PathLike):
+            model = os.fspath(model)
+        super().__init__(model, options, providers or ["CPUExecutionProvider"], **kwargs)
+
+    def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list:
+        """Run the model as ``onnxruntime.InferenceSession.run`` does, raising any error a DML op met."""
+        outer, _state.errors = _state.errors, []
+        try:
+            try:
+                outputs = super().run(output_names, input_feed, run_options)
+            except Exception as runtime_error:
+                if _state.errors:
+                    raise _state.errors[0] from runtime_error
+                raise
+            if _state.errors:
+                raise _state.errors[0]
+            return outputs
+        finally:
+            _state.errors = outer

@@ -1,0 +1,189 @@
+"""DirectML's Gather and GatherElements, stated in numpy (SPEC.md sections 1-5).
+
+This module is the reference the rest of the package is tested against. It imports no
+runtime: every rule is readable here, and testable without ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+MAX_DIMENSION_COUNT = 8
+OUT_OF_BOUNDS_MODES = ("clamp", "zero", "error")
+
+# Feature level 4.1 (SPEC.md section 5): the types DirectML accepts.
+DATA_DTYPES = tuple(
+    np.dtype(t)
+    for t in (
+        np.float64, np.float32, np.float16,
+        np.int64, np.int32, np.int16, np.int8,
+        np.uint64, np.uint32, np.uint16, np.uint8,
+    )
+)  # fmt: skip
+INDEX_DTYPES = tuple(np.dtype(t) for t in (np.int64, np.int32, np.uint64, np.uint32))
+
+
+class GatherError(ValueError):
+    """A gather DirectML would refuse, or an out-of-bounds index under ``out_of_bounds="error"``."""
+
+
+def check_types(op: str, input_dtype: np.dtype, indices_dtype: np.dtype) -> None:
+    """Raise GatherError unless both element types are ones DirectML accepts."""
+    if np.dtype(input_dtype) not in DATA_DTYPES:
+        allowed = ", ".join(d.name for d in DATA_DTYPES)
+        raise GatherError(f"{op}: input type {np.dtype(input_dtype).name} is not supported (supported: {allowed})")
+    if np.dtype(indices_dtype) not in INDEX_DTYPES:
+        allowed = ", ".join(d.name for d in INDEX_DTYPES)
+        raise GatherError(f"{op}: indices type {np.dtype(indices_dtype).name} is not supported (supported: {allowed})")
+
+
+def check_out_of_bounds(op: str, out_of_bounds: str) -> None:
+    """Raise GatherError unless ``out_of_bounds`` names one of the three modes."""
+    if out_of_bounds not in OUT_OF_BOUNDS_MODES:
+        raise GatherError(
+            f"{op}: out_of_bounds {out_of_bounds!r} is unknown (expected one of: {', '.join(OUT_OF_BOUNDS_MODES)})"
+        )
+
+
+def _check_dimension_counts(op: str, input_sizes: Sequence[int], indices_sizes: Sequence[int]) -> int:
+    n = len(input_sizes)
+    if len(indices_sizes) != n:
+        raise GatherError(
+            f"{op}: input has {n} dimensions {tuple(input_sizes)} but indices has {len(indices_sizes)} "
+            f"{tuple(indices_sizes)}; DirectML needs the same dimension count (pad with leading 1s)"
+        )
+    if not 1 <= n <= MAX_DIMENSION_COUNT:
+        raise GatherError(f"{op}: dimension count {n} is outside DirectML's range 1 to {MAX_DIMENSION_COUNT}")
+    return n
+
+
+def _check_axis(op: str, axis: int, n: int) -> None:
+    if not 0 <= axis < n:
+        raise GatherError(f"{op}: axis {axis} is out of range [0, {n}) for {n}-dimensional tensors")
+
+
+def gather_output_sizes(
+    input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int, index_dimensions: int
+) -> tuple[int, ...]:
+    """The output sizes of DML_GATHER, validating the shapes and attributes (SPEC.md section 2).
+
+    ``C = input[:axis] + indices[N - index_dimensions:] + input[axis + 1:]``, then right-aligned to
+    N dimensions: 1s are removed from the left while C is too long, or prepended while it is short.
+    """
+    op = "DmlGather"
+    n = _check_dimension_counts(op, input_sizes, indices_sizes)
+    _check_axis(op, axis, n)
+    if not 0 <= index_dimensions <= n:
+        raise GatherError(f"{op}: index_dimensions {index_dimensions} is out of range [0, {n}]")
+    leading = tuple(indices_sizes[: n - index_dimensions])
+    if any(size != 1 for size in leading):
+        raise GatherError(
+            f"{op}: indices sizes {tuple(indices_sizes)} with index_dimensions {index_dimensions} have leading "
+            f"sizes {leading}; the {n - index_dimensions} irrelevant leading sizes must be 1"
+        )
+    sizes = [*input_sizes[:axis], *indices_sizes[n - index_dimensions :], *input_sizes[axis + 1 :]]
+    while len(sizes) > n:
+        if 1 not in sizes:
+            raise GatherError(
+                f"{op}: output sizes {tuple(sizes)} have {len(sizes)} dimensions and no 1 to remove; "
+                f"they cannot be cropped to the dimension count {n}"
+            )
+        sizes.remove(1)
+    return (1,) * (n - len(sizes)) + tuple(sizes)
+
+
+def check_gather_elements(input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int) -> None:
+    """Validate DML_GATHER_ELEMENTS shapes and axis (SPEC.md section 3); the output sizes are the indices'."""
+    op = "DmlGatherElements"
+    n = _check_dimension_counts(op, input_sizes, indices_sizes)
+    _check_axis(op, axis, n)
+    for d in range(n):
+        if d != axis and indices_sizes[d] != input_sizes[d]:
+            raise GatherError(
+                f"{op}: indices sizes {tuple(indices_sizes)} differ from input sizes {tuple(input_sizes)} "
+                f"on dimension {d} ({indices_sizes[d]} != {input_sizes[d]}); they must be equal except on axis {axis}"
+            )
+
+
+def fix_indices(op: str, indices: np.ndarray, size: int, out_of_bounds: str) -> tuple[np.ndarray, np.ndarray]:
+    """Apply ``fix()`` of SPEC.md section 4: negative values count from the end, the rest per the mode.
+
+    Returns the fixed indices (``intp``, each in ``[0, size)``, or 0 where ``size`` is 0) and a
+    boolean mask of the positions that were out of bounds. Raises GatherError in ``error`` mode.
+    """
+    check_out_of_bounds(op, out_of_bounds)
+    highest = max(size - 1, 0)  # an empty axis has nothing to clamp to; callers read a zero row there
+    if indices.dtype.kind == "u":
+        out_of_range = indices >= size
+        fixed = np.minimum(indices, highest).astype(np.intp)
+    else:
+        wide = indices.astype(np.int64)
+        fixed = np.where(wide < 0, wide + size, wide)
+        out_of_range = (fixed < 0) | (fixed >= size)
+        np.clip(fixed, 0, highest, out=fixed)
+    if out_of_bounds == "error" and out_of_range.any():
+        position = tuple(int(i) for i in np.argwhere(out_of_range)[0])
+        valid = f"[0, {size - 1}]" if indices.dtype.kind == "u" else f"[{-size}, {size - 1}]"
+        raise GatherError(
+            f"{op}: index {indices[position]} at indices position {position} is out of bounds for an axis "
+            f"of size {size} (valid range {valid})"
+        )
+    return fixed.astype(np.intp, copy=False), out_of_range
+
+
+def _readable(source: np.ndarray, axis: int) -> np.ndarray:
+    """``source``, or where its axis is empty a single zero slice, so that clamped reads return 0."""
+    if source.shape[axis] > 0:
+        return source
+    return np.zeros((*source.shape[:axis], 1, *source.shape[axis + 1 :]), source.dtype)
+
+
+def dml_gather(
+    input: np.ndarray,
+    indices: np.ndarray,
+    axis: int,
+    index_dimensions: int,
+    out_of_bounds: str = "clamp",
+) -> np.ndarray:
+    """DML_GATHER: ``out[p..., q..., s...] = input[p..., fix(indices[q...]), s...]`` (SPEC.md section 2).
+
+    ``input`` and ``indices`` have the same dimension count N (1 to 8); the output has N dimensions
+    and the input's type.
+    """
+    input, indices = np.asarray(input), np.asarray(indices)
+    check_types("DmlGather", input.dtype, indices.dtype)
+    output_sizes = gather_output_sizes(input.shape, indices.shape, axis, index_dimensions)
+    index_shape = indices.shape[input.ndim - index_dimensions :]
+    fixed, out_of_range = fix_indices("DmlGather", indices, input.shape[axis], out_of_bounds)
+    fixed, out_of_range = fixed.reshape(index_shape), out_of_range.reshape(index_shape)
+    # Gather along a leading axis, so that the index mask selects whole slices, then move the index
+    # dimensions to where the axis was.
+    gathered = np.take(np.moveaxis(_readable(input, axis), axis, 0), fixed, axis=0)
+    if out_of_bounds == "zero":
+        gathered[out_of_range] = 0
+    k = len(index_shape)
+    result = np.moveaxis(gathered, tuple(range(k)), tuple(range(axis, axis + k)))
+    return np.ascontiguousarray(result).reshape(output_sizes)
+
+
+def dml_gather_elements(
+    input: np.ndarray,
+    indices: np.ndarray,
+    axis: int,
+    out_of_bounds: str = "clamp",
+) -> np.ndarray:
+    """DML_GATHER_ELEMENTS: ``out[i, j, k] = input[i, fix(indices[i, j, k]), k]`` for axis 1 (SPEC.md section 3).
+
+    ``indices`` has the input's sizes on every dimension except ``axis``; the output has the
+    indices' sizes and the input's type.
+    """
+    input, indices = np.asarray(input), np.asarray(indices)
+    check_types("DmlGatherElements", input.dtype, indices.dtype)
+    check_gather_elements(input.shape, indices.shape, axis)
+    fixed, out_of_range = fix_indices("DmlGatherElements", indices, input.shape[axis], out_of_bounds)
+    result = np.take_along_axis(_readable(input, axis), fixed, axis)
+    if out_of_bounds == "zero":
+        result[out_of_range] = 0
+    return result
