@@ -55,18 +55,11 @@ class _Operator:
     attributes: dict[str, int]  # name -> bridge type
 
     def call(self, feed: Sequence[np.ndarray], attributes: dict[str, str]) -> np.ndarray:
-        # The bridge hands every attribute over as a string.
-        arguments: dict[str, Any] = {}
-        for name, text in attributes.items():
-            if self.attributes[name] == PyCustomOpDef.dt_string:
-                arguments[name] = text
-                continue
-            try:
-                arguments[name] = int(text)
-            except ValueError:
-                raise semantics.GatherError(
-                    f"{self.op_type}: attribute {name} must be an integer, got {text!r}"
-                ) from None
+        # The bridge checks each attribute's type when the session is created, then hands it over as a string.
+        arguments = {
+            name: text if self.attributes[name] == PyCustomOpDef.dt_string else int(text)
+            for name, text in attributes.items()
+        }
         return self.function(*feed, **arguments)
 
 

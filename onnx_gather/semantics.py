@@ -160,7 +160,7 @@ def dml_gather(
     fixed, out_of_range = fixed.reshape(index_shape), out_of_range.reshape(index_shape)
     # Gather along a leading axis, so that the index mask selects whole slices, then move the index
     # dimensions to where the axis was.
-    gathered = np.take(np.moveaxis(_readable(input, axis), axis, 0), fixed, axis=0)
+    gathered = np.asarray(np.take(np.moveaxis(_readable(input, axis), axis, 0), fixed, axis=0))
     if out_of_bounds == "zero":
         gathered[out_of_range] = 0
     k = len(index_shape)

@@ -1,0 +1,63 @@
+"""Helpers shared by the tests: cached sessions for one DML or native node, and exact comparison."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import onnxruntime
+
+import onnx_gather
+from onnx_gather.graphs import single_node_model
+
+
+def _single_thread_options() -> onnxruntime.SessionOptions:
+    # The tests cache hundreds of one-node sessions; tearing down a session's thread pool takes ~30 ms.
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    return options
+
+
+@functools.cache
+def _dml_session(op_type: str, input_dtype: str, indices_dtype: str, attributes: tuple) -> onnx_gather.InferenceSession:
+    model = single_node_model(op_type, np.dtype(input_dtype), np.dtype(indices_dtype), **dict(attributes))
+    return onnx_gather.InferenceSession(model, _single_thread_options())
+
+
+def run_dml(op_type: str, input: np.ndarray, indices: np.ndarray, **attributes) -> np.ndarray:
+    """Run one DmlGather or DmlGatherElements node in ONNX Runtime; ``out_of_bounds`` defaults to clamp."""
+    attributes.setdefault("out_of_bounds", "clamp")
+    session = _dml_session(op_type, input.dtype.str, indices.dtype.str, tuple(sorted(attributes.items())))
+    return session.run(None, {"input": input, "indices": indices})[0]
+
+
+@functools.cache
+def _native_session(op_type: str, input_dtype: str, indices_dtype: str, axis: int) -> onnxruntime.InferenceSession:
+    model = single_node_model(op_type, np.dtype(input_dtype), np.dtype(indices_dtype), domain="", axis=axis)
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), _single_thread_options(), providers=["CPUExecutionProvider"]
+    )
+
+
+def run_native(op_type: str, data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
+    """Run ONNX Runtime's own Gather or GatherElements (which takes only INT32 and INT64 indices)."""
+    if indices.dtype.kind == "u":
+        indices = indices.astype(np.int64)
+    session = _native_session(op_type, data.dtype.str, indices.dtype.str, axis)
+    return session.run(None, {"input": data, "indices": indices})[0]
+
+
+def assert_identical(actual: np.ndarray, expected: np.ndarray) -> None:
+    """Same type, same shape, same bytes: a gather moves values and never rounds."""
+    assert actual.dtype == expected.dtype, f"type {actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, f"shape {actual.shape} != {expected.shape}"
+    assert np.ascontiguousarray(actual).tobytes() == np.ascontiguousarray(expected).tobytes(), (
+        f"values differ:\n{actual}\n!=\n{expected}"
+    )
+
+
+def random_tensor(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Random bit patterns of ``dtype``: NaN payloads, infinities, -0.0 and subnormals included."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    return rng.integers(0, 256, count * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)

@@ -1,0 +1,197 @@
+"""DmlGather and DmlGatherElements as custom ops inside ONNX Runtime."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnxruntime
+import pytest
+from conftest import assert_identical, run_dml
+
+import onnx_gather
+from onnx_gather import ops
+from onnx_gather.examples import EXAMPLES
+from onnx_gather.graphs import single_node_model
+from onnx_gather.semantics import GatherError
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.title)
+def test_documented_example_in_onnxruntime(example):
+    output = run_dml(example.op_type, example.input, example.indices, **example.attributes)
+    assert_identical(output, example.output)
+
+
+@pytest.mark.parametrize("index_dtype", ops.INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("data_dtype", ops.DATA_DTYPES, ids=str)
+def test_every_data_and_index_type_is_registered(data_dtype, index_dtype):
+    data = np.arange(12).astype(data_dtype).reshape(3, 4)
+    indices = np.array([[2, 0, 1, 2]], index_dtype)
+    gathered = run_dml("DmlGather", data, indices, axis=0, index_dimensions=1)
+    assert_identical(gathered, data[[2, 0, 1, 2]])
+    elements = run_dml("DmlGatherElements", data, indices, axis=0)
+    assert_identical(elements, np.array([[8, 1, 6, 11]]).astype(data_dtype))
+
+
+OUT_OF_BOUNDS = np.array([[7, -7, 5, -6, 2]], np.int64)  # axis size 6: 7 and -7 are out of bounds
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("clamp", [[15, 10, 15, 10, 12]]), ("zero", [[0, 0, 15, 10, 12]])])
+@pytest.mark.parametrize("op_type", ["DmlGather", "DmlGatherElements"])
+def test_out_of_bounds_mode_in_onnxruntime(op_type, mode, expected):
+    data = np.arange(10, 16, dtype=np.float32).reshape(1, 6)
+    attributes = {"index_dimensions": 1} if op_type == "DmlGather" else {}
+    output = run_dml(op_type, data, OUT_OF_BOUNDS, axis=1, out_of_bounds=mode, **attributes)
+    assert_identical(output, np.array(expected, np.float32))
+
+
+@pytest.mark.parametrize("op_type", ["DmlGather", "DmlGatherElements"])
+def test_error_mode_raises_from_run_with_the_ops_message(op_type):
+    data = np.arange(10, 16, dtype=np.float32).reshape(1, 6)
+    attributes = {"index_dimensions": 1} if op_type == "DmlGather" else {}
+    message = rf"^{op_type}: index 7 at indices position \(0, 0\) is out of bounds .* \(valid range \[-6, 5\]\)$"
+    with pytest.raises(GatherError, match=message):
+        run_dml(op_type, data, OUT_OF_BOUNDS, axis=1, out_of_bounds="error", **attributes)
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("clamp", [3, 1, 3]), ("zero", [0, 1, 0])])
+def test_unsigned_indices_above_2_63_in_onnxruntime(mode, expected):
+    indices = np.array([2**63 + 5, 1, 2**64 - 1], np.uint64)
+    output = run_dml("DmlGather", np.arange(4, dtype=np.int64), indices, axis=0, index_dimensions=1, out_of_bounds=mode)
+    assert_identical(output, np.array(expected, np.int64))
+    with pytest.raises(GatherError, match=r"index 9223372036854775813 .* \(valid range \[0, 3\]\)"):
+        run_dml("DmlGather", np.arange(4, dtype=np.int64), indices, axis=0, index_dimensions=1, out_of_bounds="error")
+
+
+# Validation errors a node can meet at run time, with the message InferenceSession.run must raise.
+RUN_TIME_ERRORS = {
+    "ranks differ": ("DmlGather", (2, 3), (4,), {"axis": 0, "index_dimensions": 1}, r"input has 2 dimensions"),
+    "more than 8 dimensions": ("DmlGatherElements", (1,) * 9, (1,) * 9, {"axis": 0}, r"dimension count 9"),
+    "axis out of range": ("DmlGather", (2, 3), (1, 2), {"axis": 2, "index_dimensions": 1}, r"axis 2 is out of range"),
+    "index_dimensions out of range": (
+        "DmlGather", (2, 3), (1, 2), {"axis": 0, "index_dimensions": 3}, r"index_dimensions 3 is out of range",
+    ),
+    "leading index sizes not 1": (
+        "DmlGather", (2, 3), (2, 2), {"axis": 0, "index_dimensions": 1}, r"irrelevant leading sizes must be 1",
+    ),
+    "output cannot be cropped": ("DmlGather", (2, 3), (2, 2), {"axis": 0, "index_dimensions": 2}, r"no 1 to remove"),
+    "sizes differ off the axis": ("DmlGatherElements", (2, 3), (2, 2), {"axis": 0}, r"on dimension 1 \(2 != 3\)"),
+    "unknown out_of_bounds": (
+        "DmlGatherElements", (3,), (1,), {"axis": 0, "out_of_bounds": "wrap"}, r"out_of_bounds 'wrap' is unknown",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", RUN_TIME_ERRORS, ids=str)
+def test_run_time_validation_error_is_raised_from_run(case):
+    op_type, input_shape, indices_shape, attributes, message = RUN_TIME_ERRORS[case]
+    input = np.zeros(input_shape, np.float32)
+    indices = np.zeros(indices_shape, np.int64)
+    with pytest.raises(GatherError, match=rf"^{op_type}: .*{message}"):
+        run_dml(op_type, input, indices, **attributes)
+
+
+def test_an_attribute_of_the_wrong_type_fails_session_creation():
+    model = single_node_model("DmlGatherElements", np.float32, np.int64, axis="first", out_of_bounds="clamp")
+    with pytest.raises(Exception, match="attribute 'axis'"):
+        onnx_gather.InferenceSession(model)
+
+
+def test_a_missing_attribute_fails_session_creation():
+    model = single_node_model("DmlGatherElements", np.float32, np.int64, axis=0)  # no out_of_bounds
+    with pytest.raises(Exception, match="out_of_bounds"):
+        onnx_gather.InferenceSession(model)
+
+
+def test_an_unsupported_type_fails_session_creation():
+    model = single_node_model("DmlGather", np.bool_, np.int64, axis=0, index_dimensions=1, out_of_bounds="clamp")
+    with pytest.raises(Exception, match="DmlGather"):
+        onnx_gather.InferenceSession(model)
+
+
+def test_a_failed_run_leaves_the_session_working():
+    model = single_node_model("DmlGatherElements", np.int32, np.int64, axis=0, out_of_bounds="error")
+    session = onnx_gather.InferenceSession(model)
+    data = np.arange(4, dtype=np.int32)
+    with pytest.raises(GatherError):
+        session.run(None, {"input": data, "indices": np.array([4])})
+    assert_identical(session.run(None, {"input": data, "indices": np.array([3, -4])})[0], np.array([3, 0], np.int32))
+
+
+def test_session_accepts_a_path_bytes_and_model(tmp_path):
+    model = single_node_model("DmlGatherElements", np.int8, np.int32, axis=0, out_of_bounds="clamp")
+    path = tmp_path / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    feeds = {"input": np.arange(3, dtype=np.int8), "indices": np.array([2, 0], np.int32)}
+    for source in (model, model.SerializeToString(), str(path), path):
+        assert_identical(onnx_gather.InferenceSession(source).run(None, feeds)[0], np.array([2, 0], np.int8))
+
+
+def test_session_options_can_be_registered_again_and_reused():
+    options = ops.register(onnx_gather.session_options())
+    model = single_node_model("DmlGatherElements", np.uint8, np.int64, axis=0, out_of_bounds="clamp")
+    plain = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    ours = onnx_gather.InferenceSession(model, options)
+    feeds = {"input": np.arange(3, dtype=np.uint8), "indices": np.array([1])}
+    assert_identical(plain.run(None, feeds)[0], ours.run(None, feeds)[0])
+
+
+def test_parallel_execution_is_refused_with_a_reason():
+    options = onnxruntime.SessionOptions()
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_PARALLEL
+    model = single_node_model("DmlGatherElements", np.float32, np.int64, axis=0, out_of_bounds="clamp")
+    with pytest.raises(ValueError, match="needs sequential execution"):
+        onnx_gather.InferenceSession(model, options)
+
+
+def test_results_go_back_to_the_bridge_as_arrays_not_lists():
+    # The bridge's default path turns results into Python lists, about 400 times slower than native.
+    op_id = next(op_id for op_id, operator in ops._registered.items() if operator.op_type == "DmlGatherElements")
+    feed = [np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros((2, 3), np.int64)]
+    returned_id, shape, result = ops._invoke(op_id, feed, {"axis": "1", "out_of_bounds": "clamp"})
+    assert returned_id == op_id and tuple(shape) == (2, 3)
+    assert type(result) is np.ndarray and result.flags.c_contiguous
+
+
+def _run_child(script: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_a_failing_op_in_a_plain_session_logs_and_the_process_carries_on():
+    child = _run_child("""
+        import numpy as np, onnxruntime, onnx_gather
+        from onnx_gather.graphs import single_node_model
+        model = single_node_model("DmlGatherElements", np.float32, np.int64, axis=0, out_of_bounds="error")
+        session = onnxruntime.InferenceSession(model.SerializeToString(), onnx_gather.session_options())
+        output = session.run(None, {"input": np.zeros(3, np.float32), "indices": np.array([0, 9])})[0]
+        print("still running; output shape", output.shape)
+        """)
+    assert child.returncode == 0, child.stderr
+    assert "still running; output shape (0,)" in child.stdout
+    assert "DmlGatherElements: index 9 at indices position (1,) is out of bounds" in child.stderr
+
+
+def test_other_python_ops_keep_working_beside_ours():
+    child = _run_child("""
+        import numpy as np, onnx, onnxruntime, onnx_gather
+        from onnx import helper, TensorProto
+        from onnxruntime_extensions import onnx_op, PyCustomOpDef
+
+        @onnx_op(op_type="Twice", inputs=[PyCustomOpDef.dt_float], outputs=[PyCustomOpDef.dt_float])
+        def twice(x):
+            return x * 2
+
+        node = helper.make_node("Twice", ["x"], ["y"], domain="ai.onnx.contrib")
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                  helper.make_opsetid("ai.onnx.contrib", 1)], ir_version=10)
+        session = onnx_gather.InferenceSession(model)
+        print(session.run(None, {"x": np.array([1.5, -2], np.float32)})[0].tolist())
+        """)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "[3.0, -4.0]"
