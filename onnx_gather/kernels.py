@@ -1,9 +1,8 @@
 """Fast implementations of the two DML operators, for use inside ONNX Runtime.
 
-Each validates through ``semantics`` and then, when every index is already in bounds (the common
-case, found with one min/max pass), gathers with ``np.take`` or ONNX Runtime's own native
-``GatherElements`` kernel. An out-of-bounds index sends the call to the reference implementation,
-which applies ``fix()``.
+Each validates through ``semantics`` and then gathers with ``np.take`` or ONNX Runtime's own native
+``GatherElements`` kernel, which both take negative indices as DirectML does and refuse an
+out-of-bounds one. Only then, rarely, is the reference implementation called to apply ``fix()``.
 """
 
 from __future__ import annotations
@@ -13,40 +12,39 @@ import functools
 import numpy as np
 import onnx
 import onnxruntime
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail
 
 from onnx_gather import semantics
 
 
-def _in_bounds(indices: np.ndarray, size: int) -> bool:
-    """Whether every index is already valid, negative ones counting from the end."""
-    if indices.size == 0:
-        return True
-    if int(indices.max()) >= size:
-        return False
-    return indices.dtype.kind == "u" or int(indices.min()) >= -size
+def _signed_indices(indices: np.ndarray, size: int) -> np.ndarray | None:
+    """Signed indices with the same values, or None if an unsigned index is out of bounds.
 
-
-def _as_native_indices(indices: np.ndarray) -> np.ndarray:
-    """Signed indices holding the same in-bounds values, without a copy where the width allows."""
+    Unsigned indices are checked here: read as signed, a value above 2**63 (or 2**31) would pass for
+    a valid negative index. Signed indices are checked by the gather itself.
+    """
+    if indices.dtype.kind == "i":
+        return indices
+    if indices.size and int(indices.max()) >= size:
+        return None
     if indices.dtype == np.uint64:
-        return indices.view(np.int64)  # in bounds, so below 2**63
-    if indices.dtype == np.uint32:
-        if indices.size == 0 or int(indices.max()) < 2**31:
-            return indices.view(np.int32)
-        return indices.astype(np.int64)
-    return indices
+        return indices.view(np.int64)
+    return indices.view(np.int32) if size <= 2**31 else indices.astype(np.int64)
 
 
 def gather(input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: int, out_of_bounds: str) -> np.ndarray:
-    """DML_GATHER with the results of ``semantics.dml_gather``, faster on in-bounds indices."""
+    """DML_GATHER with the results of ``semantics.dml_gather``."""
     semantics.check_types("DmlGather", input.dtype, indices.dtype)
     semantics.check_out_of_bounds("DmlGather", out_of_bounds)
     output_sizes = semantics.gather_output_sizes(input.shape, indices.shape, axis, index_dimensions)
-    if not _in_bounds(indices, input.shape[axis]):
-        return semantics.dml_gather(input, indices, axis, index_dimensions, out_of_bounds)
-    index_shape = indices.shape[input.ndim - index_dimensions :]
-    result = np.take(input, _as_native_indices(indices).reshape(index_shape), axis=axis)
-    return result.reshape(output_sizes)
+    signed = _signed_indices(indices, input.shape[axis])
+    if signed is not None:
+        try:
+            index_shape = indices.shape[input.ndim - index_dimensions :]
+            return np.take(input, signed.reshape(index_shape), axis=axis).reshape(output_sizes)
+        except IndexError:  # an index out of bounds
+            pass
+    return semantics.dml_gather(input, indices, axis, index_dimensions, out_of_bounds)
 
 
 @functools.cache
@@ -64,16 +62,21 @@ def _native_gather_elements(dtype: np.dtype, index_dtype: np.dtype, axis: int) -
         [onnx.helper.make_tensor_value_info("output", to_onnx(dtype), None)],
     )
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)], ir_version=8)
-    return onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4  # an out-of-bounds index is expected here, not worth a log line
+    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def gather_elements(input: np.ndarray, indices: np.ndarray, axis: int, out_of_bounds: str) -> np.ndarray:
-    """DML_GATHER_ELEMENTS with the results of ``semantics.dml_gather_elements``, faster on in-bounds indices."""
+    """DML_GATHER_ELEMENTS with the results of ``semantics.dml_gather_elements``."""
     semantics.check_types("DmlGatherElements", input.dtype, indices.dtype)
     semantics.check_out_of_bounds("DmlGatherElements", out_of_bounds)
     semantics.check_gather_elements(input.shape, indices.shape, axis)
-    if not _in_bounds(indices, input.shape[axis]):
-        return semantics.dml_gather_elements(input, indices, axis, out_of_bounds)
-    native_indices = _as_native_indices(indices)
-    session = _native_gather_elements(input.dtype, native_indices.dtype, axis)
-    return session.run(None, {"input": input, "indices": native_indices})[0]
+    signed = _signed_indices(indices, input.shape[axis])
+    if signed is not None:
+        session = _native_gather_elements(input.dtype, signed.dtype, axis)
+        try:
+            return session.run(None, {"input": input, "indices": signed})[0]
+        except Fail:  # an index out of bounds
+            pass
+    return semantics.dml_gather_elements(input, indices, axis, out_of_bounds)

@@ -195,3 +195,12 @@ def test_other_python_ops_keep_working_beside_ours():
         """)
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "[3.0, -4.0]"
+
+
+@pytest.mark.parametrize("op_type", ["DmlGather", "DmlGatherElements"])
+def test_an_empty_axis_reads_zeros_in_onnxruntime(op_type):
+    attributes = {"index_dimensions": 1} if op_type == "DmlGather" else {}
+    output = run_dml(op_type, np.zeros((1, 0), np.uint16), np.array([[2, -1]], np.int32), axis=1, **attributes)
+    assert_identical(output, np.zeros((1, 2), np.uint16))
+    empty = run_dml(op_type, np.zeros((1, 0), np.uint16), np.zeros((1, 0), np.int32), axis=1, **attributes)
+    assert_identical(empty, np.zeros((1, 0), np.uint16))
