@@ -8,7 +8,7 @@ import numpy as np
 import onnxruntime
 
 from onnx_gather.examples import EXAMPLES
-from onnx_gather.graphs import single_node_model
+from onnx_gather.graph import single_node_model
 from onnx_gather.ops import InferenceSession
 
 

@@ -22,8 +22,7 @@ from onnxruntime_extensions import PyCustomOpDef, get_library_path
 from onnxruntime_extensions import _ocos as bridge
 
 from onnx_gather import kernels, semantics
-
-DOMAIN = "onnx_gather"
+from onnx_gather.graph import DOMAIN
 
 # The types the bridge can carry: DirectML's data types less FLOAT16, which it refuses.
 _BRIDGE_TYPES = {

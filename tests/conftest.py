@@ -8,7 +8,7 @@ import numpy as np
 import onnxruntime
 
 import onnx_gather
-from onnx_gather.graphs import single_node_model
+from onnx_gather.graph import single_node_model
 
 
 def _single_thread_options() -> onnxruntime.SessionOptions:

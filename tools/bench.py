@@ -16,7 +16,7 @@ import numpy as np
 import onnxruntime
 
 import onnx_gather
-from onnx_gather.graphs import single_node_model
+from onnx_gather.graph import single_node_model
 
 # name, op, data shape, indices shape (standard ONNX), axis
 CASES = [

@@ -1,0 +1,251 @@
+"""Standard ONNX ``Gather`` and ``GatherElements`` into DML form, as ONNX Runtime's DirectML provider maps them.
+
+The rules (SPEC.md section 6), for each node in every graph, subgraph and model-local function:
+
+1. N is ``max(r, q, r + q - 1)`` for Gather (data rank r, indices rank q) and ``r`` for GatherElements,
+   or the fixed ``dimension_count``; a node that needs more than N (or 8) dimensions stays standard.
+2. Data and indices get ``N - rank`` leading ones (``Unsqueeze``); the axis moves by as many; Gather's
+   ``index_dimensions`` is q.
+3. The DML output is the ONNX output with ``N - (r + q - 1)`` leading ones (none for GatherElements
+   with N = r), removed again with ``Squeeze``. Dynamic dims need no shape arithmetic for this.
+4. GatherElements indices smaller than the data off the axis (ONNX allows it, DirectML does not): the
+   data is sliced to the indices' sizes first, from ``Shape(indices)`` where they are dynamic.
+5. FLOAT16 and BFLOAT16 travel as FLOAT32, BOOL as UINT8 (exact); STRING and other types stay standard.
+6. Every DML node carries every attribute, is named after the node it replaces, and its output gets a
+   ``value_info`` so that shape inference carries on through it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from onnx_gather import semantics
+from onnx_gather.graph import DOMAIN, Body, Emitter, Names, ValueType, bodies, value_types
+
+# The element types a DML node can carry, and what the others travel as.
+_DML_TYPES = {
+    TensorProto.DOUBLE, TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.INT16,
+    TensorProto.INT8, TensorProto.UINT64, TensorProto.UINT32, TensorProto.UINT16, TensorProto.UINT8,
+}  # fmt: skip
+CARRIERS = {
+    TensorProto.FLOAT16: TensorProto.FLOAT,
+    TensorProto.BFLOAT16: TensorProto.FLOAT,
+    TensorProto.BOOL: TensorProto.UINT8,
+}
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    """One gather node: what became of it, and why where it stayed as it was."""
+
+    where: str
+    node: str
+    op_type: str
+    result: str  # the DML node's name, or "" where the node stayed standard
+    reason: str = ""
+
+
+@dataclass
+class Report:
+    """What a conversion or a lowering did, for the command line's summary."""
+
+    before: Counter = field(default_factory=Counter)
+    after: Counter = field(default_factory=Counter)
+    changed: list[NodeChange] = field(default_factory=list)
+    left: list[NodeChange] = field(default_factory=list)
+
+
+def count_ops(model: onnx.ModelProto) -> Counter:
+    """Node counts by op type (``domain::op`` outside the default domain), over every graph and function."""
+    counts: Counter = Counter()
+    for body in bodies(model):
+        counts.update(f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type for n in body.nodes)
+    return counts
+
+
+def parse_dimension_count(value: str | int) -> int | None:
+    """``"auto"`` (None) or a dimension count from 1 to 8."""
+    if value == "auto":
+        return None
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = 0
+    if not 1 <= count <= semantics.MAX_DIMENSION_COUNT:
+        raise ValueError(f"dimension_count must be 'auto' or 1 to {semantics.MAX_DIMENSION_COUNT}, got {value!r}")
+    return count
+
+
+def _attribute(node: onnx.NodeProto, name: str, default: object) -> object:
+    found = next((a for a in node.attribute if a.name == name), None)
+    return default if found is None else helper.get_attribute_value(found)
+
+
+def _type_name(elem_type: int) -> str:
+    return TensorProto.DataType.Name(elem_type)
+
+
+class _Converter:
+    def __init__(self, model: onnx.ModelProto, dimension_count: int | None, out_of_bounds: str) -> None:
+        self.model = model
+        self.dimension_count = dimension_count
+        self.out_of_bounds = out_of_bounds
+        self.names = Names(model)
+        self.types = value_types(model)
+        self.report = Report()
+
+    def run(self) -> None:
+        for body in bodies(self.model):
+            types = self.types.get(body.scope, {})
+            rebuilt, changed = [], False
+            for index, node in enumerate(body.nodes):
+                if node.domain in ("", "ai.onnx") and node.op_type in ("Gather", "GatherElements"):
+                    new_nodes, value_infos = self._convert(body, types, node, index)
+                    if new_nodes is not None:
+                        rebuilt.extend(new_nodes)
+                        if isinstance(body.container, onnx.GraphProto):
+                            body.container.value_info.extend(value_infos)
+                        changed = True
+                        continue
+                rebuilt.append(node)
+            if changed:
+                body.replace_nodes(rebuilt)
+                _import_domain(body.container.opset_import if isinstance(body.container, onnx.FunctionProto) else None)
+        if self.report.changed:
+            _import_domain(self.model.opset_import)
+
+    def _leave(self, body: Body, node: onnx.NodeProto, reason: str) -> tuple[None, list]:
+        self.report.left.append(NodeChange(body.where, node.name, node.op_type, "", reason))
+        return None, []
+
+    def _convert(
+        self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
+    ) -> tuple[list[onnx.NodeProto] | None, list[onnx.ValueInfoProto]]:
+        if len(node.input) != 2 or len(node.output) != 1:
+            return self._leave(body, node, "it does not have exactly two inputs and one output")
+        data, indices = (types.get(name) for name in node.input)
+        for role, name, value_type in (("data", node.input[0], data), ("indices", node.input[1], indices)):
+            if value_type is None or value_type.rank is None:
+                return self._leave(body, node, f"the rank of {role} {name!r} is unknown (no shape information)")
+        if data.elem_type not in _DML_TYPES and data.elem_type not in CARRIERS:
+            return self._leave(body, node, f"{_type_name(data.elem_type)} data cannot be expressed for DirectML")
+        if body.opset < 6 and data.elem_type in CARRIERS:
+            return self._leave(body, node, f"carrying {_type_name(data.elem_type)} needs Cast-6 (opset {body.opset})")
+        r, q = data.rank, indices.rank
+        axis = _attribute(node, "axis", 0)
+        if not -r <= axis < r:
+            return self._leave(body, node, f"axis {axis} is out of range for data of rank {r}")
+        axis %= r
+        gather = node.op_type == "Gather"
+        if not gather and q != r:
+            return self._leave(body, node, f"indices rank {q} differs from data rank {r}")
+        needed = max(r, q, r + q - 1) if gather else r
+        n = self.dimension_count or needed
+        if needed > n or needed > semantics.MAX_DIMENSION_COUNT:
+            limit = f"the dimension count {n}" if self.dimension_count else "DirectML's 8"
+            return self._leave(body, node, f"it needs {needed} dimensions, more than {limit}")
+        slice_plan = None if gather else _slice_plan(data, indices, axis)
+
+        name = node.name or self.names.fresh(f"{node.op_type}_{index}")
+        emit = Emitter(body, self.names, name)
+        x = node.input[0]
+        if slice_plan is not None:
+            x = _emit_slice(emit, x, node.input[1], indices.dims, axis, slice_plan)
+        carrier = CARRIERS.get(data.elem_type)
+        if carrier is not None:
+            x = emit.node("Cast", [x], "carry_input", to=carrier)
+        x = emit.pad(x, n - r, "pad_input")
+        i = emit.pad(node.input[1], n - q, "pad_indices")
+        out_rank = r + q - 1 if gather else r
+        last = n - out_rank == 0 and carrier is None
+        dml_output = node.output[0] if last else self.names.fresh(f"{name}/output")
+        attributes = {"axis": axis + n - r, "out_of_bounds": self.out_of_bounds}
+        if gather:
+            attributes["index_dimensions"] = q
+        emit.nodes.append(
+            helper.make_node(f"Dml{node.op_type}", [x, i], [dml_output], name=name, domain=DOMAIN, **attributes)
+        )
+        y = dml_output
+        if not last:
+            y = emit.unpad(y, n - out_rank, "unpad_output", None if carrier else node.output[0])
+        if carrier is not None:
+            emit.node("Cast", [y], "carry_output", node.output[0], to=data.elem_type)
+
+        out_dims = _output_dims(data, indices, axis, gather)
+        value_infos = (
+            []
+            if last
+            else [ValueType(carrier or data.elem_type, (1,) * (n - out_rank) + out_dims).value_info(dml_output)]
+        )
+        self.report.changed.append(NodeChange(body.where, node.name, node.op_type, name, f"N={n}"))
+        return emit.nodes, value_infos
+
+
+def _output_dims(data: ValueType, indices: ValueType, axis: int, gather: bool) -> tuple:
+    if gather:
+        return (*data.dims[:axis], *indices.dims, *data.dims[axis + 1 :])
+    return indices.dims
+
+
+def _slice_plan(data: ValueType, indices: ValueType, axis: int) -> bool | None:
+    """None if the indices have the data's sizes off the axis; else whether slicing to them needs ``Shape``."""
+    needed, dynamic = False, False
+    for d, (data_size, index_size) in enumerate(zip(data.dims, indices.dims, strict=True)):
+        if d == axis or (data_size is not None and data_size == index_size):
+            continue
+        needed = True
+        dynamic = dynamic or not (isinstance(data_size, int) and isinstance(index_size, int))
+    return dynamic if needed else None
+
+
+def _emit_slice(emit: Emitter, data: str, indices: str, index_dims: tuple, axis: int, dynamic: bool) -> str:
+    """``data`` sliced to the sizes of ``indices`` on every dimension but ``axis`` (GatherElements is opset 11+)."""
+    rank = len(index_dims)
+    if dynamic:
+        # Slice clamps its ends to the data's sizes: a huge end keeps the whole axis.
+        keep_axis = [2**62 if d == axis else 0 for d in range(rank)]
+        shape = emit.node("Shape", [indices], "indices_shape")
+        ends = emit.node("Add", [shape, emit.constant(keep_axis, np.int64, "keep_axis")], "slice_ends")
+    else:
+        ends = emit.constant(
+            [2**62 if d == axis else size for d, size in enumerate(index_dims)], np.int64, "slice_ends"
+        )
+    starts = emit.constant([0] * rank, np.int64, "slice_starts")
+    return emit.node("Slice", [data, starts, ends], "slice_input")
+
+
+def _import_domain(imports: object) -> None:
+    if imports is not None and not any(o.domain == DOMAIN for o in imports):
+        imports.append(helper.make_opsetid(DOMAIN, 1))
+
+
+def convert(
+    model: onnx.ModelProto, dimension_count: str | int = "auto", out_of_bounds: str = "clamp"
+) -> tuple[onnx.ModelProto, Report]:
+    """``to_dml`` with a report of what was converted and what was left standard, and why."""
+    semantics.check_out_of_bounds("to_dml", out_of_bounds)
+    count = parse_dimension_count(dimension_count)
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    converter = _Converter(result, count, out_of_bounds)
+    converter.report.before = count_ops(model)
+    converter.run()
+    converter.report.after = count_ops(result)
+    return result, converter.report
+
+
+def to_dml(
+    model: onnx.ModelProto, dimension_count: str | int = "auto", out_of_bounds: str = "clamp"
+) -> onnx.ModelProto:
+    """Every standard Gather and GatherElements that DirectML can express, rewritten into DML form.
+
+    ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider
+    does) or a fixed N from 1 to 8 (4 emulates feature levels below 3.0). ``out_of_bounds`` is written
+    on every DML node. Nodes that cannot be expressed stay standard (``convert`` reports them).
+    """
+    return convert(model, dimension_count, out_of_bounds)[0]

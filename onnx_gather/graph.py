@@ -1,0 +1,287 @@
+"""The graph work shared by the converter and the lowering: every node list of a model, fresh names,
+value types, and an emitter of standard nodes that respects the opset in force."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+DOMAIN = "onnx_gather"
+DML_OP_TYPES = ("DmlGather", "DmlGatherElements")
+
+# onnxruntime 1.31 reads IR versions up to 13; 10 is what onnx 1.16 and later write for opset 21.
+IR_VERSION = 10
+ONNX_OPSET = 17
+
+
+@dataclass
+class Body:
+    """A node list a rewrite may change: the main graph, a subgraph, or a model-local function."""
+
+    container: onnx.GraphProto | onnx.FunctionProto
+    opset: int  # the default domain's version in force here
+    where: str  # for messages: "graph 'main'", "function 'local.F'", "subgraph 'body' of node 'loop'"
+    scope: int  # bodies sharing a scope share value names: the main graph and its subgraphs; each function
+
+    @property
+    def nodes(self) -> Sequence[onnx.NodeProto]:
+        return self.container.node
+
+    def replace_nodes(self, nodes: list[onnx.NodeProto]) -> None:
+        del self.container.node[:]
+        self.container.node.extend(nodes)
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            yield attribute.name, attribute.g
+        elif attribute.type == onnx.AttributeProto.GRAPHS:
+            yield from ((attribute.name, g) for g in attribute.graphs)
+
+
+def _opset(imports: Sequence[onnx.OperatorSetIdProto], default: int) -> int:
+    return next((o.version for o in imports if o.domain in ("", "ai.onnx")), default)
+
+
+def bodies(model: onnx.ModelProto) -> list[Body]:
+    """Every node list of the model, subgraphs at any depth included (no recursion: depth is unbounded)."""
+    model_opset = _opset(model.opset_import, 0)
+    roots = [Body(model.graph, model_opset, f"graph {model.graph.name!r}", 0)]
+    for index, function in enumerate(model.functions, start=1):
+        opset = _opset(function.opset_import, model_opset)
+        roots.append(Body(function, opset, f"function '{function.domain}.{function.name}'", index))
+    found, stack = [], list(reversed(roots))
+    while stack:
+        body = stack.pop()
+        found.append(body)
+        for node in body.nodes:
+            for name, graph in _subgraphs(node):
+                where = f"subgraph {name!r} of node {node.name or node.op_type!r} in {body.where}"
+                stack.append(Body(graph, body.opset, where, body.scope))
+    return found
+
+
+def _graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto]:
+    for body in bodies(model):
+        if isinstance(body.container, onnx.GraphProto):
+            yield body.container
+
+
+class Names:
+    """Fresh value and node names, unique across the whole model."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        used: set[str] = set()
+        for body in bodies(model):
+            for node in body.nodes:
+                used.update(node.input, node.output, (node.name,))
+            container = body.container
+            if isinstance(container, onnx.GraphProto):
+                used.update(v.name for v in (*container.input, *container.output, *container.value_info))
+                used.update(t.name for t in container.initializer)
+            else:
+                used.update(container.input, container.output)
+        self._used = used
+
+    def fresh(self, base: str) -> str:
+        name, count = base, 0
+        while name in self._used:
+            count += 1
+            name = f"{base}_{count}"
+        self._used.add(name)
+        return name
+
+
+@dataclass(frozen=True)
+class ValueType:
+    """A tensor's element type and, where known, its dims (an int, a symbol, or None for unknown)."""
+
+    elem_type: int
+    dims: tuple[int | str | None, ...] | None  # None: rank unknown
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.dims is None else len(self.dims)
+
+    @staticmethod
+    def of(value: onnx.ValueInfoProto) -> ValueType | None:
+        if not value.type.HasField("tensor_type"):
+            return None
+        tensor = value.type.tensor_type
+        if not tensor.HasField("shape"):
+            return ValueType(tensor.elem_type, None)
+        dims = tuple(
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim
+        )  # fmt: skip
+        return ValueType(tensor.elem_type, dims)
+
+    def value_info(self, name: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, self.elem_type, self.dims)
+
+
+def _collect(types: dict[str, ValueType], graph: onnx.GraphProto) -> None:
+    for value in (*graph.input, *graph.output, *graph.value_info):
+        value_type = ValueType.of(value)
+        if value_type is not None and value.name not in types:
+            types[value.name] = value_type
+    for tensor in graph.initializer:
+        types.setdefault(tensor.name, ValueType(tensor.data_type, tuple(tensor.dims)))
+
+
+def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+    except Exception:  # an invalid or unusual model: use the types it declares
+        return model
+
+
+def value_types(model: onnx.ModelProto) -> dict[int, dict[str, ValueType]]:
+    """Value types per scope (see ``Body.scope``): declared, and inferred by ONNX shape inference.
+
+    A function's values are typed from its call sites, where every call site agrees on the input types.
+    """
+    inferred = _infer(_without_weights(model))
+    scopes: dict[int, dict[str, ValueType]] = {0: {}}
+    for graph in _graphs(inferred):
+        _collect(scopes[0], graph)
+    functions = {(f.domain, f.name): (index, f) for index, f in enumerate(model.functions, start=1)}
+    # Functions calling functions are typed once their callers are: repeat while that adds any.
+    pending = dict(functions)
+    progress = True
+    while pending and progress:
+        progress = False
+        for key, (index, function) in list(pending.items()):
+            inputs = _call_site_types(model, key, scopes, functions)
+            if inputs is None:
+                continue
+            scopes[index] = _function_types(model, function, inputs)
+            del pending[key]
+            progress = True
+    return scopes
+
+
+def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy to infer types on, without initializer data (inference needs only their types and dims)."""
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    for graph in _graphs(light):
+        for tensor in graph.initializer:
+            if tensor.ByteSize() > 1024:
+                dims, data_type, name = list(tensor.dims), tensor.data_type, tensor.name
+                tensor.Clear()
+                tensor.name, tensor.data_type = name, data_type
+                tensor.dims.extend(dims)
+                tensor.data_location = onnx.TensorProto.EXTERNAL
+                tensor.external_data.add(key="location", value="not-loaded")
+    return light
+
+
+def _call_site_types(
+    model: onnx.ModelProto,
+    key: tuple[str, str],
+    scopes: dict[int, dict[str, ValueType]],
+    functions: dict[tuple[str, str], tuple[int, onnx.FunctionProto]],
+) -> list[ValueType | None] | None:
+    """The input types every call of function ``key`` agrees on, or None while a caller is untyped."""
+    agreed: list[ValueType | None] | None = None
+    for body in bodies(model):
+        for node in body.nodes:
+            if (node.domain, node.op_type) != key:
+                continue
+            types = scopes.get(body.scope)
+            if types is None:
+                return None
+            found = [types.get(name) for name in node.input]
+            if agreed is None:
+                agreed = found
+            else:
+                agreed = [a if a == f else None for a, f in zip(agreed, found, strict=False)]
+    return agreed
+
+
+def _function_types(
+    model: onnx.ModelProto, function: onnx.FunctionProto, inputs: list[ValueType | None]
+) -> dict[str, ValueType]:
+    graph_inputs = [
+        (t.value_info(name) if t is not None else helper.make_value_info(name, onnx.TypeProto()))
+        for name, t in zip(function.input, inputs, strict=False)
+    ]
+    graph = helper.make_graph(list(function.node), function.name, graph_inputs, [])
+    probe = helper.make_model(graph, opset_imports=list(function.opset_import), ir_version=model.ir_version)
+    probe.functions.extend(model.functions)
+    types: dict[str, ValueType] = {}
+    for inferred_graph in _graphs(_infer(probe)):
+        _collect(types, inferred_graph)
+    return types
+
+
+class Emitter:
+    """Builds standard nodes into a list, in the form the default opset in force takes."""
+
+    def __init__(self, body: Body, names: Names, prefix: str) -> None:
+        self.opset = body.opset
+        self.names = names
+        self.prefix = prefix
+        self.nodes: list[onnx.NodeProto] = []
+
+    def node(
+        self, op_type: str, inputs: Sequence[str], step: str, output: str | None = None, domain: str = "", **attributes
+    ) -> str:
+        """Append ``op_type(inputs)`` named ``prefix/step``; returns its output (a fresh name unless given)."""
+        output = output or self.names.fresh(f"{self.prefix}/{step}")
+        name = self.names.fresh(f"{self.prefix}/{step}")
+        self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=name, domain=domain, **attributes))
+        return output
+
+    def constant(self, values: object, dtype: np.dtype | type, step: str) -> str:
+        tensor = numpy_helper.from_array(np.asarray(values, dtype=dtype), self.names.fresh(f"{self.prefix}/{step}"))
+        return self.node("Constant", [], step, value=tensor)
+
+    def _axes_op(self, op_type: str, value: str, axes: Sequence[int], step: str, output: str | None) -> str:
+        if self.opset >= 13:
+            return self.node(op_type, [value, self.constant(list(axes), np.int64, f"{step}_axes")], step, output)
+        return self.node(op_type, [value], step, output, axes=list(axes))
+
+    def pad(self, value: str, count: int, step: str, output: str | None = None) -> str:
+        """``value`` with ``count`` leading dimensions of size 1 added."""
+        if count == 0:
+            return value if output is None else self.node("Identity", [value], step, output)
+        return self._axes_op("Unsqueeze", value, range(count), step, output)
+
+    def unpad(self, value: str, count: int, step: str, output: str | None = None) -> str:
+        """``value`` with ``count`` leading dimensions of size 1 removed."""
+        if count == 0:
+            return value if output is None else self.node("Identity", [value], step, output)
+        return self._axes_op("Squeeze", value, range(count), step, output)
+
+
+def single_node_model(
+    op_type: str, input_dtype: np.dtype, indices_dtype: np.dtype, domain: str = DOMAIN, **attributes: object
+) -> onnx.ModelProto:
+    """A model ``output = op_type(input, indices, **attributes)`` with shapes left to the feeds.
+
+    For the DML ops (domain ``onnx_gather``) the caller passes every attribute: the bridge has no
+    optional attributes.
+    """
+    to_onnx = helper.np_dtype_to_tensor_dtype
+    node = helper.make_node(
+        op_type, ["input", "indices"], ["output"], name=op_type.lower(), domain=domain, **attributes
+    )
+    graph = helper.make_graph(
+        [node],
+        op_type,
+        [
+            helper.make_tensor_value_info("input", to_onnx(np.dtype(input_dtype)), None),
+            helper.make_tensor_value_info("indices", to_onnx(np.dtype(indices_dtype)), None),
+        ],
+        [helper.make_tensor_value_info("output", to_onnx(np.dtype(input_dtype)), None)],
+    )
+    opsets = [helper.make_opsetid("", ONNX_OPSET)]
+    if domain == DOMAIN:
+        opsets.append(helper.make_opsetid(DOMAIN, 1))
+    return helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION)
