@@ -247,17 +247,30 @@ class Emitter:
             return self.node(op_type, [value, self.constant(list(axes), np.int64, f"{step}_axes")], step, output)
         return self.node(op_type, [value], step, output, axes=list(axes))
 
+    def unsqueeze(self, value: str, axes: Sequence[int], step: str, output: str | None = None) -> str:
+        return self._axes_op("Unsqueeze", value, axes, step, output)
+
+    def squeeze(self, value: str, axes: Sequence[int], step: str, output: str | None = None) -> str:
+        return self._axes_op("Squeeze", value, axes, step, output)
+
+    def slice(self, value: str, start: int, end: int, step: str) -> str:
+        """``value[start:end]`` along axis 0."""
+        if self.opset >= 10:
+            bounds = [self.constant([start], np.int64, f"{step}_start"), self.constant([end], np.int64, f"{step}_end")]
+            return self.node("Slice", [value, *bounds], step)
+        return self.node("Slice", [value], step, starts=[start], ends=[end])
+
     def pad(self, value: str, count: int, step: str, output: str | None = None) -> str:
         """``value`` with ``count`` leading dimensions of size 1 added."""
         if count == 0:
             return value if output is None else self.node("Identity", [value], step, output)
-        return self._axes_op("Unsqueeze", value, range(count), step, output)
+        return self.unsqueeze(value, range(count), step, output)
 
     def unpad(self, value: str, count: int, step: str, output: str | None = None) -> str:
         """``value`` with ``count`` leading dimensions of size 1 removed."""
         if count == 0:
             return value if output is None else self.node("Identity", [value], step, output)
-        return self._axes_op("Squeeze", value, range(count), step, output)
+        return self.squeeze(value, range(count), step, output)
 
 
 def single_node_model(
