@@ -48,6 +48,9 @@ class NodeChange:
     op_type: str
     result: str  # the DML node's name, or "" where the node stayed standard
     reason: str = ""
+    dimension_count: int | None = None  # N of the DML node
+    data_type: int | None = None  # the element types DirectML would see (before carrying)
+    index_type: int | None = None
 
 
 @dataclass
@@ -100,7 +103,7 @@ class _Converter:
         self.report = Report()
 
     def run(self) -> None:
-        for body in bodies(self.model):
+        for body in reversed(bodies(self.model)):
             types = self.types.get(body.scope, {})
             rebuilt, changed = [], False
             for index, node in enumerate(body.nodes):
@@ -182,7 +185,9 @@ class _Converter:
             if last
             else [ValueType(carrier or data.elem_type, (1,) * (n - out_rank) + out_dims).value_info(dml_output)]
         )
-        self.report.changed.append(NodeChange(body.where, node.name, node.op_type, name, f"N={n}"))
+        self.report.changed.append(
+            NodeChange(body.where, node.name, node.op_type, name, f"N={n}", n, data.elem_type, indices.elem_type)
+        )
         return emit.nodes, value_infos
 
 

@@ -49,7 +49,11 @@ def _opset(imports: Sequence[onnx.OperatorSetIdProto], default: int) -> int:
 
 
 def bodies(model: onnx.ModelProto) -> list[Body]:
-    """Every node list of the model, subgraphs at any depth included (no recursion: depth is unbounded)."""
+    """Every node list of the model, subgraphs at any depth included (no recursion: depth is unbounded).
+
+    Each body comes before its subgraphs. A rewrite goes through them in reverse, subgraphs first: replacing
+    a body's nodes copies them, subgraphs included, so a subgraph must be final before its parent is rebuilt.
+    """
     model_opset = _opset(model.opset_import, 0)
     roots = [Body(model.graph, model_opset, f"graph {model.graph.name!r}", 0)]
     for index, function in enumerate(model.functions, start=1):
@@ -166,18 +170,16 @@ def value_types(model: onnx.ModelProto) -> dict[int, dict[str, ValueType]]:
 
 
 def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy to infer types on, without initializer data (inference needs only their types and dims)."""
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    for graph in _graphs(light):
-        for tensor in graph.initializer:
-            if tensor.ByteSize() > 1024:
-                dims, data_type, name = list(tensor.dims), tensor.data_type, tensor.name
-                tensor.Clear()
-                tensor.name, tensor.data_type = name, data_type
-                tensor.dims.extend(dims)
-                tensor.data_location = onnx.TensorProto.EXTERNAL
-                tensor.external_data.add(key="location", value="not-loaded")
+    """A copy to infer types on, without the main graph's initializer data (inference needs their types and
+    dims only): converting a large model must not hold its weights twice."""
+    graph = model.graph
+    light_graph = helper.make_graph(
+        list(graph.node), graph.name, list(graph.input), list(graph.output), value_info=list(graph.value_info)
+    )
+    for tensor in graph.initializer:
+        light_graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    light = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
+    light.graph.CopyFrom(light_graph)
     return light
 
 

@@ -61,6 +61,7 @@ class _Body:
         for index, node in enumerate(self.nodes):
             for name in node.input:
                 self.consumers.setdefault(name, []).append(index)
+        self.position = {id(node): index for index, node in enumerate(self.nodes)}
         self.removed: set[int] = set()
         self.initializers = (
             {t.name: t for t in body.container.initializer} if isinstance(body.container, onnx.GraphProto) else {}
@@ -113,7 +114,7 @@ class _Body:
         stack = [node]
         while stack:
             current = stack.pop()
-            self.removed.add(self.nodes.index(current))
+            self.removed.add(self.position[id(current)])
             for name in current.input:
                 producer = None if name in (keep, "") else self.private_producer(name)
                 if producer is not None and producer.op_type in ("Constant", "Shape", "Add"):
@@ -153,7 +154,7 @@ class _Lowering:
         self.report = Report()
 
     def run(self) -> None:
-        for body in bodies(self.model):
+        for body in reversed(bodies(self.model)):
             if any(_is_dml(node) for node in body.nodes):
                 self._lower_body(body)
         if not any(_is_dml(node) for body in bodies(self.model) for node in body.nodes):
