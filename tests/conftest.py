@@ -61,3 +61,26 @@ def random_tensor(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dt
     dtype = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))
     return rng.integers(0, 256, count * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)
+
+
+def _unoptimized() -> onnxruntime.SessionOptions:
+    # Graph optimizations may fuse differently around a changed node; without them every float op computes
+    # the same way in the original and the converted model, so outputs can be compared bit for bit.
+    options = _single_thread_options()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return options
+
+
+def run_model(model, feeds: dict, custom_ops: bool = False) -> list[np.ndarray]:
+    """Run a ModelProto (or path) in ONNX Runtime: plainly, or with the custom ops registered."""
+    source = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
+    if custom_ops:
+        return onnx_gather.InferenceSession(source, _unoptimized()).run(None, feeds)
+    session = onnxruntime.InferenceSession(source, _unoptimized(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def assert_all_identical(actual: list[np.ndarray], expected: list[np.ndarray]) -> None:
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected, strict=True):
+        assert_identical(np.asarray(a), np.asarray(e))

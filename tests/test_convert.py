@@ -1,0 +1,236 @@
+"""to_dml and to_onnx on hand-made graphs: where gathers hide, what is kept, what is left and why."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from conftest import assert_all_identical, run_model
+from onnx import TensorProto as T
+from onnx import helper as h
+
+import onnx_gather
+from onnx_gather.convert import convert
+from onnx_gather.graph import DOMAIN, bodies
+from onnx_gather.lower import lower
+
+RNG = np.random.default_rng(7)
+
+
+def _model(nodes, inputs, outputs, opset=17, functions=(), initializers=()):
+    graph = h.make_graph(nodes, "test", inputs, outputs, initializer=list(initializers))
+    imports = [h.make_opsetid("", opset)] + [h.make_opsetid(f.domain, 1) for f in functions]
+    return h.make_model(graph, opset_imports=imports, ir_version=8, functions=list(functions))
+
+
+def _ops(model):
+    return sorted(f"{n.domain}::{n.op_type}" for body in bodies(model) for n in body.nodes)
+
+
+def _dml_count(model):
+    return sum(n.domain == DOMAIN for body in bodies(model) for n in body.nodes)
+
+
+def _assert_same_everywhere(model, feeds, expected_dml):
+    """Converted with the custom ops and lowered in plain ONNX Runtime, the outputs equal the original's."""
+    original = run_model(model, feeds)
+    converted = onnx_gather.to_dml(model)
+    onnx.checker.check_model(converted)
+    assert _dml_count(converted) == expected_dml
+    assert_all_identical(run_model(converted, feeds, custom_ops=True), original)
+    lowered = onnx_gather.to_onnx(converted)
+    onnx.checker.check_model(lowered)
+    assert _dml_count(lowered) == 0
+    assert_all_identical(run_model(lowered, feeds), original)
+    return converted
+
+
+def _branch(name, op, data, indices, axis, out_shape, elem=T.FLOAT):
+    node = h.make_node(op, [data, indices], [f"{name}_out"], name=f"{name}_gather", axis=axis)
+    return h.make_graph([node], name, [], [h.make_tensor_value_info(f"{name}_out", elem, out_shape)])
+
+
+def test_gathers_in_both_branches_of_an_if_nested_three_deep():
+    inner_then = _branch("inner_then", "Gather", "x", "i", 1, [3, 2])
+    inner_else = _branch("inner_else", "GatherElements", "x", "j", 1, [3, 4])
+    inner_if = h.make_node("If", ["c2"], ["mid_out"], name="inner_if", then_branch=inner_then, else_branch=inner_else)
+    middle = h.make_graph([inner_if], "middle", [], [h.make_tensor_value_info("mid_out", T.FLOAT, [None, None])])
+    other = _branch("other", "Gather", "x", "i", 0, [2, 4])
+    outer_if = h.make_node("If", ["c1"], ["y"], name="outer_if", then_branch=middle, else_branch=other)
+    model = _model(
+        [outer_if],
+        [h.make_tensor_value_info("x", T.FLOAT, [3, 4]), h.make_tensor_value_info("i", T.INT64, [2]),
+         h.make_tensor_value_info("j", T.INT64, [3, 4]), h.make_tensor_value_info("c1", T.BOOL, []),
+         h.make_tensor_value_info("c2", T.BOOL, [])],
+        [h.make_tensor_value_info("y", T.FLOAT, [None, None])],
+    )  # fmt: skip
+    for c1, c2 in ((True, True), (True, False), (False, True)):
+        feeds = {"x": RNG.random((3, 4), np.float32), "i": np.array([2, -1]), "j": RNG.integers(-4, 4, (3, 4)),
+                 "c1": np.array(c1), "c2": np.array(c2)}  # fmt: skip
+        _assert_same_everywhere(model, feeds, expected_dml=3)
+
+
+def test_gather_in_a_loop_body_reading_an_outer_value():
+    body = h.make_graph(
+        [h.make_node("Gather", ["table", "ids"], ["row"], name="loop_gather", axis=0),
+         h.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [h.make_tensor_value_info("iter", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, [])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("row", T.FLOAT, [2, 5])],
+    )  # fmt: skip
+    loop = h.make_node("Loop", ["trips", ""], ["rows"], name="loop", body=body)
+    model = _model(
+        [loop],
+        [h.make_tensor_value_info("table", T.FLOAT, ["vocab", 5]), h.make_tensor_value_info("ids", T.INT32, [2]),
+         h.make_tensor_value_info("trips", T.INT64, [])],
+        [h.make_tensor_value_info("rows", T.FLOAT, [None, 2, 5])],
+    )  # fmt: skip
+    feeds = {"table": RNG.random((6, 5), np.float32), "ids": np.array([5, -6], np.int32), "trips": np.array(3)}
+    _assert_same_everywhere(model, feeds, expected_dml=1)
+
+
+def test_gather_elements_in_a_scan_body():
+    body = h.make_graph(
+        [h.make_node("GatherElements", ["row", "picks"], ["picked"], name="scan_gather", axis=0)],
+        "scan_body",
+        [h.make_tensor_value_info("row", T.INT16, [4]), h.make_tensor_value_info("picks", T.INT64, [2])],
+        [h.make_tensor_value_info("picked", T.INT16, [2])],
+    )
+    scan = h.make_node("Scan", ["rows", "all_picks"], ["out"], name="scan", body=body, num_scan_inputs=2)
+    model = _model(
+        [scan],
+        [h.make_tensor_value_info("rows", T.INT16, [3, 4]), h.make_tensor_value_info("all_picks", T.INT64, [3, 2])],
+        [h.make_tensor_value_info("out", T.INT16, [3, 2])],
+    )
+    feeds = {"rows": RNG.integers(-100, 100, (3, 4)).astype(np.int16), "all_picks": RNG.integers(-4, 4, (3, 2))}
+    _assert_same_everywhere(model, feeds, expected_dml=1)
+
+
+def test_gather_in_a_model_local_function():
+    function = h.make_function(
+        "local", "Embed", ["table", "ids"], ["vectors"],
+        [h.make_node("Gather", ["table", "ids"], ["vectors"], name="function_gather", axis=0)],
+        opset_imports=[h.make_opsetid("", 17)],
+    )  # fmt: skip
+    call = h.make_node("Embed", ["table", "ids"], ["y"], domain="local", name="call")
+    model = _model(
+        [call],
+        [h.make_tensor_value_info("table", T.FLOAT, [10, 3]), h.make_tensor_value_info("ids", T.INT64, [2, 2])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2, 2, 3])],
+        functions=[function],
+    )
+    feeds = {"table": RNG.random((10, 3), np.float32), "ids": np.array([[1, 9], [-1, 0]])}
+    converted = _assert_same_everywhere(model, feeds, expected_dml=1)
+    assert any(o.domain == DOMAIN for o in converted.functions[0].opset_import)
+
+
+@pytest.mark.parametrize(
+    ("elem", "dtype"), [(T.FLOAT16, np.float16), (T.BOOL, np.bool_), (T.DOUBLE, np.float64), (T.UINT64, np.uint64)]
+)
+def test_types_the_bridge_cannot_carry_travel_exactly(elem, dtype):
+    model = _model(
+        [h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=1)],
+        [h.make_tensor_value_info("x", elem, [2, 5]), h.make_tensor_value_info("i", T.INT64, [3])],
+        [h.make_tensor_value_info("y", elem, [2, 3])],
+    )
+    data = RNG.integers(0, 256, 10 * np.dtype(dtype).itemsize, dtype=np.uint8).view(dtype).reshape(2, 5)
+    if dtype == np.bool_:
+        data = data.view(np.uint8) % 2 == 1
+    _assert_same_everywhere(model, {"x": data, "i": np.array([4, 0, -2])}, expected_dml=1)
+
+
+def test_string_data_stays_standard_and_is_reported():
+    model = _model(
+        [h.make_node("Gather", ["x", "i"], ["y"], name="words", axis=0)],
+        [h.make_tensor_value_info("x", T.STRING, [3]), h.make_tensor_value_info("i", T.INT64, [2])],
+        [h.make_tensor_value_info("y", T.STRING, [2])],
+    )
+    converted, report = convert(model)
+    assert _ops(converted) == ["::Gather"]
+    assert [(c.node, c.reason) for c in report.left] == [("words", "STRING data cannot be expressed for DirectML")]
+
+
+def test_unknown_rank_stays_standard_with_the_reason():
+    model = _model(
+        [h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=0)],
+        [h.make_value_info("x", h.make_tensor_type_proto(T.FLOAT, None)), h.make_tensor_value_info("i", T.INT64, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2])],
+    )
+    _, report = convert(model)
+    assert report.left[0].reason == "the rank of data 'x' is unknown (no shape information)"
+
+
+def test_dimension_count_four_pads_everything_to_four_and_leaves_what_needs_more():
+    model = _model(
+        [h.make_node("Gather", ["x", "i"], ["y"], name="fits", axis=0),
+         h.make_node("Gather", ["x", "k"], ["z"], name="too_big", axis=1)],
+        [h.make_tensor_value_info("x", T.FLOAT, [3, 4]), h.make_tensor_value_info("i", T.INT64, [2]),
+         h.make_tensor_value_info("k", T.INT64, [2, 2, 2, 2])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2, 4]), h.make_tensor_value_info("z", T.FLOAT, [3, 2, 2, 2, 2])],
+    )  # fmt: skip
+    converted, report = convert(model, dimension_count=4)
+    assert [c.dimension_count for c in report.changed] == [4]
+    assert report.left[0].node == "too_big"
+    assert report.left[0].reason == "it needs 5 dimensions, more than the dimension count 4"
+    dml = next(n for n in converted.graph.node if n.domain == DOMAIN)
+    assert {a.name: h.get_attribute_value(a) for a in dml.attribute} == {
+        "axis": 2, "index_dimensions": 1, "out_of_bounds": b"clamp"
+    }  # fmt: skip
+    feeds = {"x": RNG.random((3, 4), np.float32), "i": np.array([2, 0]), "k": RNG.integers(0, 4, (2, 2, 2, 2))}
+    assert_all_identical(run_model(converted, feeds, custom_ops=True), run_model(model, feeds))
+
+
+def test_a_bad_dimension_count_is_refused():
+    model = _model([], [], [])
+    with pytest.raises(ValueError, match="dimension_count must be 'auto' or 1 to 8, got '9'"):
+        onnx_gather.to_dml(model, "9")
+
+
+def test_conversion_keeps_everything_else_and_is_idempotent():
+    model = _model(
+        [h.make_node("Relu", ["x"], ["r"], name="relu", doc_string="kept"),
+         h.make_node("Gather", ["r", "i"], ["y"], name="lookup", axis=-1)],
+        [h.make_tensor_value_info("x", T.FLOAT, ["batch", 4]), h.make_tensor_value_info("i", T.INT64, [])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["batch"])],
+        initializers=[onnx.numpy_helper.from_array(np.array(3, np.int64), "i")],
+    )  # fmt: skip
+    model.doc_string, model.producer_name = "a model", "hand"
+    h.set_model_props(model, {"author": "test"})
+    model.graph.value_info.append(h.make_tensor_value_info("r", T.FLOAT, ["batch", 4]))
+    converted = onnx_gather.to_dml(model)
+    assert (converted.doc_string, converted.producer_name, converted.ir_version) == ("a model", "hand", 8)
+    assert converted.metadata_props == model.metadata_props
+    assert converted.graph.input == model.graph.input and converted.graph.output == model.graph.output
+    assert converted.graph.initializer == model.graph.initializer
+    assert converted.graph.node[0] == model.graph.node[0]
+    assert model.graph.value_info[0] in converted.graph.value_info
+    assert [n.name for n in converted.graph.node if n.domain == DOMAIN] == ["lookup"]
+    assert onnx_gather.to_dml(converted).SerializeToString() == converted.SerializeToString()
+    assert model.graph.node[1].op_type == "Gather"  # the input model is not modified
+
+
+def test_round_trip_with_error_mode_restores_the_original_graph():
+    model = _model(
+        [h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=1),
+         h.make_node("GatherElements", ["x", "j"], ["z"], name="ge", axis=0)],
+        [h.make_tensor_value_info("x", T.FLOAT16, ["a", 4]), h.make_tensor_value_info("i", T.INT64, [2, 3]),
+         h.make_tensor_value_info("j", T.INT64, [1, 2])],
+        [h.make_tensor_value_info("y", T.FLOAT16, ["a", 2, 3]), h.make_tensor_value_info("z", T.FLOAT16, [1, 2])],
+    )  # fmt: skip
+    lowered, report = lower(onnx_gather.to_dml(model, out_of_bounds="error"))
+    assert _ops(lowered) == _ops(model)
+    assert [(n.name, n.op_type, list(n.input), list(n.output)) for n in lowered.graph.node] == [
+        ("g", "Gather", ["x", "i"], ["y"]), ("ge", "GatherElements", ["x", "j"], ["z"])
+    ]  # fmt: skip
+    assert not lowered.graph.value_info
+    assert [o.domain for o in lowered.opset_import] == [""]
+    assert len(report.changed) == 2 and not report.left
+
+
+def test_lowering_a_model_without_dml_nodes_changes_nothing():
+    model = _model(
+        [h.make_node("Gather", ["x", "i"], ["y"], axis=0)],
+        [h.make_tensor_value_info("x", T.FLOAT, [3]), h.make_tensor_value_info("i", T.INT64, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2])],
+    )
+    assert onnx_gather.to_onnx(model).SerializeToString() == model.SerializeToString()
