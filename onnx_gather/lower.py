@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -192,107 +193,155 @@ class _Lowering:
     def _lower(
         self, work: _Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
     ) -> list[onnx.NodeProto] | None:
+        attributes = self._attributes(work, types, node)
+        if attributes is None:
+            return None
+        axis, index_dimensions, mode = attributes
+        gather = node.op_type == "DmlGather"
+        input_type, indices_type = types[node.input[0]], types[node.input[1]]
+        plan = _look_through(work, types, node, axis, index_dimensions)
+        if plan.crop_to is None and gather and plan.kx < index_dimensions - 1:
+            self._leave(work, node, "its output crop depends on sizes that are only known at run time")
+            return None
+        for used, keep in plan.removals:
+            work.remove(used, keep)
+
+        name = node.name or self.names.fresh(f"{node.op_type[3:]}_{index}")
+        emit = Emitter(work.body, self.names, name)
+        n, a = input_type.rank, axis - plan.kx
+        i = emit.unpad(plan.i, (n - plan.ki) - index_dimensions, "unpad_indices") if gather else plan.i
+        fixed, mask = _fix_indices(emit, plan.x, i, indices_type.elem_type, a, input_type.dims[axis], mode)
+        # The DML output is the standard output with leading ones: ``padding`` more than the consumer keeps.
+        out_rank = (n - plan.kx) + index_dimensions - 1 if gather else n - plan.kx
+        padding = n - out_rank - plan.unpadded
+        reshaped = padding != 0 or plan.crop_to is not None
+        result = self.names.fresh(f"{name}/output") if reshaped or mask is not None else plan.final
+        emit.nodes.append(
+            helper.make_node("Gather" if gather else "GatherElements", [plan.x, fixed], [result], name=name, axis=a)
+        )
+        if mask is not None:
+            trailing = (n - plan.kx) - a - 1 if gather else 0  # the mask lines up with the axis; leading dims broadcast
+            if trailing:
+                mask = emit.unsqueeze(mask, range(index_dimensions, index_dimensions + trailing), "mask_dims")
+            data_type = plan.carried if plan.carried is not None else input_type.elem_type
+            result = _zero_where(emit, mask, result, data_type, None if reshaped else plan.final)
+        if plan.crop_to is not None:
+            emit.node(
+                "Reshape", [result, emit.constant(plan.crop_to, np.int64, "output_sizes")], "crop_output", plan.final
+            )
+        elif padding > 0:
+            emit.pad(result, padding, "pad_output", plan.final)
+        elif padding < 0:
+            emit.unpad(result, -padding, "unpad_output", plan.final)
+        self.report.changed.append(NodeChange(work.body.where, node.name, node.op_type, name, f"out_of_bounds={mode}"))
+        return emit.nodes
+
+    def _attributes(
+        self, work: _Body, types: dict[str, ValueType], node: onnx.NodeProto
+    ) -> tuple[int, int, str] | None:
+        """``axis``, ``index_dimensions`` and ``out_of_bounds``, if present and valid, else None (reported)."""
         gather = node.op_type == "DmlGather"
         required = ("axis", "index_dimensions", "out_of_bounds") if gather else ("axis", "out_of_bounds")
         attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         missing = [name for name in required if name not in attributes]
-        if missing:
-            self._leave(work, node, f"attribute {missing[0]!r} is missing")
-            return None
-        axis = attributes["axis"]
-        index_dimensions = attributes.get("index_dimensions", 0)
-        mode = attributes["out_of_bounds"]
-        mode = mode.decode() if isinstance(mode, bytes) else mode
         input_type, indices_type = types.get(node.input[0]), types.get(node.input[1])
-        if input_type is None or input_type.rank is None or indices_type is None:
-            self._leave(work, node, f"the rank of input {node.input[0]!r} is unknown (no shape information)")
-            return None
-        n = input_type.rank
-        if mode not in semantics.OUT_OF_BOUNDS_MODES or not 0 <= axis < n or not 0 <= index_dimensions <= n:
-            self._leave(work, node, f"its attributes are invalid for rank {n}: {attributes}")
-            return None
-        if mode != "error" and work.body.opset < 9:
-            self._leave(work, node, f"out_of_bounds={mode} needs Where-9 (opset {work.body.opset})")
-            return None
-
-        name = node.name or self.names.fresh(f"{node.op_type[3:]}_{index}")
-        emit = Emitter(work.body, self.names, name)
-        # 1. Look through the padding and carrying in front.
-        x, kx = node.input[0], 0
-        pad = work.private_producer(x)
-        if pad is not None and (count := work.leading_ones(pad, "Unsqueeze")) is not None and count <= axis:
-            x, kx = pad.input[0], count
-        i, ki = node.input[1], 0
-        pad_i = work.private_producer(i)
-        if pad_i is not None and (count := work.leading_ones(pad_i, "Unsqueeze")) is not None:
-            i, ki = pad_i.input[0], count
-        if gather and n - ki < index_dimensions:
-            i, ki, pad_i = node.input[1], 0, None
-        if not gather and kx != ki:
-            x, kx, pad, i, ki, pad_i = node.input[0], 0, None, node.input[1], 0, None
-        carried = None
-        cast_in = work.private_producer(x)
-        if cast_in is not None and cast_in.op_type == "Cast":
-            source_type = types.get(cast_in.input[0])
-            to = next(a.i for a in cast_in.attribute if a.name == "to")
-            if source_type is not None and CARRIERS.get(source_type.elem_type) == to:
-                carried = source_type.elem_type
-
-        # 2. Look through the unpadding and carrying behind.
-        out_rank = (n - kx) + index_dimensions - 1 if gather else n - kx
-        if gather and kx < index_dimensions - 1:
-            self._leave(work, node, "its output crop depends on sizes that are only known at run time")
-            return None
-        ones = n - out_rank  # the DML output is the standard output with this many leading ones
-        final, unpadded, tail = node.output[0], 0, []
-        unpad = work.sole_consumer(final)
-        if unpad is not None and (count := work.leading_ones(unpad, "Squeeze")) is not None:
-            final, unpadded, tail = unpad.output[0], count, [unpad]
-        if carried is not None:
-            cast_out = work.sole_consumer(final)
-            back = cast_out is not None and cast_out.op_type == "Cast" and cast_out.attribute[0].i == carried
-            if back:
-                final, tail = cast_out.output[0], [*tail, cast_out]
+        reason = None
+        if missing:
+            reason = f"attribute {missing[0]!r} is missing"
+        elif input_type is None or input_type.rank is None or indices_type is None:
+            reason = f"the rank of input {node.input[0]!r} is unknown (no shape information)"
+        else:
+            axis, index_dimensions = attributes["axis"], attributes.get("index_dimensions", 0)
+            mode = attributes["out_of_bounds"]
+            mode = mode.decode() if isinstance(mode, bytes) else mode
+            n = input_type.rank
+            if mode not in semantics.OUT_OF_BOUNDS_MODES or not 0 <= axis < n or not 0 <= index_dimensions <= n:
+                reason = f"its attributes are invalid for rank {n}: {attributes}"
+            elif mode != "error" and work.body.opset < 9:
+                reason = f"out_of_bounds={mode} needs Where-9 (opset {work.body.opset})"
             else:
-                carried = None
-        if carried is not None:
-            x = cast_in.input[0]
-            work.remove(cast_in, keep=x)
-        for used in (pad if kx else None, pad_i if ki else None, *tail):
-            if used is not None:
-                work.remove(used, keep=used.input[0])
-        if not gather and (cut := work.sliced_source(x, i, (types.get(i) or indices_type).dims, axis - kx)) is not None:
-            x = cut.input[0]
-            work.remove(cut, keep=x)
+                return axis, index_dimensions, mode
+        self._leave(work, node, reason)
+        return None
 
-        # 3. The standard op, its indices fixed for the mode.
-        data_type = carried if carried is not None else input_type.elem_type
-        a = axis - kx
-        i_std = emit.unpad(i, (n - ki) - index_dimensions, "unpad_indices") if gather else i
-        size = input_type.dims[axis]
-        fixed, mask = _fix_indices(emit, x, i_std, indices_type.elem_type, a, size, mode)
-        standard = "Gather" if gather else "GatherElements"
-        padding = ones - unpadded
-        result = final if padding == 0 and mask is None else self.names.fresh(f"{name}/output")
-        emit.nodes.append(helper.make_node(standard, [x, fixed], [result], name=name, axis=a))
-        if mask is not None:
-            trailing = (n - kx) - a - 1 if gather else 0  # the mask lines up with the axis; leading dims broadcast
-            if trailing:
-                mask = emit.unsqueeze(mask, range(index_dimensions, index_dimensions + trailing), "mask_dims")
-            where_type = _WHERE_CARRIERS.get(data_type, data_type)
-            if where_type != data_type:
-                result = emit.node("Cast", [result], "carry_for_where", to=where_type)
-            zero = emit.constant(0, helper.tensor_dtype_to_np_dtype(where_type), "zero")
-            masked = final if padding == 0 and where_type == data_type else None
-            result = emit.node("Where", [mask, result, zero], "zero_out_of_bounds", masked)
-            if where_type != data_type:
-                result = emit.node("Cast", [result], "carry_back", final if padding == 0 else None, to=data_type)
-        if padding > 0:
-            emit.pad(result, padding, "pad_output", final)
-        elif padding < 0:
-            emit.unpad(result, -padding, "unpad_output", final)
-        self.report.changed.append(NodeChange(work.body.where, node.name, node.op_type, name, f"out_of_bounds={mode}"))
-        return emit.nodes
+
+@dataclass
+class _Plan:
+    """What lowering one DML node takes as its inputs and output, having looked through what ``to_dml`` added."""
+
+    x: str  # the data for the standard op, with ``kx`` fewer leading ones than the DML input
+    kx: int
+    i: str  # the indices, with ``ki`` fewer leading ones than the DML indices
+    ki: int
+    final: str  # the value the lowering produces, with ``unpadded`` fewer leading ones than the DML output
+    unpadded: int = 0
+    carried: int | None = None  # the element type the data had before a carrying Cast that is dropped
+    crop_to: list[int] | None = None  # static DML output sizes, where the crop removes ones from the middle
+    removals: list[tuple[onnx.NodeProto, str]] = field(default_factory=list)  # (node, the input it keeps)
+
+
+def _look_through(
+    work: _Body, types: dict[str, ValueType], node: onnx.NodeProto, axis: int, index_dimensions: int
+) -> _Plan:
+    gather = node.op_type == "DmlGather"
+    n = types[node.input[0]].rank
+    plan = _Plan(node.input[0], 0, node.input[1], 0, node.output[0])
+    pad = work.private_producer(node.input[0])
+    if pad is not None and (count := work.leading_ones(pad, "Unsqueeze")) is not None and count <= axis:
+        plan.x, plan.kx = pad.input[0], count
+    pad_i = work.private_producer(node.input[1])
+    if pad_i is not None and (count := work.leading_ones(pad_i, "Unsqueeze")) is not None:
+        if not gather or n - count >= index_dimensions:
+            plan.i, plan.ki = pad_i.input[0], count
+    if not gather and plan.kx != plan.ki:  # GatherElements needs equal ranks
+        plan.x, plan.kx, plan.i, plan.ki = node.input[0], 0, node.input[1], 0
+    if gather and plan.kx < index_dimensions - 1:
+        # The crop removes ones from inside the standard output: possible with static sizes only.
+        input_dims, indices_dims = types[node.input[0]].dims, types[node.input[1]].dims
+        if all(isinstance(d, int) for d in (*input_dims, *indices_dims)):
+            try:
+                plan.crop_to = list(semantics.gather_output_sizes(input_dims, indices_dims, axis, index_dimensions))
+            except semantics.GatherError:
+                pass
+        return plan
+    plan.removals += [(pad, pad.input[0])] if plan.kx else []
+    plan.removals += [(pad_i, pad_i.input[0])] if plan.ki else []
+    unpad = work.sole_consumer(plan.final)
+    if unpad is not None and (count := work.leading_ones(unpad, "Squeeze")) is not None:
+        plan.final, plan.unpadded = unpad.output[0], count
+        plan.removals.append((unpad, unpad.input[0]))
+    cast_in = work.private_producer(plan.x)
+    if cast_in is not None and cast_in.op_type == "Cast":
+        source = types.get(cast_in.input[0])
+        cast_out = work.sole_consumer(plan.final)
+        if (
+            source is not None
+            and CARRIERS.get(source.elem_type) == cast_in.attribute[0].i
+            and cast_out is not None
+            and cast_out.op_type == "Cast"
+            and cast_out.attribute[0].i == source.elem_type
+        ):
+            plan.carried, plan.x, plan.final = source.elem_type, cast_in.input[0], cast_out.output[0]
+            plan.removals += [(cast_in, cast_in.input[0]), (cast_out, cast_out.input[0])]
+    if not gather:
+        index_dims = (types.get(plan.i) or types[node.input[1]]).dims
+        cut = work.sliced_source(plan.x, plan.i, index_dims, axis - plan.kx)
+        if cut is not None:
+            plan.x = cut.input[0]
+            plan.removals.append((cut, cut.input[0]))
+    return plan
+
+
+def _zero_where(emit: Emitter, mask: str, result: str, data_type: int, output: str | None) -> str:
+    """``result`` with 0 where ``mask`` is false, through a type ONNX Runtime's Where has a kernel for."""
+    where_type = _WHERE_CARRIERS.get(data_type, data_type)
+    if where_type != data_type:
+        result = emit.node("Cast", [result], "carry_for_where", to=where_type)
+    zero = emit.constant(0, helper.tensor_dtype_to_np_dtype(where_type), "zero")
+    result = emit.node("Where", [mask, result, zero], "zero_out_of_bounds", output if where_type == data_type else None)
+    if where_type != data_type:
+        result = emit.node("Cast", [result], "carry_back", output, to=data_type)
+    return result
 
 
 class _Bounds:

@@ -31,17 +31,17 @@ def _dml_count(model):
     return sum(n.domain == DOMAIN for body in bodies(model) for n in body.nodes)
 
 
-def _assert_same_everywhere(model, feeds, expected_dml):
+def _assert_same_everywhere(model, feeds, expected_dml, canonical_nans=False):
     """Converted with the custom ops and lowered in plain ONNX Runtime, the outputs equal the original's."""
     original = run_model(model, feeds)
     converted = onnx_gather.to_dml(model)
     onnx.checker.check_model(converted)
     assert _dml_count(converted) == expected_dml
-    assert_all_identical(run_model(converted, feeds, custom_ops=True), original)
+    assert_all_identical(run_model(converted, feeds, custom_ops=True), original, canonical_nans)
     lowered = onnx_gather.to_onnx(converted)
     onnx.checker.check_model(lowered)
     assert _dml_count(lowered) == 0
-    assert_all_identical(run_model(lowered, feeds), original)
+    assert_all_identical(run_model(lowered, feeds), original, canonical_nans)
     return converted
 
 
@@ -136,7 +136,46 @@ def test_types_the_bridge_cannot_carry_travel_exactly(elem, dtype):
     data = RNG.integers(0, 256, 10 * np.dtype(dtype).itemsize, dtype=np.uint8).view(dtype).reshape(2, 5)
     if dtype == np.bool_:
         data = data.view(np.uint8) % 2 == 1
-    _assert_same_everywhere(model, {"x": data, "i": np.array([4, 0, -2])}, expected_dml=1)
+    feeds = {"x": data, "i": np.array([4, 0, -2])}
+    _assert_same_everywhere(model, feeds, expected_dml=1, canonical_nans=elem == T.FLOAT16)
+
+
+def _sixteen_bit_gather(elem, bits, widen):
+    """Gather six 16-bit floats given as raw bits; ``widen`` adds an exact Cast to FLOAT32 at the end."""
+    nodes = [h.make_node("Gather", ["x", "i"], ["g" if widen else "y"], name="g", axis=0)]
+    if widen:
+        nodes.append(h.make_node("Cast", ["g"], ["y"], to=T.FLOAT))
+    return _model(
+        nodes,
+        [h.make_tensor_value_info("i", T.INT64, [6])],
+        [h.make_tensor_value_info("y", T.FLOAT if widen else elem, [6])],
+        initializers=[h.make_tensor("x", elem, [6], bits.tobytes(), raw=True)],
+    )
+
+
+def _converted_and_lowered(model):
+    feeds = {"i": np.arange(6)}
+    (converted,) = run_model(onnx_gather.to_dml(model), feeds, custom_ops=True)
+    (lowered,) = run_model(onnx_gather.to_onnx(onnx_gather.to_dml(model)), feeds)
+    return np.asarray(converted), np.asarray(lowered)
+
+
+def test_float16_carried_through_float32_keeps_every_value_but_a_nan_payload():
+    # -0, +-infinity, the smallest subnormal, the largest finite value, a NaN with a payload.
+    bits = np.array([0x8000, 0x7C00, 0xFC00, 0x0001, 0x7BFF, 0x7E57], np.uint16)
+    converted, lowered = _converted_and_lowered(_sixteen_bit_gather(T.FLOAT16, bits, widen=False))
+    assert converted.view(np.uint16)[:5].tolist() == bits[:5].tolist()
+    assert np.isnan(converted[5]) and converted.view(np.uint16)[5] != bits[5]  # ONNX Runtime's Cast: canonical NaN
+    assert lowered.view(np.uint16).tolist() == bits.tolist()  # lowered, nothing is carried
+
+
+def test_bfloat16_carried_through_float32_keeps_every_value_but_a_nan_payload():
+    bits = np.array([0x8000, 0x7F80, 0xFF80, 0x0001, 0x7F7F, 0x7FC5], np.uint16)
+    converted, lowered = _converted_and_lowered(_sixteen_bit_gather(T.BFLOAT16, bits, widen=True))
+    upper = (converted.view(np.uint32) >> 16).astype(np.uint16)  # BFLOAT16 is the upper half of a FLOAT32
+    assert upper[:5].tolist() == bits[:5].tolist()
+    assert np.isnan(converted[5]) and upper[5] != bits[5]
+    assert (lowered.view(np.uint32) >> 16).astype(np.uint16).tolist() == bits.tolist()
 
 
 def test_string_data_stays_standard_and_is_reported():

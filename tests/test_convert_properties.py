@@ -1,0 +1,143 @@
+"""Property tests over random standard graphs: converted, and converted then lowered, the outputs equal native.
+
+And for DML graphs with out-of-bounds indices: the lowered graph equals the custom op in every mode.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from conftest import assert_all_identical, random_tensor, run_model
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto as T
+from onnx import helper as h
+
+import onnx_gather
+from onnx_gather.convert import convert
+from onnx_gather.graph import DOMAIN, single_node_model
+from onnx_gather.semantics import GatherError, gather_output_sizes
+
+SETTINGS = settings(max_examples=150, deadline=None)
+
+# Every type ONNX Runtime's native Gather and GatherElements run, FLOAT16 and BOOL included.
+ELEMENT_TYPES = [T.FLOAT, T.FLOAT16, T.DOUBLE, T.INT8, T.INT16, T.INT32, T.INT64, T.UINT8, T.UINT16, T.UINT32,
+                 T.UINT64, T.BOOL]  # fmt: skip
+
+
+def _data(rng, shape, elem):
+    if elem == T.BOOL:
+        return rng.integers(0, 2, shape).astype(bool)
+    return random_tensor(rng, shape, h.tensor_dtype_to_np_dtype(elem))
+
+
+def _dims(draw, sizes, name):
+    """Each dim static or, now and then, a symbol (a dynamic dim)."""
+    return [f"{name}{d}" if draw(st.booleans()) and draw(st.booleans()) else size for d, size in enumerate(sizes)]
+
+
+@st.composite
+def standard_graphs(draw):
+    op = draw(st.sampled_from(["Gather", "GatherElements"]))
+    elem = draw(st.sampled_from(ELEMENT_TYPES))
+    index_elem = draw(st.sampled_from([T.INT32, T.INT64]))
+    opset = draw(st.sampled_from([11, 13, 17]))
+    r = draw(st.integers(1, 5))
+    data_shape = [draw(st.integers(1, 3)) for _ in range(r)]
+    axis = draw(st.integers(-r, r - 1))
+    if op == "Gather":
+        index_shape = [draw(st.integers(0, 3)) for _ in range(draw(st.integers(0, 9 - r)))]
+        out_shape = data_shape[: axis % r] + index_shape + data_shape[axis % r + 1 :]
+    else:  # ONNX lets the indices be smaller than the data off the axis
+        index_shape = [draw(st.integers(1, size)) if d != axis % r else draw(st.integers(0, 3))
+                       for d, size in enumerate(data_shape)]  # fmt: skip
+        out_shape = index_shape
+    node = h.make_node(op, ["x", "i"], ["y"], name="the_gather", axis=axis)
+    graph = h.make_graph(
+        [node],
+        "random",
+        [h.make_tensor_value_info("x", elem, _dims(draw, data_shape, "d")),
+         h.make_tensor_value_info("i", index_elem, _dims(draw, index_shape, "q"))],
+        [h.make_tensor_value_info("y", elem, [None] * len(out_shape))],
+    )  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=8)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    size = data_shape[axis % r]
+    indices = rng.integers(-size, size, index_shape).astype(h.tensor_dtype_to_np_dtype(index_elem))
+    return model, {"x": _data(rng, tuple(data_shape), elem), "i": indices}
+
+
+@SETTINGS
+@given(standard_graphs(), st.sampled_from(["auto", 4]), st.sampled_from(["clamp", "zero", "error"]))
+def test_converted_and_lowered_graphs_give_the_native_outputs(graph, dimension_count, mode):
+    model, feeds = graph
+    carried = feeds["x"].dtype == np.float16  # through FLOAT32: NaN payloads become canonical
+    expected = run_model(model, feeds)
+    converted, report = convert(model, dimension_count, mode)
+    onnx.checker.check_model(converted)
+    assert len(report.changed) + len(report.left) == 1
+    if report.left:  # only a fixed dimension count can be too small for a node
+        assert dimension_count == 4 and "more than the dimension count 4" in report.left[0].reason
+    assert_all_identical(run_model(converted, feeds, custom_ops=True), expected, canonical_nans=carried)
+    assert onnx_gather.to_dml(converted, dimension_count, mode).SerializeToString() == converted.SerializeToString()
+    lowered = onnx_gather.to_onnx(converted)
+    onnx.checker.check_model(lowered)
+    assert_all_identical(run_model(lowered, feeds), expected, canonical_nans=carried and mode != "error")
+    if mode == "error":
+        assert [n.op_type for n in lowered.graph.node] == [n.op_type for n in model.graph.node]
+
+
+@st.composite
+def dml_graphs_with_bad_indices(draw):
+    """A DML node fed indices from a wide range: negative, out of bounds, huge unsigned ones."""
+    op = draw(st.sampled_from(["DmlGather", "DmlGatherElements"]))
+    dtype = np.dtype(draw(st.sampled_from(onnx_gather.ops.DATA_DTYPES)))
+    index_dtype = np.dtype(draw(st.sampled_from(onnx_gather.ops.INDEX_DTYPES)))
+    n = draw(st.integers(1, 4))
+    axis = draw(st.integers(0, n - 1))
+    shape = [draw(st.integers(1, 3)) for _ in range(n)]
+    if op == "DmlGather":
+        index_dimensions = draw(st.integers(0, n))
+        index_shape = [1] * (n - index_dimensions) + [draw(st.integers(1, 3)) for _ in range(index_dimensions)]
+        attributes = {"axis": axis, "index_dimensions": index_dimensions}
+        try:  # only nodes DirectML takes: an output that crops to n dimensions
+            gather_output_sizes(shape, index_shape, axis, index_dimensions)
+        except GatherError:
+            assume(False)
+    else:
+        index_shape = [draw(st.integers(1, 3)) if d == axis else size for d, size in enumerate(shape)]
+        attributes = {"axis": axis}
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    size = shape[axis]
+    if index_dtype.kind == "u":
+        candidates = [0, size - 1, size, size + 3, np.iinfo(index_dtype).max]
+    else:
+        candidates = [0, -1, -size, -size - 1, size - 1, size, np.iinfo(index_dtype).min]
+    indices = rng.choice(np.array(candidates, dtype=index_dtype), index_shape)
+    feeds = {"input": random_tensor(rng, tuple(shape), dtype), "indices": indices}
+    return op, dtype, index_dtype, attributes, feeds
+
+
+def _typed(model, feeds):
+    """Declare the feeds' ranks, which lowering needs."""
+    for value in model.graph.input:
+        value.type.tensor_type.shape.CopyFrom(h.make_tensor_type_proto(1, feeds[value.name].shape).tensor_type.shape)
+    return model
+
+
+@SETTINGS
+@given(dml_graphs_with_bad_indices(), st.sampled_from(["clamp", "zero", "error"]))
+def test_lowered_dml_nodes_equal_the_custom_op_on_out_of_bounds_indices(graph, mode):
+    op, dtype, index_dtype, attributes, feeds = graph
+    model = _typed(single_node_model(op, dtype, index_dtype, out_of_bounds=mode, **attributes), feeds)
+    lowered = onnx_gather.to_onnx(model)
+    assert not any(n.domain == DOMAIN for n in lowered.graph.node)
+    try:
+        expected = run_model(model, feeds, custom_ops=True)
+    except GatherError:
+        assert mode == "error"
+        with pytest.raises(Exception, match=r"(?i)out of|invalid|indices"):
+            run_model(lowered, feeds)
+        return
+    assert_all_identical(run_model(lowered, feeds), expected)
