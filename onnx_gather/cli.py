@@ -62,6 +62,9 @@ def _print_report(report: Report, verb: str, source: str, target: str) -> None:
           f"{sum(report.after.values())} after)")  # fmt: skip
     total = len(report.changed) + len(report.left)
     print(f"{verb} {len(report.changed)} of {total} gathers.")
+    for changed in report.changed:
+        if changed.note:
+            print(f"  node {changed.node!r}: {changed.note}")
     for left in report.left:
         print(f"  left as it was: node {left.node!r} ({left.op_type}, {left.where}): {left.reason}")
 

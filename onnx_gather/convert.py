@@ -51,6 +51,7 @@ class NodeChange:
     dimension_count: int | None = None  # N of the DML node
     data_type: int | None = None  # the element types DirectML would see (before carrying)
     index_type: int | None = None
+    note: str = ""  # how data the bridge cannot carry travels
 
 
 @dataclass
@@ -185,8 +186,12 @@ class _Converter:
             if last
             else [ValueType(carrier or data.elem_type, (1,) * (n - out_rank) + out_dims).value_info(dml_output)]
         )
+        note = ""
+        if carrier is not None:
+            exactness = "exact" if data.elem_type == TensorProto.BOOL else "exact but for NaN payloads, made canonical"
+            note = f"{_type_name(data.elem_type)} data travels as {_type_name(carrier)} ({exactness})"
         self.report.changed.append(
-            NodeChange(body.where, node.name, node.op_type, name, f"N={n}", n, data.elem_type, indices.elem_type)
+            NodeChange(body.where, node.name, node.op_type, name, f"N={n}", n, data.elem_type, indices.elem_type, note)
         )
         return emit.nodes, value_infos
 
