@@ -170,14 +170,17 @@ def value_types(model: onnx.ModelProto) -> dict[int, dict[str, ValueType]]:
 
 
 def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy to infer types on, without the main graph's initializer data (inference needs their types and
-    dims only): converting a large model must not hold its weights twice."""
+    """A copy to infer types on, without the main graph's large initializer data (inference needs only the
+    types and dims of weights): converting a large model must not hold its weights twice."""
     graph = model.graph
     light_graph = helper.make_graph(
         list(graph.node), graph.name, list(graph.input), list(graph.output), value_info=list(graph.value_info)
     )
     for tensor in graph.initializer:
-        light_graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+        if tensor.ByteSize() <= 4096:  # shapes, axes, counts: inference reads their values
+            light_graph.initializer.append(tensor)
+        else:
+            light_graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
     light = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
     light.graph.CopyFrom(light_graph)
     return light

@@ -273,3 +273,19 @@ def test_lowering_a_model_without_dml_nodes_changes_nothing():
         [h.make_tensor_value_info("y", T.FLOAT, [2])],
     )
     assert onnx_gather.to_onnx(model).SerializeToString() == model.SerializeToString()
+
+
+def test_inference_reads_small_initializers_such_as_axes():
+    # Squeeze's axes come from an initializer: without its value the rank after it would be unknown.
+    model = _model(
+        [h.make_node("Squeeze", ["x", "axes"], ["s"], name="squeeze"),
+         h.make_node("Gather", ["table", "s"], ["y"], name="lookup", axis=0)],
+        [h.make_tensor_value_info("x", T.INT64, [2, 1])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2, 3])],
+        initializers=[onnx.numpy_helper.from_array(np.array([1], np.int64), "axes"),
+                      onnx.numpy_helper.from_array(RNG.random((1000, 3), np.float32), "table")],
+    )  # fmt: skip
+    converted, report = convert(model)
+    assert [c.node for c in report.changed] == ["lookup"] and not report.left
+    feeds = {"x": np.array([[999], [-1000]])}
+    assert_all_identical(run_model(converted, feeds, custom_ops=True), run_model(model, feeds))

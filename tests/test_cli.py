@@ -1,0 +1,144 @@
+"""The command line: convert, lower, check and demo, on real files, with their exit codes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from conftest import assert_all_identical, run_model
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+from onnx_gather.cli import main
+from onnx_gather.demo import sample_model_path
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _embedding_model(folder, external: bool):
+    """An embedding lookup whose 256 KB table is kept as external data when ``external``."""
+    table = numpy_helper.from_array(np.random.default_rng(1).random((1024, 64), np.float32), "table")
+    graph = h.make_graph(
+        [h.make_node("Gather", ["table", "ids"], ["vectors"], name="embed", axis=0)],
+        "embedding",
+        [h.make_tensor_value_info("ids", T.INT64, ["batch", 3])],
+        [h.make_tensor_value_info("vectors", T.FLOAT, ["batch", 3, 64])],
+        initializer=[table],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "embedding.onnx"
+    onnx.save(model, path, save_as_external_data=external, location="embedding.weights", size_threshold=0)
+    return path
+
+
+FEEDS = {"ids": np.array([[0, 1023, -1], [5, 6, -1024]])}
+
+
+@pytest.mark.parametrize("external", [False, True], ids=["inline", "external-data"])
+def test_convert_and_lower_into_another_folder(tmp_path, external, capsys):
+    source = _embedding_model(tmp_path / "in", external)
+    before = {p.name: _digest(p) for p in source.parent.iterdir()}
+    converted, lowered = tmp_path / "out" / "dml.onnx", tmp_path / "elsewhere" / "back.onnx"
+    assert main(["convert", str(source), "-o", str(converted)]) == 0
+    printed = capsys.readouterr().out
+    assert "Converted 1 of 1 gathers." in printed and "onnx_gather::DmlGather       0       1" in printed
+    assert main(["lower", str(converted), "-o", str(lowered)]) == 0
+    assert {p.name: _digest(p) for p in source.parent.iterdir()} == before  # the input is untouched
+    assert (converted.parent / "embedding.weights").is_file() == external
+    assert (lowered.parent / "embedding.weights").is_file() == external
+    assert not [p for p in (*converted.parent.iterdir(), *lowered.parent.iterdir()) if p.name.endswith(".tmp")]
+    expected = run_model(source, FEEDS)
+    assert_all_identical(run_model(converted, FEEDS, custom_ops=True), expected)
+    assert_all_identical(run_model(lowered, FEEDS), expected)
+
+
+def test_converting_keeps_external_data_on_disk(tmp_path):
+    source = _embedding_model(tmp_path, external=True)
+    converted = tmp_path / "dml.onnx"
+    assert main(["convert", str(source), "-o", str(converted)]) == 0
+    assert converted.stat().st_size < 4096  # the weights stay in embedding.weights, shared in the same folder
+    tensor = onnx.load(converted, load_external_data=False).graph.initializer[0]
+    assert tensor.data_location == onnx.TensorProto.EXTERNAL
+
+
+def test_convert_onto_its_own_input_is_done_atomically(tmp_path):
+    source = _embedding_model(tmp_path, external=False)
+    expected = run_model(source, FEEDS)
+    assert main(["convert", str(source), "-o", str(source)]) == 0
+    assert_all_identical(run_model(source, FEEDS, custom_ops=True), expected)
+    assert [p.name for p in tmp_path.iterdir()] == ["embedding.onnx"]
+
+
+def test_strict_convert_exits_1_when_a_gather_stays_standard(tmp_path, capsys):
+    graph = h.make_graph(
+        [h.make_node("Gather", ["words", "i"], ["y"], name="words_gather", axis=0)],
+        "strings",
+        [h.make_tensor_value_info("words", T.STRING, [3]), h.make_tensor_value_info("i", T.INT64, [1])],
+        [h.make_tensor_value_info("y", T.STRING, [1])],
+    )
+    path = tmp_path / "strings.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
+    assert main(["convert", str(path), "-o", str(tmp_path / "a.onnx")]) == 0
+    assert main(["convert", str(path), "-o", str(tmp_path / "b.onnx"), "--strict"]) == 1
+    assert "left as it was: node 'words_gather' (Gather, graph 'strings'): STRING data" in capsys.readouterr().out
+
+
+def test_check_accepts_at_4_1_and_refuses_int64_indices_at_2_1(tmp_path, capsys):
+    path = _embedding_model(tmp_path, external=False)
+    assert main(["check", str(path), "--feature-level", "4.1"]) == 0
+    assert "ok      node 'embed' (Gather, graph 'embedding'): DmlGather with 3 dimensions" in capsys.readouterr().out
+    assert main(["check", str(path), "--feature-level", "2.1"]) == 1
+    printed = capsys.readouterr().out
+    assert "REFUSED node 'embed'" in printed and "INT64 indices are not supported at feature level 2.1" in printed
+    assert "0 of 1 gathers accepted at DirectML feature level 2.1." in printed
+
+
+def test_check_refuses_gather_elements_at_1_0(tmp_path, capsys):
+    converted = tmp_path / "sample_dml.onnx"
+    assert main(["convert", sample_model_path(), "-o", str(converted), "--dimension-count", "4"]) == 0
+    capsys.readouterr()
+    assert main(["check", str(converted), "--feature-level", "1.0"]) == 1
+    assert "DML_GATHER_ELEMENTS needs feature level 2.1 (this is 1.0)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["convert", "missing.onnx", "-o", "x.onnx"], "missing.onnx: no such file"),
+        (["convert", "{folder}", "-o", "x.onnx"], "is a directory, not an ONNX model file"),
+        (["convert", "{text}", "-o", "x.onnx"], "not a readable ONNX model"),
+        (["convert", "{model}", "-o", "x.onnx", "--dimension-count", "12"], "dimension_count must be 'auto' or 1 to 8"),
+        (["check", "{model}", "--feature-level", "5.0"], "invalid choice: '5.0'"),
+        (["convert", "{model}"], "the following arguments are required: -o/--output"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(tmp_path, arguments, message):
+    (tmp_path / "notes.onnx").write_text("this is text, not a model\n")
+    model = _embedding_model(tmp_path, external=False)
+    arguments = [a.format(folder=tmp_path, text=tmp_path / "notes.onnx", model=model) for a in arguments]
+    result = subprocess.run(
+        [sys.executable, "-m", "onnx_gather", *arguments], capture_output=True, text=True, cwd=tmp_path, check=False
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("onnx-gather: error: ")
+    assert message in result.stderr
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_demo_shows_the_sample_model_agreeing_everywhere():
+    result = subprocess.run(
+        [sys.executable, "-m", "onnx_gather", "demo"], capture_output=True, text=True, check=False,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Converted 3 of 3 gathers to DML form" in result.stdout
+    assert "3 of 3 outputs are bit-identical" in result.stdout

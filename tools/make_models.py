@@ -1,0 +1,63 @@
+"""Regenerate the sample models in models/ (deterministic): python tools/make_models.py > models/sample.txt"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
+
+
+def sample_model() -> onnx.ModelProto:
+    """A tiny re-ranker: embed tokens, score them, re-rank the token ids by score, and look up their positions.
+
+    Gathers of three kinds: an embedding lookup (Gather, 2-D indices), a re-ranking (GatherElements), and a
+    FLOAT16 position table read with a negative axis; the batch is dynamic.
+    """
+    rng = np.random.default_rng(2026)
+    vocabulary, width, length = 32, 8, 6
+    table = numpy_helper.from_array(rng.standard_normal((vocabulary, width)).astype(np.float32), "embedding_table")
+    positions = numpy_helper.from_array(rng.standard_normal((width, length)).astype(np.float16), "position_table")
+    weights = numpy_helper.from_array(rng.standard_normal((width, 1)).astype(np.float32), "score_weights")
+    k = numpy_helper.from_array(np.array([length], np.int64), "k")
+    nodes = [
+        h.make_node("Gather", ["embedding_table", "token_ids"], ["embeddings"], name="embed", axis=0),
+        h.make_node("MatMul", ["embeddings", "score_weights"], ["scores_3d"], name="score"),
+        h.make_node("Squeeze", ["scores_3d", "last_axis"], ["scores"], name="squeeze_scores"),
+        h.make_node("TopK", ["scores", "k"], ["top_scores", "order"], name="rank", axis=1),
+        h.make_node("GatherElements", ["token_ids", "order"], ["ranked_ids"], name="rerank", axis=1),
+        h.make_node("Gather", ["position_table", "order"], ["ranked_positions"], name="positions", axis=-1),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "sample_reranker",
+        [h.make_tensor_value_info("token_ids", T.INT64, ["batch", length])],
+        [
+            h.make_tensor_value_info("embeddings", T.FLOAT, ["batch", length, width]),
+            h.make_tensor_value_info("ranked_ids", T.INT64, ["batch", length]),
+            h.make_tensor_value_info("ranked_positions", T.FLOAT16, [width, "batch", length]),
+        ],
+        initializer=[table, positions, weights, k, numpy_helper.from_array(np.array([2], np.int64), "last_axis")],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10, producer_name="onnx-gather")
+    model.doc_string = sample_model.__doc__.splitlines()[0]
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def main() -> None:
+    model = sample_model()
+    path = MODELS / "sample.onnx"
+    onnx.save(model, path)
+    print(f"wrote {path.relative_to(MODELS.parent)} ({path.stat().st_size} bytes): {model.doc_string}")
+    for node in model.graph.node:
+        print(f"  {node.name}: {node.op_type}({', '.join(node.input)}) -> {', '.join(node.output)}")
+
+
+if __name__ == "__main__":
+    main()
