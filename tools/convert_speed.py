@@ -1,0 +1,104 @@
+"""Converter speed and memory, run by hand: python tools/convert_speed.py [--gathers 10000] [--weights-gb 1.5]
+
+1. A chain of N Gathers through to_dml and to_onnx (target: under 5 s for 10,000).
+2. `onnx-gather convert` of a model with that many GB of external weights into another folder, in a child
+   process whose peak resident memory is read from the kernel (target: under 500 MB for 1.5 GB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+import onnx_gather
+
+
+def chain(gathers: int) -> onnx.ModelProto:
+    """x -> Gather -> Gather -> ... with a dynamic batch, each reading rows [2, 0, 1] of the previous."""
+    indices = numpy_helper.from_array(np.array([2, 0, 1], np.int64), "rows")
+    nodes = [
+        h.make_node("Gather", [f"v{k}", "rows"], [f"v{k + 1}"], name=f"gather_{k}", axis=k % 2) for k in range(gathers)
+    ]
+    graph = h.make_graph(
+        nodes,
+        "chain",
+        [h.make_tensor_value_info("v0", T.FLOAT, [3, 3, "batch"])],
+        [h.make_tensor_value_info(f"v{gathers}", T.FLOAT, [3, 3, "batch"])],
+        initializer=[indices],
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
+
+
+def time_chain(gathers: int) -> None:
+    model = chain(gathers)
+    start = time.perf_counter()
+    converted, report = onnx_gather.convert.convert(model)
+    middle = time.perf_counter()
+    lowered = onnx_gather.to_onnx(converted)
+    end = time.perf_counter()
+    assert len(report.changed) == gathers and not report.left
+    print(f"chain of {gathers} Gathers: to_dml {middle - start:.2f} s ({len(converted.graph.node)} nodes), "
+          f"to_onnx {end - middle:.2f} s ({len(lowered.graph.node)} nodes, out_of_bounds=clamp)")  # fmt: skip
+
+
+def large_model(folder: Path, gigabytes: float) -> Path:
+    """An embedding table of ``gigabytes`` as external data, written without holding it in memory."""
+    width = 1024
+    rows = int(gigabytes * 1e9) // (4 * width)
+    table = onnx.TensorProto(name="table", data_type=T.FLOAT, dims=[rows, width])
+    table.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", "table.bin"), ("offset", "0"), ("length", str(rows * width * 4))):
+        table.external_data.add(key=key, value=value)
+    with open(folder / "table.bin", "wb") as data:
+        block = np.random.default_rng(0).random(16 * 1024 * 1024 // 4, np.float32).tobytes()
+        written = 0
+        while written < rows * width * 4:
+            written += data.write(block[: rows * width * 4 - written])
+    graph = h.make_graph(
+        [h.make_node("Gather", ["table", "ids"], ["vectors"], name="embed", axis=0)],
+        "large",
+        [h.make_tensor_value_info("ids", T.INT64, ["batch"])],
+        [h.make_tensor_value_info("vectors", T.FLOAT, ["batch", width])],
+        initializer=[table],
+    )
+    path = folder / "large.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
+    return path
+
+
+def measure_large(gigabytes: float) -> None:
+    with tempfile.TemporaryDirectory(dir=Path.cwd()) as folder:
+        source = large_model(Path(folder), gigabytes)
+        target = Path(folder) / "out" / "large.dml.onnx"
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "onnx_gather", "convert", str(source), "-o", str(target)], check=True,
+                       stdout=subprocess.DEVNULL)  # fmt: skip
+        seconds = time.perf_counter() - start
+        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        copied = (target.parent / "table.bin").stat().st_size / 1e9
+        print(f"convert with {gigabytes:.1f} GB of external weights into another folder: {seconds:.1f} s, "
+              f"peak resident memory {peak_mb:.0f} MB, {copied:.2f} GB of external data copied")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gathers", type=int, default=10_000)
+    parser.add_argument("--weights-gb", type=float, default=1.5)
+    args = parser.parse_args()
+    time_chain(args.gathers)
+    measure_large(args.weights_gb)
+
+
+if __name__ == "__main__":
+    main()
