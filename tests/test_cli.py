@@ -134,9 +134,9 @@ def test_bad_input_exits_2_with_one_line(tmp_path, arguments, message):
     assert not (tmp_path / "x.onnx").exists()
 
 
-def test_demo_shows_the_sample_model_agreeing_everywhere():
+def test_demo_shows_the_sample_model_agreeing_everywhere(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "onnx_gather", "demo"], capture_output=True, text=True, check=False,
+        [sys.executable, "-m", "onnx_gather", "demo"], capture_output=True, text=True, check=False, cwd=tmp_path,
         env={**os.environ, "PYTHONWARNINGS": "error"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
