@@ -289,3 +289,27 @@ def test_inference_reads_small_initializers_such_as_axes():
     assert [c.node for c in report.changed] == ["lookup"] and not report.left
     feeds = {"x": np.array([[999], [-1000]])}
     assert_all_identical(run_model(converted, feeds, custom_ops=True), run_model(model, feeds))
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+@pytest.mark.parametrize("mode", ["clamp", "zero", "error"])
+def test_old_opsets_use_attribute_forms_and_where_for_clamping(opset, mode):
+    model = _model(
+        [h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=1)],
+        [h.make_tensor_value_info("x", T.FLOAT16, [2, 5]), h.make_tensor_value_info("i", T.INT64, [3])],
+        [h.make_tensor_value_info("y", T.FLOAT16, [2, 3])],
+        opset=opset,
+    )
+    feeds = {"x": RNG.standard_normal((2, 5)).astype(np.float16), "i": np.array([4, -5, 1])}
+    converted = onnx_gather.to_dml(model, out_of_bounds=mode)
+    onnx.checker.check_model(converted)
+    pad = next(n for n in converted.graph.node if n.op_type == "Unsqueeze")
+    assert [a.name for a in pad.attribute] == ["axes"] and len(pad.input) == 1  # Unsqueeze-1: axes attribute
+    expected = run_model(model, feeds)
+    assert_all_identical(run_model(converted, feeds, custom_ops=True), expected)
+    lowered, report = lower(converted)
+    if opset < 9 and mode != "error":
+        assert report.left[0].reason == f"out_of_bounds={mode} needs Where-9 (opset {opset})"
+        return
+    onnx.checker.check_model(lowered)
+    assert_all_identical(run_model(lowered, feeds), expected)
