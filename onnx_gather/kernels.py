@@ -64,6 +64,8 @@ def _native_gather_elements(dtype: np.dtype, index_dtype: np.dtype, axis: int) -
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)], ir_version=8)
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 4  # an out-of-bounds index is expected here, not worth a log line
+    # Runs nest inside the caller's session: idle threads spinning here would take the cores it runs on.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 

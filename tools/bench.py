@@ -40,8 +40,15 @@ def _median_seconds(function, runs: int) -> float:
     return statistics.median(times)
 
 
+def _options() -> onnxruntime.SessionOptions:
+    # Several sessions take turns here: threads left spinning by one would slow down the next.
+    options = onnxruntime.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
 def _plain(model) -> onnxruntime.InferenceSession:
-    return onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return onnxruntime.InferenceSession(model.SerializeToString(), _options(), providers=["CPUExecutionProvider"])
 
 
 def _typed(model, feeds):
@@ -66,7 +73,7 @@ def _sessions(op: str, data: np.ndarray, indices: np.ndarray, axis: int):
     else:
         dml_data, dml_indices, attributes = data, indices, {"axis": axis}
     model = single_node_model(f"Dml{op}", data.dtype, indices.dtype, out_of_bounds="clamp", **attributes)
-    sessions["op"] = (onnx_gather.InferenceSession(model), {"input": dml_data, "indices": dml_indices})
+    sessions["op"] = (onnx_gather.InferenceSession(model, _options()), {"input": dml_data, "indices": dml_indices})
     for mode in ("error", "clamp"):
         lowered = onnx_gather.to_onnx(onnx_gather.to_dml(original, out_of_bounds=mode))
         sessions[f"lowered {mode}"] = (_plain(lowered), feeds)
@@ -82,12 +89,14 @@ def measure(op: str, data_shape, indices_shape, axis: int, runs: int) -> dict[st
     for name, (session, feeds) in sessions.items():
         output = session.run(None, feeds)[0].reshape(expected.shape)
         assert output.tobytes() == expected.tobytes(), f"{name} disagrees with the native op"
-    samples = {name: [] for name in (*sessions, "copies")}
-    # Interleaved rounds, so that every route sees the same machine state.
+    routes = {name: (lambda s=session, f=feeds: s.run(None, f)) for name, (session, feeds) in sessions.items()}
+    routes["copies"] = lambda: (data.copy(), indices.copy(), expected.copy())
+    samples = {name: [] for name in routes}
+    # Interleaved rounds in a new order each time: a route is slower right after one that freed large buffers.
+    order = np.random.default_rng(1)
     for _ in range(runs):
-        for name, (session, feeds) in sessions.items():
-            samples[name].append(_median_seconds(lambda session=session, feeds=feeds: session.run(None, feeds), 1))
-        samples["copies"].append(_median_seconds(lambda: (data.copy(), indices.copy(), expected.copy()), 1))
+        for name in order.permutation(list(routes)):
+            samples[name].append(_median_seconds(routes[name], 1))
     result = {name: statistics.median(values) for name, values in samples.items()}
     result["floor"] = result["native"] + result["copies"]
     return result
