@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
-from onnx_gather import demo, model_io
+import numpy as np
+
+from onnx_gather import backends, demo, inputs, model_io, report
 from onnx_gather.check import FEATURE_LEVELS, check
 from onnx_gather.convert import Report, convert
 from onnx_gather.lower import lower
+from onnx_gather.parity import run_parity
 from onnx_gather.semantics import OUT_OF_BOUNDS_MODES, GatherError
 
 
@@ -46,7 +51,38 @@ def _parser() -> argparse.ArgumentParser:
     check_command = commands.add_parser("check", help="would DirectML at a feature level accept every gather?")
     check_command.add_argument("model")
     check_command.add_argument("--feature-level", choices=FEATURE_LEVELS, default="4.1")
+
+    run_command = commands.add_parser("run", help="run a model on one backend")
+    run_command.add_argument("model")
+    run_command.add_argument("--backend", required=True, choices=backends.BACKENDS)
+    run_command.add_argument("--outputs", help="save the outputs to this .npz file")
+    _input_options(run_command)
+
+    parity_command = commands.add_parser("parity", help="run models on several backends and compare their outputs")
+    parity_command.add_argument("models", nargs="+", metavar="MODEL", help="model files, or folders of them")
+    parity_command.add_argument(
+        "--backends", default=",".join(backends.BACKENDS), help="comma-separated (default: all; those that cannot "
+        "run here are reported as skipped)"
+    )  # fmt: skip
+    parity_command.add_argument("--reference", default="pyop", choices=backends.BACKENDS)
+    parity_command.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
+    parity_command.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
+    parity_command.add_argument("--save-inputs", help="save the inputs used to this .npz file (one model only)")
+    parity_command.add_argument("--report", help="write the JSON report here")
+    parity_command.add_argument("--markdown", help="write the report as Markdown here")
+    _input_options(parity_command)
     return parser
+
+
+def _input_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--inputs", help="an .npz file with the inputs (those missing are generated)")
+    command.add_argument(
+        "--shape", action="append", default=[], metavar="NAME:DIMS",
+        help="the shape of a generated input, e.g. token_ids:2x7 (dynamic dims default to 1)",
+    )  # fmt: skip
+    command.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    command.add_argument("--int-range", default="0:4", metavar="LOW:HIGH", help="generated integers, [LOW, HIGH)")
+    command.add_argument("--device-id", type=int, default=0, help="the GPU for the cuda and dml backends")
 
 
 def _print_report(report: Report, verb: str, source: str, target: str) -> None:
@@ -97,7 +133,95 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if refused else 0
 
 
-_COMMANDS = {"demo": lambda args: demo.run(sys.stdout), "convert": _convert, "lower": _lower, "check": _check}
+def _feeds(args: argparse.Namespace, model: backends.Model) -> dict[str, np.ndarray]:
+    given = inputs.load(args.inputs) if args.inputs else {}
+    shapes = inputs.parse_shapes(args.shape)
+    return inputs.generate(model.proto, shapes, args.seed, inputs.parse_int_range(args.int_range), given)
+
+
+def _describe(name: str, array: np.ndarray) -> str:
+    line = f"{name:<20} {array.dtype.name} {{{','.join(map(str, array.shape))}}}"
+    if array.size and array.dtype.kind in "fiub":
+        numbers = array.astype(np.float64)
+        line += f"  min {numbers.min():.6g}  max {numbers.max():.6g}  mean {numbers.mean():.6g}"
+    first = ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in array.ravel()[:6].tolist())
+    return f"{line}  [{first}{', ...' if array.size > 6 else ''}]"
+
+
+def _run(args: argparse.Namespace) -> int:
+    model = backends.Model(Path(args.model), model_io.load(args.model))
+    backend = backends.create(args.backend, args.device_id)
+    reason = backend.unavailable()
+    if reason is not None:
+        raise UsageError(f"backend {args.backend} cannot run here: {reason}")
+    feeds = _feeds(args, model)
+    try:
+        outcome = backend.run(model, feeds)
+    except Exception as error:
+        print(f"onnx-gather: {args.backend} failed on {args.model}: {error}".splitlines()[0], file=sys.stderr)
+        return 1
+    print(f"{args.model} on {args.backend}: {backend.description}")
+    for name, array in feeds.items():
+        print("  input  " + _describe(name, array))
+    for name, array in outcome.outputs.items():
+        print("  output " + _describe(name, array))
+    for node, count in outcome.out_of_bounds.items():
+        if count:
+            print(f"  {count} out-of-bounds index values met by DML node {node!r}")
+    if args.outputs:
+        inputs.save(args.outputs, outcome.outputs)
+    return 0
+
+
+def _model_paths(names: list[str]) -> list[Path]:
+    paths = []
+    for name in names:
+        path = Path(name)
+        found = sorted(path.rglob("*.onnx")) if path.is_dir() else [path]
+        if not found:
+            raise UsageError(f"{path}: a folder with no .onnx model in it")
+        paths += found
+    return paths
+
+
+def _parity(args: argparse.Namespace) -> int:
+    names = [name.strip() for name in args.backends.split(",") if name.strip()]
+    for name in (*names, args.reference):
+        backends.create(name)  # an unknown name is bad input
+    paths = _model_paths(args.models)
+    if len(paths) > 1 and (args.inputs or args.save_inputs):
+        raise UsageError("--inputs and --save-inputs take a single model")
+    models = [backends.Model(path, model_io.load(path)) for path in paths]
+    runs = []
+    for number, model in enumerate(models, start=1):
+        if len(models) > 1:
+            print(f"[{number}/{len(models)}] {model.path}", file=sys.stderr, flush=True)
+        feeds = _feeds(args, model)
+        if args.save_inputs:
+            inputs.save(args.save_inputs, feeds)
+        runs.append(run_parity(model, feeds, names, args.reference, args.atol, args.rtol, args.device_id))
+        print(report.text(runs[-1]) + "\n")
+    passed = all(run.report["passed"] for run in runs)
+    if len(runs) > 1:
+        print(f"{sum(run.report['passed'] for run in runs)} of {len(runs)} models passed.")
+        for run in runs:
+            print(f"  {'passed' if run.report['passed'] else 'FAILED'}  {run.report['model']}")
+    if args.report:
+        document = runs[0].report if len(runs) == 1 else {"models": [r.report for r in runs], "passed": passed}
+        model_io.write_bytes(args.report, json.dumps(document, indent=2).encode())
+    if args.markdown:
+        model_io.write_bytes(args.markdown, report.markdown(runs).encode())
+    return 0 if passed else 1
+
+
+_COMMANDS = {
+    "demo": lambda args: demo.run(sys.stdout),
+    "convert": _convert,
+    "lower": _lower,
+    "check": _check,
+    "run": _run,
+    "parity": _parity,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

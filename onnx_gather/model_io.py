@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import onnx
 
@@ -93,12 +94,19 @@ def save(model: onnx.ModelProto, path: str | os.PathLike, source: str | os.PathL
     _write_atomically(path, lambda file: file.write(model.SerializeToString()))
 
 
-def _copy(source: Path, file: object) -> None:
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a reader sees the old file or the whole new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomically(path, lambda file: file.write(data))
+
+
+def _copy(source: Path, file: BinaryIO) -> None:
     with open(source, "rb") as data:
         shutil.copyfileobj(data, file, length=16 * 1024 * 1024)
 
 
-def _write_atomically(path: Path, write: object) -> None:
+def _write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Write through a temporary file in the same folder, renamed over ``path`` only once complete."""
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -8,10 +8,12 @@ them; every other Python op still goes through the bridge's own hook, unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,20 +64,36 @@ class _Operator:
         return self.function(*feed, **arguments)
 
 
+def _traced(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """``function`` that also counts, under the node's name, the out-of-bounds indices it meets."""
+
+    def traced(input: np.ndarray, indices: np.ndarray, node: str, **attributes: object) -> np.ndarray:
+        axis = attributes["axis"]
+        if _state.out_of_bounds is not None and 0 <= axis < input.ndim:
+            _state.out_of_bounds[node] += semantics.count_out_of_bounds(indices, input.shape[axis])
+        return function(input, indices, **attributes)
+
+    return traced
+
+
+_GATHER_ATTRIBUTES = {
+    "axis": PyCustomOpDef.dt_int64,
+    "index_dimensions": PyCustomOpDef.dt_int64,
+    "out_of_bounds": PyCustomOpDef.dt_string,
+}
+_GATHER_ELEMENTS_ATTRIBUTES = {"axis": PyCustomOpDef.dt_int64, "out_of_bounds": PyCustomOpDef.dt_string}
+# The same ops with a ``node`` attribute naming the DML node they stand for, for counting out-of-bounds
+# indices per node (the bridge does not tell an op which node it runs).
+TRACED = {"DmlGather": "DmlGatherTraced", "DmlGatherElements": "DmlGatherElementsTraced"}
+
 _OPERATORS = (
+    _Operator("DmlGather", kernels.gather, _GATHER_ATTRIBUTES),
+    _Operator("DmlGatherElements", kernels.gather_elements, _GATHER_ELEMENTS_ATTRIBUTES),
+    _Operator("DmlGatherTraced", _traced(kernels.gather), {**_GATHER_ATTRIBUTES, "node": PyCustomOpDef.dt_string}),
     _Operator(
-        "DmlGather",
-        kernels.gather,
-        {
-            "axis": PyCustomOpDef.dt_int64,
-            "index_dimensions": PyCustomOpDef.dt_int64,
-            "out_of_bounds": PyCustomOpDef.dt_string,
-        },
-    ),
-    _Operator(
-        "DmlGatherElements",
-        kernels.gather_elements,
-        {"axis": PyCustomOpDef.dt_int64, "out_of_bounds": PyCustomOpDef.dt_string},
+        "DmlGatherElementsTraced",
+        _traced(kernels.gather_elements),
+        {**_GATHER_ELEMENTS_ATTRIBUTES, "node": PyCustomOpDef.dt_string},
     ),
 )
 
@@ -88,6 +106,7 @@ class _RunState(threading.local):
 
     def __init__(self) -> None:
         self.errors: list[BaseException] | None = None
+        self.out_of_bounds: Counter | None = None  # per node, while ``count_out_of_bounds`` is active
 
 
 _state = _RunState()
@@ -132,6 +151,16 @@ def _register_operators() -> None:
 
 
 _register_operators()
+
+
+@contextlib.contextmanager
+def count_out_of_bounds() -> Iterator[Counter]:
+    """While active, the traced ops count the out-of-bounds index values they meet, per node name."""
+    outer, _state.out_of_bounds = _state.out_of_bounds, Counter()
+    try:
+        yield _state.out_of_bounds
+    finally:
+        _state.out_of_bounds = outer
 
 
 def register(options: onnxruntime.SessionOptions) -> onnxruntime.SessionOptions:

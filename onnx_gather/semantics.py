@@ -133,6 +133,15 @@ def fix_indices(op: str, indices: np.ndarray, size: int, out_of_bounds: str) -> 
     return fixed.astype(np.intp, copy=False), out_of_range
 
 
+def count_out_of_bounds(indices: np.ndarray, size: int) -> int:
+    """How many index values lie outside ``[-size, size)`` (outside ``[0, size)`` for unsigned types)."""
+    if indices.size == 0:
+        return 0
+    if indices.dtype.kind == "u":
+        return int(np.count_nonzero(indices >= size))
+    return int(np.count_nonzero((indices < -size) | (indices >= size)))
+
+
 def _readable(source: np.ndarray, axis: int) -> np.ndarray:
     """``source``, or where its axis is empty a single zero slice, so that clamped reads return 0."""
     if source.shape[axis] > 0:

@@ -1,0 +1,201 @@
+"""Named backends that run one model: DirectML's semantics through the custom ops, ONNX Runtime's own CPU
+kernels, the lowered graph, OpenVINO, CUDA, and the DirectML execution provider itself.
+
+Each says whether it can run here and, if not, why; ``run`` returns the outputs by name.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+from onnx import helper
+
+from onnx_gather import ops
+from onnx_gather.convert import to_dml
+from onnx_gather.graph import DML_OP_TYPES, DOMAIN, bodies
+from onnx_gather.lower import to_onnx
+
+
+@dataclass
+class Model:
+    """A model file, read once without its external data (which stays beside the file)."""
+
+    path: Path
+    proto: onnx.ModelProto
+
+    @property
+    def output_names(self) -> list[str]:
+        return [value.name for value in self.proto.graph.output]
+
+
+@dataclass
+class Outcome:
+    """What one backend computed: the outputs by name, and for ``pyop`` the out-of-bounds index values met."""
+
+    outputs: dict[str, np.ndarray]
+    out_of_bounds: dict[str, int] = field(default_factory=dict)
+
+
+def _quiet() -> onnxruntime.SessionOptions:
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4  # a failed run is reported with its message; no log line besides
+    return options
+
+
+def _options(model: Model) -> onnxruntime.SessionOptions:
+    options = _quiet()
+    # A model handed over as bytes finds its external data here.
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model.path.parent))
+    return options
+
+
+def _named(model: Model, outputs: list) -> dict[str, np.ndarray]:
+    return dict(zip(model.output_names, (np.asarray(o) for o in outputs), strict=True))
+
+
+class Backend:
+    """One way of running a model."""
+
+    name = ""
+    description = ""
+
+    def __init__(self, device_id: int = 0, out_of_bounds: str = "clamp") -> None:
+        self.device_id = device_id  # for the hardware providers
+        self.out_of_bounds = out_of_bounds  # for the routes through DML form
+
+    def unavailable(self) -> str | None:
+        """None if this backend can run here, else why not."""
+        return None
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        raise NotImplementedError
+
+
+def traced(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each DML node swapped for its traced twin, which counts out-of-bounds indices by node name."""
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    for body in bodies(result):
+        for node in body.nodes:
+            if node.domain == DOMAIN and node.op_type in DML_OP_TYPES:
+                node.op_type = ops.TRACED[node.op_type]
+                node.attribute.append(helper.make_attribute("node", node.name))
+    return result
+
+
+class PyOp(Backend):
+    name = "pyop"
+    description = "to_dml(model) with the custom ops in ONNX Runtime: DirectML's semantics, the reference"
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        converted = traced(to_dml(model.proto, out_of_bounds=self.out_of_bounds))
+        session = ops.InferenceSession(converted.SerializeToString(), _options(model))
+        with ops.count_out_of_bounds() as counts:
+            outputs = session.run(None, dict(feeds))
+        return Outcome(_named(model, outputs), dict(counts))
+
+
+class Cpu(Backend):
+    name = "cpu"
+    description = "the model as given, ONNX Runtime's native CPU kernels"
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        session = onnxruntime.InferenceSession(str(model.path), _quiet(), providers=["CPUExecutionProvider"])
+        return Outcome(_named(model, session.run(None, dict(feeds))))
+
+
+class Lowered(Backend):
+    name = "lowered"
+    description = "to_onnx(to_dml(model)): DirectML's semantics in standard ONNX, ONNX Runtime CPU"
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        lowered = to_onnx(to_dml(model.proto, out_of_bounds=self.out_of_bounds))
+        session = onnxruntime.InferenceSession(
+            lowered.SerializeToString(), _options(model), providers=["CPUExecutionProvider"]
+        )
+        return Outcome(_named(model, session.run(None, dict(feeds))))
+
+
+class OpenVino(Backend):
+    name = "openvino"
+    description = "the model as given, OpenVINO's CPU plugin (FP32 inference precision)"
+
+    def unavailable(self) -> str | None:
+        try:
+            import openvino  # noqa: F401
+        except ImportError:
+            return "the openvino package is not installed (pip install 'onnx-gather[openvino]')"
+        return None
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        import openvino
+
+        compiled = openvino.Core().compile_model(str(model.path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        results = compiled(dict(feeds))
+        by_name = {port.get_any_name(): np.asarray(results[port]) for port in compiled.outputs}
+        return Outcome({name: by_name[name] for name in model.output_names})
+
+
+class _Provider(Backend):
+    """A hardware execution provider of ONNX Runtime, which must really take the model (no silent CPU fallback)."""
+
+    provider = ""
+    missing = ""
+
+    def unavailable(self) -> str | None:
+        if self.provider not in onnxruntime.get_available_providers():
+            return self.missing
+        return None
+
+    def _session_options(self, model: Model) -> onnxruntime.SessionOptions:
+        return _quiet()
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        session = onnxruntime.InferenceSession(
+            str(model.path),
+            self._session_options(model),
+            providers=[(self.provider, {"device_id": self.device_id}), "CPUExecutionProvider"],
+        )
+        if session.get_providers()[0] != self.provider:
+            raise RuntimeError(f"{self.provider} did not take the session (no usable device {self.device_id}?)")
+        return Outcome(_named(model, session.run(None, dict(feeds))))
+
+
+class Cuda(_Provider):
+    name = "cuda"
+    description = "the model as given, ONNX Runtime's CUDA execution provider"
+    provider = "CUDAExecutionProvider"
+    missing = "onnxruntime has no CUDAExecutionProvider here (it needs onnxruntime-gpu and an NVIDIA GPU)"
+
+
+class DirectMl(_Provider):
+    name = "dml"
+    description = "the model as given, ONNX Runtime's DirectML execution provider"
+    provider = "DmlExecutionProvider"
+    missing = (
+        f"onnxruntime has no DmlExecutionProvider here ({platform.system()}): it needs Windows and the "
+        "onnxruntime-directml package"
+    )
+
+    def _session_options(self, model: Model) -> onnxruntime.SessionOptions:
+        options = _quiet()
+        options.enable_mem_pattern = False  # the DirectML provider requires both
+        options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+        return options
+
+
+_CLASSES = {backend.name: backend for backend in (PyOp, Cpu, Lowered, OpenVino, Cuda, DirectMl)}
+BACKENDS = tuple(_CLASSES)
+
+
+def create(name: str, device_id: int = 0, out_of_bounds: str = "clamp") -> Backend:
+    """The backend called ``name`` (one of ``BACKENDS``)."""
+    if name not in _CLASSES:
+        raise ValueError(f"unknown backend {name!r} (expected one of: {', '.join(BACKENDS)})")
+    return _CLASSES[name](device_id, out_of_bounds)

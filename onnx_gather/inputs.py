@@ -1,0 +1,121 @@
+"""Inputs for running a model: loaded from an .npz file, or generated from the model's input types and shapes."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from onnx_gather import model_io
+from onnx_gather.graph import ValueType
+
+
+class InputError(ValueError):
+    """Inputs that cannot be loaded, parsed or generated; the message names the input."""
+
+
+def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """``["ids:2x7", "mask:2x7"]`` -> ``{"ids": (2, 7), "mask": (2, 7)}``; ``"x:"`` is a scalar."""
+    shapes = {}
+    for spec in specs:
+        name, _, dims = spec.rpartition(":")
+        try:
+            shape = tuple(int(d) for d in dims.split("x")) if dims else ()
+        except ValueError:
+            shape = (-1,)
+        if not name or any(d < 0 for d in shape):
+            raise InputError(f"--shape {spec!r}: expected NAME:DIMS such as ids:2x7")
+        shapes[name] = shape
+    return shapes
+
+
+def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The inputs a caller feeds: graph inputs that no initializer provides."""
+    initialized = {t.name for t in model.graph.initializer}
+    return [value for value in model.graph.input if value.name not in initialized]
+
+
+def _shape(value: onnx.ValueInfoProto, value_type: ValueType, shapes: Mapping[str, tuple[int, ...]]) -> tuple:
+    if value.name in shapes:
+        shape = shapes[value.name]
+        if value_type.dims is not None and len(shape) != len(value_type.dims):
+            raise InputError(
+                f"--shape {value.name}: {len(shape)} dimensions given, the model says {len(value_type.dims)}"
+            )
+        return shape
+    if value_type.dims is None:
+        raise InputError(f"input {value.name!r} has no shape in the model: give one with --shape {value.name}:DIMS")
+    return tuple(d if isinstance(d, int) else 1 for d in value_type.dims)
+
+
+def generate(
+    model: onnx.ModelProto,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    seed: int = 0,
+    int_range: tuple[int, int] = (0, 4),
+    given: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
+    """One array per model input: ``given`` ones as they are, the others generated.
+
+    Dynamic dims come from ``shapes`` (a whole shape per input name), else 1. Floats are standard normal;
+    integers are drawn from ``int_range`` (low inclusive, high exclusive); booleans are fair coins.
+    """
+    shapes, given = shapes or {}, given or {}
+    unknown = set(shapes) - {v.name for v in model_inputs(model)}
+    if unknown:
+        raise InputError(f"--shape names {sorted(unknown)[0]!r}, which is not an input of the model")
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for value in model_inputs(model):
+        if value.name in given:
+            feeds[value.name] = np.asarray(given[value.name])
+            continue
+        value_type = ValueType.of(value)
+        if value_type is None:
+            raise InputError(f"input {value.name!r} is not a tensor; give it with --inputs")
+        if value_type.elem_type == onnx.TensorProto.STRING:
+            raise InputError(f"input {value.name!r} holds strings, which are not generated; give it with --inputs")
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(value_type.elem_type))
+        shape = _shape(value, value_type, shapes)
+        if dtype.kind == "f":
+            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[value.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            feeds[value.name] = rng.integers(*int_range, shape).astype(dtype)
+    return feeds
+
+
+def load(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file, by name."""
+    try:
+        with np.load(Path(path), allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, ValueError) as error:
+        raise InputError(f"{path}: not a readable .npz file of arrays ({type(error).__name__})") from None
+
+
+def save(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write ``arrays`` to an .npz file (uncompressed), replacing it whole."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    model_io.write_bytes(path, buffer.getvalue())
+
+
+def parse_int_range(text: str) -> tuple[int, int]:
+    """``"0:4"`` -> ``(0, 4)``: generated integers are drawn from ``[low, high)``."""
+    low, _, high = text.partition(":")
+    try:
+        bounds = int(low), int(high)
+    except ValueError:
+        bounds = (0, 0)
+    if bounds[0] >= bounds[1]:
+        raise InputError(f"--int-range {text!r}: expected LOW:HIGH with LOW < HIGH, such as 0:4")
+    return bounds

@@ -1,0 +1,132 @@
+"""Run one model on several backends and compare every output with the reference's (``onnx-gather parity``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from onnx_gather import backends as backends_module
+from onnx_gather.backends import Model
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One output of one backend against the reference's."""
+
+    equal: bool  # same type, shape and bytes
+    within_tolerance: bool  # |actual - reference| <= atol + rtol * |reference| everywhere, NaN meeting NaN
+    max_abs: float  # over the positions where both are finite
+    max_rel: float  # the same, relative to a nonzero reference
+    mismatches: int  # positions outside the tolerance (all of them when the shapes or types differ)
+    first_mismatch: list[int] | None
+    note: str = ""  # what differs when the comparison cannot be made position by position
+
+    def as_report(self) -> dict:
+        report = asdict(self)
+        del report["note"]
+        return report
+
+
+def _integer_difference(reference: np.ndarray, actual: np.ndarray) -> np.ndarray:
+    """``|actual - reference|`` exactly, as UINT64 (wrapping arithmetic: 64-bit integers never overflow here)."""
+    wide = np.uint64 if reference.dtype == np.uint64 else np.int64
+    ref, act = reference.astype(wide), actual.astype(wide)
+    ref_bits, act_bits = ref.view(np.uint64), act.view(np.uint64)
+    return np.where(act >= ref, act_bits - ref_bits, ref_bits - act_bits)
+
+
+def compare(reference: np.ndarray, actual: np.ndarray, atol: float, rtol: float) -> Comparison:
+    """Compare ``actual`` with ``reference`` position by position."""
+    if reference.shape != actual.shape or reference.dtype != actual.dtype:
+        note = f"{actual.dtype.name} {actual.shape} where the reference has {reference.dtype.name} {reference.shape}"
+        return Comparison(False, False, 0.0, 0.0, max(reference.size, actual.size), None, note)
+    magnitude = np.abs(reference.astype(np.float64))
+    if reference.dtype.kind == "f":
+        ref, act = reference.astype(np.float64), actual.astype(np.float64)
+        finite = np.isfinite(ref) & np.isfinite(act)
+        difference = np.abs(np.subtract(act, ref, out=np.zeros_like(ref), where=finite))
+        close = np.where(finite, difference <= atol + rtol * magnitude, (ref == act) | (np.isnan(ref) & np.isnan(act)))
+    else:
+        exact = _integer_difference(reference, actual)
+        finite = np.ones(reference.shape, bool)
+        difference = exact.astype(np.float64)
+        close = (exact == 0) | (difference <= atol + rtol * magnitude)
+    nonzero = finite & (magnitude != 0)
+    relative = np.where(nonzero, difference / np.where(nonzero, magnitude, 1.0), 0.0)
+    bad = np.argwhere(~close)
+    return Comparison(
+        equal=reference.tobytes() == actual.tobytes(),
+        within_tolerance=bool(close.all()),
+        max_abs=float(difference.max()) if difference.size else 0.0,
+        max_rel=float(relative.max()) if relative.size else 0.0,
+        mismatches=len(bad),
+        first_mismatch=[int(i) for i in bad[0]] if len(bad) else None,
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:500]
+
+
+@dataclass
+class Parity:
+    """A parity run: the report (the JSON report's keys exactly) and, for the table, what differed in shape."""
+
+    report: dict
+    notes: dict[tuple[str, str], str]  # (output, backend) -> what differs where no position-wise comparison exists
+
+
+def run_parity(
+    model: Model,
+    feeds: Mapping[str, np.ndarray],
+    names: Sequence[str],
+    reference: str = "pyop",
+    atol: float = 1e-5,
+    rtol: float = 1e-5,
+    device_id: int = 0,
+) -> Parity:
+    """Run ``model`` on the ``names`` backends (the reference first) and compare every output with the reference's."""
+    order = [reference, *[name for name in names if name != reference]]
+    statuses, outcomes = {}, {}
+    for name in order:
+        backend = backends_module.create(name, device_id)
+        reason = backend.unavailable()
+        if reason is not None:
+            statuses[name] = {"status": "skipped", "reason": reason, "seconds": None}
+            continue
+        start = time.perf_counter()
+        try:
+            outcomes[name] = backend.run(model, feeds)
+        except Exception as error:  # a backend that fails is reported, and the others still run
+            statuses[name] = {"status": "error", "reason": _first_line(error), "seconds": None}
+            continue
+        statuses[name] = {"status": "ok", "reason": None, "seconds": round(time.perf_counter() - start, 4)}
+    outputs: dict[str, dict] = {name: {} for name in model.output_names}
+    expected = outcomes.get(reference)
+    notes: dict[tuple[str, str], str] = {}
+    if expected is not None:
+        for name, outcome in outcomes.items():
+            if name == reference:
+                continue
+            for output in model.output_names:
+                comparison = compare(expected.outputs[output], outcome.outputs[output], atol, rtol)
+                outputs[output][name] = comparison.as_report()
+                if comparison.note:
+                    notes[(output, name)] = comparison.note
+    passed = expected is not None and all(s["status"] != "error" for s in statuses.values())
+    passed = passed and all(c["within_tolerance"] for by_backend in outputs.values() for c in by_backend.values())
+    report = {
+        "model": str(model.path),
+        "reference": reference,
+        "atol": float(atol),
+        "rtol": float(rtol),
+        "backends": statuses,
+        "outputs": outputs,
+        "out_of_bounds": dict(expected.out_of_bounds) if expected is not None else {},
+        "passed": bool(passed),
+    }
+    return Parity(report, notes)

@@ -1,0 +1,114 @@
+"""A parity report as people read it: a table for the terminal, or Markdown."""
+
+from __future__ import annotations
+
+from onnx_gather.parity import Parity
+
+
+def _verdict(comparison: dict, note: str) -> str:
+    if note:
+        return "DIFFERENT: " + note
+    if comparison["equal"]:
+        return "bit-identical"
+    return "within tolerance" if comparison["within_tolerance"] else "DIFFERENT"
+
+
+def _number(value: float) -> str:
+    return "0" if value == 0 else f"{value:.3g}"
+
+
+def _rows(parity: Parity) -> tuple[list[list[str]], list[list[str]]]:
+    """The backend rows and the output rows, as cells."""
+    report = parity.report
+    backend_rows = []
+    for name, status in report["backends"].items():
+        seconds = "" if status["seconds"] is None else f"{status['seconds']:.3f}"
+        detail = "reference" if name == report["reference"] and status["status"] == "ok" else status["reason"] or ""
+        backend_rows.append([name, status["status"], seconds, detail])
+    output_rows = []
+    for output, by_backend in report["outputs"].items():
+        for name, comparison in by_backend.items():
+            first = comparison["first_mismatch"]
+            output_rows.append([
+                output, name, _verdict(comparison, parity.notes.get((output, name), "")),
+                _number(comparison["max_abs"]), _number(comparison["max_rel"]), str(comparison["mismatches"]),
+                "" if first is None else str(tuple(first)),
+            ])  # fmt: skip
+    return backend_rows, output_rows
+
+
+def _summary(parity: Parity) -> str:
+    report = parity.report
+    failed_outputs = sorted(
+        {
+            name
+            for by_backend in report["outputs"].values()
+            for name, c in by_backend.items()
+            if not c["within_tolerance"]
+        }
+    )
+    errors = [name for name, status in report["backends"].items() if status["status"] == "error"]
+    if report["passed"]:
+        return "PASSED: every output of every backend that ran is within tolerance of the reference."
+    problems = []
+    if report["backends"].get(report["reference"], {}).get("status") != "ok":
+        problems.append(f"the reference {report['reference']} did not run")
+    if failed_outputs:
+        problems.append(f"outputs outside tolerance on {', '.join(failed_outputs)}")
+    if errors:
+        problems.append(f"errors on {', '.join(errors)}")
+    return "FAILED: " + "; ".join(problems) + "."
+
+
+def _out_of_bounds(parity: Parity) -> str:
+    counts = {node: count for node, count in parity.report["out_of_bounds"].items() if count}
+    if not counts:
+        return "No out-of-bounds indices met by the reference run."
+    listed = ", ".join(f"{node} {count}" for node, count in counts.items())
+    return (
+        f"Out-of-bounds index values met by the reference run, per DML node: {listed}. DirectML leaves what they "
+        "read unspecified (SPEC 4, 7): there, backends may legitimately differ."
+    )
+
+
+def _table(rows: list[list[str]], header: list[str]) -> list[str]:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in (header, *rows)]  # fmt: skip
+
+
+def text(parity: Parity) -> str:
+    """The report as a terminal table."""
+    report = parity.report
+    backend_rows, output_rows = _rows(parity)
+    lines = [f"{report['model']}  (reference {report['reference']}, atol {report['atol']:g}, rtol {report['rtol']:g})"]
+    lines += ["  " + line for line in _table(backend_rows, ["backend", "status", "seconds", ""])]
+    if output_rows:
+        header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
+        lines += [""] + ["  " + line for line in _table(output_rows, header)]
+    lines += ["", _out_of_bounds(parity), _summary(parity)]
+    return "\n".join(lines)
+
+
+def _markdown_table(rows: list[list[str]], header: list[str]) -> list[str]:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+    return [line(header), "|" + "---|" * len(header), *(line(row) for row in rows)]
+
+
+def markdown(runs: list[Parity]) -> str:
+    """One or several reports as Markdown."""
+    sections = []
+    for parity in runs:
+        report = parity.report
+        backend_rows, output_rows = _rows(parity)
+        tolerances = f"atol {report['atol']:g}, rtol {report['rtol']:g}"
+        section = [f"## `{report['model']}`", "", f"Reference **{report['reference']}**, {tolerances}.", ""]
+        section += _markdown_table(backend_rows, ["backend", "status", "seconds", "reason"])
+        if output_rows:
+            header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
+            section += ["", *_markdown_table(output_rows, header)]
+        section += ["", _out_of_bounds(parity), "", f"**{_summary(parity)}**"]
+        sections.append("\n".join(section))
+    return "# Parity\n\n" + "\n\n".join(sections) + "\n"

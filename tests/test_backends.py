@@ -1,0 +1,126 @@
+"""Backends, for real: ONNX Runtime, the custom ops, the lowered graph, OpenVINO; CUDA and DirectML where present."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from conftest import assert_all_identical
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+from onnx_gather import backends, model_io
+from onnx_gather.demo import sample_model_path
+
+SAMPLE = backends.Model(Path(sample_model_path()), model_io.load(sample_model_path()))
+IN_RANGE = {"token_ids": np.random.default_rng(3).permutation(32)[:18].reshape(3, 6)}
+
+
+def _save(tmp_path, nodes, inputs, outputs, initializers=()):
+    graph = h.make_graph(nodes, "model", inputs, outputs, initializer=list(initializers))
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    return backends.Model(path, model_io.load(path))
+
+
+def _run(name, model, feeds):
+    backend = backends.create(name)
+    assert backend.unavailable() is None, backend.unavailable()
+    return backend.run(model, feeds).outputs
+
+
+def test_the_cpu_routes_and_openvino_run_here():
+    for name in ("pyop", "cpu", "lowered", "openvino"):
+        assert backends.create(name).unavailable() is None
+
+
+@pytest.mark.parametrize("name", ["cpu", "lowered", "openvino"])
+def test_backend_agrees_with_dml_semantics_on_in_range_indices(name):
+    reference = _run("pyop", SAMPLE, IN_RANGE)
+    assert_all_identical(list(_run(name, SAMPLE, IN_RANGE).values()), list(reference.values()))
+
+
+@pytest.fixture
+def out_of_range_models(tmp_path):
+    """A Gather and a GatherElements over six values, 10 to 15."""
+    data = numpy_helper.from_array(np.arange(10, 16, dtype=np.float32), "data")
+    models = []
+    for op in ("Gather", "GatherElements"):
+        node = h.make_node(op, ["data", "i"], ["y"], name=op.lower(), axis=0)
+        i, y = h.make_tensor_value_info("i", T.INT64, [4]), h.make_tensor_value_info("y", T.FLOAT, [4])
+        models.append(_save(tmp_path / op, [node], [i], [y], [data]))
+    return models
+
+
+OUT_OF_RANGE = {"i": np.array([1, 7, -1, -7])}  # 6 rows: 7 and -7 are out of range
+
+
+def test_openvino_gather_reads_zero_out_of_range(out_of_range_models):
+    gather, _ = out_of_range_models
+    assert _run("openvino", gather, OUT_OF_RANGE)["y"].tolist() == [11, 0, 15, 0]
+
+
+def test_openvino_gather_elements_fails_out_of_range(out_of_range_models):
+    _, elements = out_of_range_models
+    with pytest.raises(RuntimeError):
+        _run("openvino", elements, OUT_OF_RANGE)
+
+
+@pytest.mark.parametrize("model", [0, 1], ids=["Gather", "GatherElements"])
+def test_onnxruntime_cpu_fails_out_of_range(out_of_range_models, model):
+    with pytest.raises(Exception, match=r"(?i)out of|bounds|range"):
+        _run("cpu", out_of_range_models[model], OUT_OF_RANGE)
+
+
+@pytest.mark.parametrize("model", [0, 1], ids=["Gather", "GatherElements"])
+@pytest.mark.parametrize("name", ["pyop", "lowered"])
+def test_dml_semantics_clamp_out_of_range(out_of_range_models, model, name):
+    assert _run(name, out_of_range_models[model], OUT_OF_RANGE)["y"].tolist() == [11, 15, 15, 10]
+
+
+def test_pyop_counts_out_of_bounds_indices_per_node_inside_a_loop(tmp_path):
+    body = h.make_graph(
+        [h.make_node("Gather", ["table", "ids"], ["row"], name="inner_lookup", axis=0),
+         h.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [h.make_tensor_value_info("n", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, [])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("row", T.FLOAT, [3, 2])],
+    )  # fmt: skip
+    model = _save(
+        tmp_path,
+        [h.make_node("Loop", ["trips", ""], ["rows"], name="loop", body=body),
+         h.make_node("Gather", ["table", "ids"], ["direct"], name="outer_lookup", axis=0)],
+        [h.make_tensor_value_info("table", T.FLOAT, [4, 2]), h.make_tensor_value_info("ids", T.INT64, [3]),
+         h.make_tensor_value_info("trips", T.INT64, [])],
+        [h.make_tensor_value_info("rows", T.FLOAT, [None, 3, 2]), h.make_tensor_value_info("direct", T.FLOAT, [3, 2])],
+    )  # fmt: skip
+    feeds = {"table": np.ones((4, 2), np.float32), "ids": np.array([9, 0, -5]), "trips": np.array(3)}
+    outcome = backends.create("pyop").run(model, feeds)
+    assert outcome.out_of_bounds == {"inner_lookup": 6, "outer_lookup": 2}  # 2 per run, the loop runs 3 times
+
+
+@pytest.mark.parametrize("name", ["cuda", "dml"])
+def test_hardware_provider_agrees_on_in_range_indices(name):
+    backend = backends.create(name)
+    if backend.unavailable() is not None:
+        pytest.skip(backend.unavailable())
+    reference = _run("pyop", SAMPLE, IN_RANGE)
+    assert_all_identical(list(backend.run(SAMPLE, IN_RANGE).outputs.values()), list(reference.values()))
+
+
+@pytest.mark.parametrize("name", ["cuda", "dml"])
+def test_hardware_provider_that_is_missing_says_why(name):
+    backend = backends.create(name)
+    if backend.unavailable() is None:
+        pytest.skip(f"{name} is available here")
+    assert "onnxruntime has no" in backend.unavailable()
+
+
+def test_an_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="unknown backend 'tpu'"):
+        backends.create("tpu")
