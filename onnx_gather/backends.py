@@ -98,7 +98,9 @@ class PyOp(Backend):
         session = ops.InferenceSession(converted.SerializeToString(), _options(model))
         with ops.count_out_of_bounds() as counts:
             outputs = session.run(None, dict(feeds))
-        return Outcome(_named(model, outputs), dict(counts))
+        # Every DML node in model order; one that never ran (an If branch not taken) met none.
+        nodes = [n.name for body in bodies(converted) for n in body.nodes if n.op_type in ops.TRACED.values()]
+        return Outcome(_named(model, outputs), {name: counts.get(name, 0) for name in nodes})
 
 
 class Cpu(Backend):

@@ -1,0 +1,199 @@
+"""onnx-gather parity and run: comparisons, the JSON report key by key, exit codes, replayable inputs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+from onnx_gather.cli import main
+from onnx_gather.demo import sample_model_path
+from onnx_gather.parity import compare
+
+
+def test_compare_bit_identical():
+    c = compare(np.array([1.5, -0.0]), np.array([1.5, -0.0]), 0, 0)
+    assert (c.equal, c.within_tolerance, c.mismatches, c.first_mismatch) == (True, True, 0, None)
+
+
+def test_compare_minus_zero_is_within_tolerance_but_not_equal():
+    c = compare(np.array([0.0]), np.array([-0.0]), 0, 0)
+    assert (c.equal, c.within_tolerance, c.max_abs) == (False, True, 0.0)
+
+
+def test_compare_tolerances_and_first_mismatch():
+    reference = np.array([[1.0, 100.0], [0.0, 5.0]], np.float32)
+    actual = np.array([[1.0, 100.5], [0.0, 5.25]], np.float32)
+    c = compare(reference, actual, atol=0.0, rtol=0.01)
+    assert (c.within_tolerance, c.mismatches, c.first_mismatch) == (False, 1, [1, 1])
+    assert c.max_abs == 0.5 and c.max_rel == 0.05
+
+
+def test_compare_nans_meet_nans_and_infinities_must_match():
+    c = compare(np.array([np.nan, np.inf, 1.0]), np.array([np.nan, -np.inf, 1.0]), 1, 1)
+    assert (c.within_tolerance, c.mismatches, c.first_mismatch, c.max_abs) == (False, 1, [1], 0.0)
+
+
+def test_compare_64_bit_integers_exactly():
+    big = np.iinfo(np.int64).max
+    c = compare(np.array([big, -big - 1], np.int64), np.array([big - 1, big], np.int64), 0, 0)
+    assert (c.mismatches, c.max_abs) == (2, float(2**64 - 1))
+
+
+def test_compare_shapes_that_differ():
+    c = compare(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), 0, 0)
+    assert (c.within_tolerance, c.mismatches, c.first_mismatch) == (False, 6, None)
+    assert c.note == "float32 (3, 2) where the reference has float32 (2, 3)"
+
+
+KEYS = ["model", "reference", "atol", "rtol", "backends", "outputs", "out_of_bounds", "passed"]
+
+
+def _ids_model(tmp_path, name="ids.onnx"):
+    """An embedding lookup over 6 rows and a GatherElements pick, both fed the same ids."""
+    data = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(6, 2), "table")
+    graph = h.make_graph(
+        [h.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0),
+         h.make_node("Flatten", ["table"], ["flat"], name="flatten", axis=2),
+         h.make_node("GatherElements", ["table", "picks"], ["picked"], name="pick", axis=0)],
+        "ids",
+        [h.make_tensor_value_info("ids", T.INT64, ["n"]), h.make_tensor_value_info("picks", T.INT64, [1, 2])],
+        [h.make_tensor_value_info("rows", T.FLOAT, ["n", 2]), h.make_tensor_value_info("picked", T.FLOAT, [1, 2])],
+        initializer=[data],
+    )  # fmt: skip
+    path = tmp_path / name
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
+    return path
+
+
+def _inputs(tmp_path, ids, picks):
+    path = tmp_path / "inputs.npz"
+    np.savez(path, ids=np.array(ids), picks=np.array([picks]))
+    return path
+
+
+def test_json_report_key_by_key_on_agreement(tmp_path):
+    model = _ids_model(tmp_path)
+    arguments = ["parity", str(model), "--inputs", str(_inputs(tmp_path, [0, 5, -1], [1, 2])),
+                 "--report", str(tmp_path / "r.json"), "--atol", "0", "--rtol", "0"]  # fmt: skip
+    assert main(arguments) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert list(report) == KEYS
+    assert (report["model"], report["reference"], report["atol"], report["rtol"]) == (str(model), "pyop", 0.0, 0.0)
+    assert list(report["backends"]) == ["pyop", "cpu", "lowered", "openvino", "cuda", "dml"]
+    for name in ("pyop", "cpu", "lowered", "openvino"):
+        status = report["backends"][name]
+        assert list(status) == ["status", "reason", "seconds"]
+        assert status["status"] == "ok" and status["reason"] is None and status["seconds"] >= 0
+    for name in ("cuda", "dml"):
+        status = report["backends"][name]
+        assert (status["status"], status["seconds"]) == ("skipped", None) and "onnxruntime has no" in status["reason"]
+    assert list(report["outputs"]) == ["rows", "picked"]
+    for by_backend in report["outputs"].values():
+        assert list(by_backend) == ["cpu", "lowered", "openvino"]
+        for comparison in by_backend.values():
+            assert comparison == {"equal": True, "within_tolerance": True, "max_abs": 0.0, "max_rel": 0.0,
+                                  "mismatches": 0, "first_mismatch": None}  # fmt: skip
+    assert report["out_of_bounds"] == {"lookup": 0, "pick": 0}
+    assert report["passed"] is True
+
+
+def test_out_of_bounds_indices_are_counted_and_backends_differ_there(tmp_path, capsys):
+    model = _ids_model(tmp_path)
+    arguments = ["parity", str(model), "--inputs", str(_inputs(tmp_path, [0, 9, -7, 2], [1, 6])),
+                 "--report", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md")]  # fmt: skip
+    assert main(arguments) == 1
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["out_of_bounds"] == {"lookup": 2, "pick": 1}
+    assert report["backends"]["cpu"]["status"] == "error" and "out of" in report["backends"]["cpu"]["reason"].lower()
+    assert report["backends"]["openvino"]["status"] == "error"  # its GatherElements refuses index 6
+    assert report["outputs"]["rows"]["lowered"]["equal"] is True  # the lowered graph clamps too
+    assert report["passed"] is False
+    printed = capsys.readouterr().out
+    assert "per DML node: lookup 2, pick 1" in printed and "FAILED: errors on cpu, openvino." in printed
+    assert "| lookup" not in (tmp_path / "r.md").read_text() and "**FAILED" in (tmp_path / "r.md").read_text()
+
+
+def test_a_mismatch_exits_1_with_its_position(tmp_path, capsys):
+    # OpenVINO's Gather reads 0 for index 9 where DirectML's semantics clamp to the last row.
+    model = _ids_model(tmp_path)
+    arguments = ["parity", str(model), "--backends", "pyop,openvino",
+                 "--inputs", str(_inputs(tmp_path, [0, 9], [1, 2])), "--report", str(tmp_path / "r.json")]  # fmt: skip
+    assert main(arguments) == 1
+    comparison = json.loads((tmp_path / "r.json").read_text())["outputs"]["rows"]["openvino"]
+    assert comparison == {"equal": False, "within_tolerance": False, "max_abs": 11.0, "max_rel": 1.0,
+                          "mismatches": 2, "first_mismatch": [1, 0]}  # fmt: skip
+    assert "rows    openvino  DIFFERENT      11       1        2           (1, 0)" in capsys.readouterr().out
+
+
+def test_saved_inputs_replay_the_same_report(tmp_path):
+    model = _ids_model(tmp_path)
+    first = ["parity", str(model), "--backends", "pyop,cpu", "--shape", "ids:5", "--seed", "4", "--int-range", "0:6",
+             "--save-inputs", str(tmp_path / "in.npz"), "--report", str(tmp_path / "a.json")]  # fmt: skip
+    assert main(first) == 0
+    replay = ["parity", str(model), "--backends", "pyop,cpu", "--inputs", str(tmp_path / "in.npz"),
+              "--report", str(tmp_path / "b.json")]  # fmt: skip
+    assert main(replay) == 0
+    saved = np.load(tmp_path / "in.npz")
+    assert saved["ids"].shape == (5,) and saved["picks"].shape == (1, 2)
+    a, b = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json"))
+    for report in (a, b):
+        for status in report["backends"].values():
+            status["seconds"] = None
+    assert a == b
+
+
+def test_several_models_in_a_folder(tmp_path, capsys):
+    folder = tmp_path / "zoo"
+    folder.mkdir()
+    _ids_model(folder, "a.onnx")
+    shutil.copy(sample_model_path(), folder / "b.onnx")
+    assert main(["parity", str(folder), "--backends", "pyop,cpu,lowered", "--report", str(tmp_path / "r.json")]) == 0
+    document = json.loads((tmp_path / "r.json").read_text())
+    assert list(document) == ["models", "passed"] and document["passed"] is True
+    assert [report["model"] for report in document["models"]] == [str(folder / "a.onnx"), str(folder / "b.onnx")]
+    captured = capsys.readouterr()
+    assert "[1/2]" in captured.err and "[2/2]" in captured.err
+    assert "2 of 2 models passed." in captured.out
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["parity", "{model}", "--backends", "pyop,tpu"], "unknown backend 'tpu'"),
+        (["parity", "missing.onnx"], "missing.onnx: no such file"),
+        (["parity", "{model}", "--inputs", "nothing.npz"], "nothing.npz: no such file"),
+        (["parity", "{model}", "--shape", "ids:2xtwo"], "--shape 'ids:2xtwo': expected NAME:DIMS"),
+        (["parity", "{model}", "--shape", "other:2"], "--shape names 'other', which is not an input of the model"),
+        (["parity", "{model}", "--int-range", "5:1"], "--int-range '5:1': expected LOW:HIGH"),
+        (["run", "{model}", "--backend", "dml"], "backend dml cannot run here"),
+    ],
+)
+def test_bad_input_exits_2(tmp_path, capsys, arguments, message):
+    model = _ids_model(tmp_path)
+    assert main([a.format(model=model) for a in arguments]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and message in error
+
+
+def test_run_generates_inputs_and_saves_outputs(tmp_path, capsys):
+    model = _ids_model(tmp_path)
+    arguments = ["run", str(model), "--backend", "pyop", "--shape", "ids:4", "--int-range", "0:6",
+                 "--outputs", str(tmp_path / "out.npz")]  # fmt: skip
+    assert main(arguments) == 0
+    printed = capsys.readouterr().out
+    assert "input  ids                  int64 {4}" in printed and "output rows                 float32 {4,2}" in printed
+    outputs = np.load(tmp_path / "out.npz")
+    assert sorted(outputs.files) == ["picked", "rows"] and outputs["rows"].shape == (4, 2)
+
+
+def test_run_reports_a_failing_backend_with_exit_1(tmp_path, capsys):
+    model = _ids_model(tmp_path)
+    assert main(["run", str(model), "--backend", "cpu", "--inputs", str(_inputs(tmp_path, [9], [0, 0]))]) == 1
+    assert "onnx-gather: cpu failed on" in capsys.readouterr().err
