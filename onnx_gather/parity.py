@@ -67,9 +67,12 @@ def compare(reference: np.ndarray, actual: np.ndarray, atol: float, rtol: float)
     )
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"[:500]
+def _message(error: BaseException) -> str:
+    """The error on one line, without the bare source locations some runtimes stack in front of it."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    lines = [line for line in lines if line and not line.startswith("Exception from ")]
+    text = f"{type(error).__name__}: {' '.join(lines)}"
+    return text if len(text) <= 400 else text[:399] + "…"
 
 
 @dataclass
@@ -102,7 +105,7 @@ def run_parity(
         try:
             outcomes[name] = backend.run(model, feeds)
         except Exception as error:  # a backend that fails is reported, and the others still run
-            statuses[name] = {"status": "error", "reason": _first_line(error), "seconds": None}
+            statuses[name] = {"status": "error", "reason": _message(error), "seconds": None}
             continue
         statuses[name] = {"status": "ok", "reason": None, "seconds": round(time.perf_counter() - start, 4)}
     outputs: dict[str, dict] = {name: {} for name in model.output_names}
