@@ -12,7 +12,7 @@ from typing import NoReturn
 
 import numpy as np
 
-from onnx_gather import backends, demo, inputs, model_io, report
+from onnx_gather import backends, demo, inputs, model_io, ops, report
 from onnx_gather.check import FEATURE_LEVELS, check
 from onnx_gather.convert import Report, convert
 from onnx_gather.lower import lower
@@ -83,6 +83,10 @@ def _input_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
     command.add_argument("--int-range", default="0:4", metavar="LOW:HIGH", help="generated integers, [LOW, HIGH)")
     command.add_argument("--device-id", type=int, default=0, help="the GPU for the cuda and dml backends")
+    command.add_argument(
+        "--max-elements", type=int, default=2**31,
+        help="refuse a generated input or a DML op output larger than this many elements (default 2^31)",
+    )  # fmt: skip
 
 
 def _print_report(report: Report, verb: str, source: str, target: str) -> None:
@@ -136,7 +140,8 @@ def _check(args: argparse.Namespace) -> int:
 def _feeds(args: argparse.Namespace, model: backends.Model) -> dict[str, np.ndarray]:
     given = inputs.load(args.inputs) if args.inputs else {}
     shapes = inputs.parse_shapes(args.shape)
-    return inputs.generate(model.proto, shapes, args.seed, inputs.parse_int_range(args.int_range), given)
+    int_range = inputs.parse_int_range(args.int_range)
+    return inputs.generate(model.proto, shapes, args.seed, int_range, given, args.max_elements)
 
 
 def _describe(name: str, array: np.ndarray) -> str:
@@ -230,11 +235,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv
     try:
         args = _parser().parse_args(argv)
+        if hasattr(args, "max_elements"):
+            ops.set_max_output_elements(args.max_elements)
         return _COMMANDS[args.command](args)
-    except (UsageError, model_io.ModelError, GatherError, ValueError, OSError) as error:
+    except Exception as error:  # bad input, or a failure it caused: one line, never a traceback unless asked
         if debug:
             traceback.print_exc()
-        print(f"onnx-gather: error: {error}", file=sys.stderr)
+        expected = isinstance(error, UsageError | model_io.ModelError | inputs.InputError | GatherError | OSError)
+        message = " ".join(str(error).split()) or type(error).__name__
+        if not expected:
+            message = f"{type(error).__name__}: {message}"
+        print(f"onnx-gather: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -36,7 +36,7 @@ class Body:
         self.container.node.extend(nodes)
 
 
-def _subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
+def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
     for attribute in node.attribute:
         if attribute.type == onnx.AttributeProto.GRAPH:
             yield attribute.name, attribute.g
@@ -64,7 +64,7 @@ def bodies(model: onnx.ModelProto) -> list[Body]:
         body = stack.pop()
         found.append(body)
         for node in body.nodes:
-            for name, graph in _subgraphs(node):
+            for name, graph in subgraphs(node):
                 where = f"subgraph {name!r} of node {node.name or node.op_type!r} in {body.where}"
                 stack.append(Body(graph, body.opset, where, body.scope))
     return found

@@ -59,6 +59,7 @@ def generate(
     seed: int = 0,
     int_range: tuple[int, int] = (0, 4),
     given: Mapping[str, np.ndarray] | None = None,
+    max_elements: int = 2**31,
 ) -> dict[str, np.ndarray]:
     """One array per model input: ``given`` ones as they are, the others generated.
 
@@ -82,6 +83,10 @@ def generate(
             raise InputError(f"input {value.name!r} holds strings, which are not generated; give it with --inputs")
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(value_type.elem_type))
         shape = _shape(value, value_type, shapes)
+        elements = int(np.prod(shape, dtype=object))
+        if elements > max_elements:
+            raise InputError(f"input {value.name!r} of shape {shape} would have {elements} elements, more than "
+                             f"--max-elements {max_elements}")  # fmt: skip
         if dtype.kind == "f":
             feeds[value.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":

@@ -16,6 +16,9 @@ from onnxruntime.capi.onnxruntime_pybind11_state import Fail
 
 from onnx_gather import semantics
 
+# No output larger than this is allocated (ops.set_max_output_elements; the command line's --max-elements).
+max_output_elements = 2**31
+
 
 def _signed_indices(indices: np.ndarray, size: int) -> np.ndarray | None:
     """Signed indices with the same values, or None if an unsigned index is out of bounds.
@@ -37,6 +40,7 @@ def gather(input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: 
     semantics.check_types("DmlGather", input.dtype, indices.dtype)
     semantics.check_out_of_bounds("DmlGather", out_of_bounds)
     output_sizes = semantics.gather_output_sizes(input.shape, indices.shape, axis, index_dimensions)
+    semantics.check_output_elements("DmlGather", output_sizes, max_output_elements)
     signed = _signed_indices(indices, input.shape[axis])
     if signed is not None:
         try:
@@ -74,6 +78,7 @@ def gather_elements(input: np.ndarray, indices: np.ndarray, axis: int, out_of_bo
     semantics.check_types("DmlGatherElements", input.dtype, indices.dtype)
     semantics.check_out_of_bounds("DmlGatherElements", out_of_bounds)
     semantics.check_gather_elements(input.shape, indices.shape, axis)
+    semantics.check_output_elements("DmlGatherElements", indices.shape, max_output_elements)
     signed = _signed_indices(indices, input.shape[axis])
     if signed is not None:
         session = _native_gather_elements(input.dtype, signed.dtype, axis)

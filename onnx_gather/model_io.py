@@ -12,6 +12,7 @@ from typing import BinaryIO
 import onnx
 
 from onnx_gather.graph import bodies
+from onnx_gather.validate import InvalidModel, validate
 
 
 class ModelError(ValueError):
@@ -70,10 +71,18 @@ def load(path: str | os.PathLike) -> onnx.ModelProto:
     except PermissionError:
         raise ModelError(f"{path}: permission denied") from None
     except Exception as error:
+        if "MaxDepth" in str(error):
+            raise ModelError(
+                f"{path}: nested deeper than protobuf reads (100 levels of messages, about 33 levels of subgraphs)"
+            ) from None
         raise ModelError(f"{path}: not a readable ONNX model ({type(error).__name__})") from None
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise ModelError(f"{path}: not an ONNX model (no graph)")
     _check_external_data(model, path.parent, path)
+    try:
+        validate(model)
+    except InvalidModel as error:
+        raise ModelError(f"{path}: {error}") from None
     return model
 
 

@@ -173,6 +173,13 @@ def register(options: onnxruntime.SessionOptions) -> onnxruntime.SessionOptions:
     return options
 
 
+def set_max_output_elements(limit: int) -> None:
+    """From now on the ops refuse, before allocating it, an output of more than ``limit`` elements."""
+    if limit < 1:
+        raise ValueError(f"the output element limit must be positive, got {limit}")
+    kernels.max_output_elements = limit
+
+
 def session_options() -> onnxruntime.SessionOptions:
     """New ``onnxruntime.SessionOptions`` with DmlGather and DmlGatherElements registered."""
     return register(onnxruntime.SessionOptions())

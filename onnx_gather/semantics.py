@@ -94,6 +94,17 @@ def gather_output_sizes(
     return (1,) * (n - len(sizes)) + tuple(sizes)
 
 
+def check_output_elements(op: str, sizes: Sequence[int], limit: int) -> None:
+    """Raise GatherError if an output of ``sizes`` would hold more than ``limit`` elements (before allocating it)."""
+    elements = 1
+    for size in sizes:
+        elements *= int(size)
+    if elements > limit:
+        raise GatherError(
+            f"{op}: the output {tuple(sizes)} would have {elements} elements, more than the limit {limit}"
+        )
+
+
 def check_gather_elements(input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int) -> None:
     """Validate DML_GATHER_ELEMENTS shapes and axis (SPEC.md section 3); the output sizes are the indices'."""
     op = "DmlGatherElements"

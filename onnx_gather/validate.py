@@ -1,0 +1,117 @@
+"""Checks that a model is well formed before any command works on it, so that bad input fails with one line
+that names the node, instead of somewhere deep inside a runtime.
+
+1. Every value a node or a graph output uses is defined before it: a graph input, an initializer, an earlier
+   node's output, or (in a subgraph) a value of an enclosing graph defined before the node that holds it.
+2. Every standard Gather and GatherElements has an axis within the rank of its data, where the rank is known.
+3. Every DML node has exactly its attributes, of the right types, with valid values.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import AttributeProto
+
+from onnx_gather import semantics
+from onnx_gather.graph import DML_OP_TYPES, DOMAIN, ValueType, bodies, subgraphs, value_types
+
+_DML_ATTRIBUTES = {
+    "DmlGather": {
+        "axis": AttributeProto.INT,
+        "index_dimensions": AttributeProto.INT,
+        "out_of_bounds": AttributeProto.STRING,
+    },
+    "DmlGatherElements": {"axis": AttributeProto.INT, "out_of_bounds": AttributeProto.STRING},
+}
+
+
+class InvalidModel(ValueError):
+    """A model that is not well formed; the message names where."""
+
+
+def _node_name(node: onnx.NodeProto) -> str:
+    return f"node {node.name!r} ({node.op_type})" if node.name else f"a {node.op_type} node"
+
+
+def _check_definitions(model: onnx.ModelProto) -> None:
+    graph = model.graph
+    stack: list[tuple[onnx.GraphProto, frozenset[str], str]] = [(graph, frozenset(), f"graph {graph.name!r}")]
+    while stack:
+        current, outer, where = stack.pop()
+        defined = set(outer) | {v.name for v in current.input} | {t.name for t in current.initializer}
+        defined.add("")  # an optional input left out
+        for node in current.node:
+            for name in node.input:
+                if name not in defined:
+                    raise InvalidModel(f"{where}: {_node_name(node)} uses {name!r}, which nothing defines before it")
+            for attribute_name, subgraph in subgraphs(node):
+                stack.append((subgraph, frozenset(defined), f"subgraph {attribute_name!r} of {_node_name(node)}"))
+            defined.update(node.output)
+        for value in current.output:
+            if value.name not in defined:
+                raise InvalidModel(f"{where}: output {value.name!r} is not produced by anything")
+    for function in model.functions:
+        defined = set(function.input) | {""}
+        for node in function.node:
+            missing = [name for name in node.input if name not in defined]
+            if missing:
+                where = f"function '{function.domain}.{function.name}'"
+                raise InvalidModel(f"{where}: {_node_name(node)} uses {missing[0]!r}, which nothing defines before it")
+            defined.update(node.output)
+
+
+def _check_gather(node: onnx.NodeProto, data: ValueType | None) -> str | None:
+    axis_attribute = next((a for a in node.attribute if a.name == "axis"), None)
+    if axis_attribute is None:
+        return None
+    if axis_attribute.type != AttributeProto.INT:
+        return f"attribute 'axis' must be an integer, not {AttributeProto.AttributeType.Name(axis_attribute.type)}"
+    rank = data.rank if data is not None else None
+    if rank is not None and not -rank <= axis_attribute.i < rank:
+        return f"axis {axis_attribute.i} is out of range for data {node.input[0]!r} of rank {rank}"
+    return None
+
+
+def _check_dml(node: onnx.NodeProto, data: ValueType | None) -> str | None:
+    declared = _DML_ATTRIBUTES[node.op_type]
+    present = {a.name: a for a in node.attribute}
+    unknown = sorted(set(present) - set(declared))
+    if unknown:
+        return f"attribute {unknown[0]!r} is unknown (it takes {', '.join(declared)})"
+    missing = [name for name in declared if name not in present]
+    if missing:
+        return f"attribute {missing[0]!r} is missing (every attribute must be present)"
+    for name, expected in declared.items():
+        if present[name].type != expected:
+            kind = AttributeProto.AttributeType.Name(expected).lower()
+            return f"attribute {name!r} must be {'an' if kind == 'int' else 'a'} {kind}"
+    mode = present["out_of_bounds"].s.decode(errors="replace")
+    if mode not in semantics.OUT_OF_BOUNDS_MODES:
+        return f"out_of_bounds {mode!r} is unknown (expected one of: {', '.join(semantics.OUT_OF_BOUNDS_MODES)})"
+    rank = data.rank if data is not None else None
+    if len(node.input) != 2 or len(node.output) != 1:
+        return "it needs exactly two inputs (input, indices) and one output"
+    if rank is not None:
+        axis = present["axis"].i
+        if not 0 <= axis < rank:
+            return f"axis {axis} is out of range [0, {rank}) for input {node.input[0]!r} of rank {rank}"
+        if "index_dimensions" in present and not 0 <= present["index_dimensions"].i <= rank:
+            return f"index_dimensions {present['index_dimensions'].i} is out of range [0, {rank}]"
+    return None
+
+
+def validate(model: onnx.ModelProto) -> None:
+    """Raise InvalidModel, naming the node, if ``model`` is not well formed (see the module's rules)."""
+    _check_definitions(model)
+    types = value_types(model)
+    for body in bodies(model):
+        scope = types.get(body.scope, {})
+        for node in body.nodes:
+            data = scope.get(node.input[0]) if node.input else None
+            problem = None
+            if node.domain in ("", "ai.onnx") and node.op_type in ("Gather", "GatherElements"):
+                problem = _check_gather(node, data)
+            elif node.domain == DOMAIN and node.op_type in DML_OP_TYPES:
+                problem = _check_dml(node, data)
+            if problem:
+                raise InvalidModel(f"{body.where}: {_node_name(node)}: {problem}")
