@@ -42,7 +42,8 @@ def gather(input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: 
     output_sizes = semantics.gather_output_sizes(input.shape, indices.shape, axis, index_dimensions)
     semantics.check_output_elements("DmlGather", output_sizes, max_output_elements)
     signed = _signed_indices(indices, input.shape[axis])
-    if signed is not None:
+    # An empty output reads no index, so np.take would not check them: the reference does.
+    if signed is not None and 0 not in output_sizes:
         try:
             index_shape = indices.shape[input.ndim - index_dimensions :]
             return np.take(input, signed.reshape(index_shape), axis=axis).reshape(output_sizes)

@@ -204,3 +204,12 @@ def test_an_empty_axis_reads_zeros_in_onnxruntime(op_type):
     assert_identical(output, np.zeros((1, 2), np.uint16))
     empty = run_dml(op_type, np.zeros((1, 0), np.uint16), np.zeros((1, 0), np.int32), axis=1, **attributes)
     assert_identical(empty, np.zeros((1, 0), np.uint16))
+
+
+def test_error_mode_checks_indices_even_when_the_output_is_empty():
+    # Found by tools/fuzz.py: with an input empty off the axis, the gather reads nothing, yet the index is bad.
+    data = np.zeros((3, 0, 2), np.float32)
+    indices = np.array([[[np.iinfo(np.int64).max]]])
+    with pytest.raises(GatherError, match=r"index 9223372036854775807 at indices position \(0, 0, 0\)"):
+        run_dml("DmlGather", data, indices, axis=2, index_dimensions=1, out_of_bounds="error")
+    assert run_dml("DmlGather", data, indices, axis=2, index_dimensions=1).shape == (3, 0, 1)

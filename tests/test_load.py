@@ -1,0 +1,111 @@
+"""Under load and at scale: threads sharing a session, long runs, deep subgraphs and large graphs."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import assert_identical
+
+import onnx_gather
+from onnx_gather.convert import convert
+from onnx_gather.graph import single_node_model
+from onnx_gather.semantics import GatherError
+
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
+
+
+def _session():
+    model = single_node_model("DmlGatherElements", np.float32, np.int64, axis=1, out_of_bounds="error")
+    return onnx_gather.InferenceSession(model)
+
+
+def _feeds(k: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(k)
+    indices = rng.integers(-8, 8, (16, 8))
+    if k % 10 == 9:
+        indices[3, 5] = 8 + k  # every tenth run meets an out-of-bounds index, in error mode
+    return {"input": rng.random((16, 8), dtype=np.float32), "indices": indices}
+
+
+def _result(session, k: int):
+    try:
+        return session.run(None, _feeds(k))[0]
+    except GatherError as error:
+        return str(error)
+
+
+def test_four_threads_sharing_one_session_give_the_serial_results():
+    session = _session()
+    runs = 1000
+    serial = [_result(session, k) for k in range(runs)]
+    assert sum(isinstance(r, str) for r in serial) == 100
+    parallel: list = [None] * runs
+
+    def worker(first: int) -> None:
+        for k in range(first, runs, 4):
+            parallel[k] = _result(session, k)
+
+    threads = [threading.Thread(target=worker, args=(first,)) for first in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for k in range(runs):
+        if isinstance(serial[k], str):
+            assert parallel[k] == serial[k] and f"index {8 + k} at indices position (3, 5)" in serial[k]
+        else:
+            assert_identical(parallel[k], serial[k])
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="resident memory is read from /proc (Linux)")
+def test_ten_thousand_runs_do_not_grow_resident_memory():
+    session = _session()
+    feeds = [_feeds(k) for k in range(20)]
+    for k in range(500):  # warm up: arenas, caches, the inner session
+        _result(session, k % 20) if k % 10 == 9 else session.run(None, feeds[k % 20])
+    before = _resident_bytes()
+    for k in range(10_000):
+        if k % 10 == 9:
+            with pytest.raises(GatherError):
+                session.run(None, feeds[k % 20])
+        else:
+            session.run(None, feeds[k % 20])
+    growth = (_resident_bytes() - before) / before
+    assert growth < 0.05, f"resident memory grew by {growth:.1%} over 10,000 runs"
+
+
+def test_subgraphs_nested_as_deep_as_protobuf_allows_convert_and_run():
+    sys.path.insert(0, str(TOOLS))
+    try:
+        from make_broken import _nested
+    finally:
+        sys.path.remove(str(TOOLS))
+    import onnx
+
+    # 30 levels of If: protobuf (and so onnx and onnxruntime) stops at 100 nested messages, about 32 levels.
+    model = onnx.load_from_string(_nested(30))
+    converted, report = convert(model)
+    assert len(report.changed) == 1 and report.changed[0].where.count("subgraph") == 30
+    feeds = {"x5": np.arange(5, dtype=np.float32), "x2": np.zeros(2, np.float32), "i": np.array([4, -5]),
+             "c": np.array(True)}  # fmt: skip
+    assert onnx_gather.InferenceSession(converted).run(None, feeds)[0].tolist() == [4.0, 0.0]
+
+
+def test_a_model_of_100000_nodes_converts():
+    sys.path.insert(0, str(TOOLS))
+    try:
+        from convert_speed import chain
+    finally:
+        sys.path.remove(str(TOOLS))
+    converted, report = convert(chain(100_000))
+    assert len(report.changed) == 100_000 and not report.left
+    assert len(converted.graph.node) == 300_000
