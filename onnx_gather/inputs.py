@@ -103,7 +103,7 @@ def load(path: str | os.PathLike) -> dict[str, np.ndarray]:
             return {name: archive[name] for name in archive.files}
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except (OSError, ValueError) as error:
+    except Exception as error:  # a broken archive fails in many ways (BadZipFile, EOFError, ValueError, ...)
         raise InputError(f"{path}: not a readable .npz file of arrays ({type(error).__name__})") from None
 
 

@@ -197,3 +197,27 @@ def test_run_reports_a_failing_backend_with_exit_1(tmp_path, capsys):
     model = _ids_model(tmp_path)
     assert main(["run", str(model), "--backend", "cpu", "--inputs", str(_inputs(tmp_path, [9], [0, 0]))]) == 1
     assert "onnx-gather: cpu failed on" in capsys.readouterr().err
+
+
+def test_a_generated_input_above_max_elements_is_refused_before_allocating(tmp_path, capsys):
+    model = _ids_model(tmp_path)
+    assert main(["run", str(model), "--backend", "pyop", "--shape", "ids:3000000000"]) == 2
+    assert "input 'ids' of shape (3000000000,) would have 3000000000 elements, more than --max-elements" in (
+        capsys.readouterr().err
+    )
+
+
+def test_an_op_output_above_max_elements_fails_before_allocating(tmp_path, capsys):
+    model = _ids_model(tmp_path)
+    arguments = ["run", str(model), "--backend", "pyop", "--shape", "ids:600", "--max-elements", "1000"]
+    assert main(arguments) == 1
+    assert (
+        "DmlGather: the output (600, 2) would have 1200 elements, more than the limit 1000" in capsys.readouterr().err
+    )
+
+
+def test_a_corrupt_inputs_file_is_bad_input(tmp_path, capsys):
+    model = _ids_model(tmp_path)
+    (tmp_path / "corrupt.npz").write_bytes(b"PK\x03\x04 not really a zip")
+    assert main(["parity", str(model), "--inputs", str(tmp_path / "corrupt.npz")]) == 2
+    assert "corrupt.npz: not a readable .npz file of arrays" in capsys.readouterr().err
