@@ -17,7 +17,7 @@ from onnx_gather.check import FEATURE_LEVELS, check
 from onnx_gather.convert import Report, convert
 from onnx_gather.lower import lower
 from onnx_gather.parity import run_parity
-from onnx_gather.semantics import OUT_OF_BOUNDS_MODES, GatherError
+from onnx_gather.semantics import OUT_OF_BOUNDS_MODES
 
 
 class UsageError(Exception):
@@ -241,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # bad input, or a failure it caused: one line, never a traceback unless asked
         if debug:
             traceback.print_exc()
-        expected = isinstance(error, UsageError | model_io.ModelError | inputs.InputError | GatherError | OSError)
+        expected = isinstance(error, UsageError | ValueError | OSError)  # ours, with their own messages
         message = " ".join(str(error).split()) or type(error).__name__
         if not expected:
             message = f"{type(error).__name__}: {message}"

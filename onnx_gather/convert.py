@@ -32,6 +32,8 @@ _DML_TYPES = {
     TensorProto.DOUBLE, TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.INT16,
     TensorProto.INT8, TensorProto.UINT64, TensorProto.UINT32, TensorProto.UINT16, TensorProto.UINT8,
 }  # fmt: skip
+# An end past any size: Slice clamps it, so the slice keeps the whole axis (lower.py recognises it).
+WHOLE_AXIS = 2**62
 CARRIERS = {
     TensorProto.FLOAT16: TensorProto.FLOAT,
     TensorProto.BFLOAT16: TensorProto.FLOAT,
@@ -218,12 +220,12 @@ def _emit_slice(emit: Emitter, data: str, indices: str, index_dims: tuple, axis:
     rank = len(index_dims)
     if dynamic:
         # Slice clamps its ends to the data's sizes: a huge end keeps the whole axis.
-        keep_axis = [2**62 if d == axis else 0 for d in range(rank)]
+        keep_axis = [WHOLE_AXIS if d == axis else 0 for d in range(rank)]
         shape = emit.node("Shape", [indices], "indices_shape")
         ends = emit.node("Add", [shape, emit.constant(keep_axis, np.int64, "keep_axis")], "slice_ends")
     else:
         ends = emit.constant(
-            [2**62 if d == axis else size for d, size in enumerate(index_dims)], np.int64, "slice_ends"
+            [WHOLE_AXIS if d == axis else size for d, size in enumerate(index_dims)], np.int64, "slice_ends"
         )
     starts = emit.constant([0] * rank, np.int64, "slice_starts")
     return emit.node("Slice", [data, starts, ends], "slice_input")

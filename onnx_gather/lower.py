@@ -23,15 +23,13 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_gather import semantics
-from onnx_gather.convert import CARRIERS, NodeChange, Report, count_ops
+from onnx_gather.convert import CARRIERS, WHOLE_AXIS, NodeChange, Report, count_ops
 from onnx_gather.graph import DML_OP_TYPES, DOMAIN, Body, Emitter, Names, ValueType, bodies, value_types
 
 # ONNX Runtime's Where has no kernel for these; they are masked as an exact wider or same-width type.
 _WHERE_CARRIERS = {TensorProto.BOOL: TensorProto.UINT8, TensorProto.INT16: TensorProto.INT32,
                    TensorProto.UINT16: TensorProto.UINT32, TensorProto.UINT64: TensorProto.INT64,
                    TensorProto.BFLOAT16: TensorProto.FLOAT}  # fmt: skip
-_NUMPY_INDEX_TYPES = {TensorProto.INT32: np.int32, TensorProto.INT64: np.int64, TensorProto.UINT32: np.uint32,
-                      TensorProto.UINT64: np.uint64}  # fmt: skip
 
 
 def _is_dml(node: onnx.NodeProto) -> bool:
@@ -130,7 +128,10 @@ class _Body:
         starts = self.constant(node.input[1])
         if starts is None or starts.any():
             return None
-        keep_axis = lambda ends: ends.ndim == 1 and ends.size > axis and ends[axis] >= 2**62  # noqa: E731
+
+        def keep_axis(ends: np.ndarray) -> bool:
+            return ends.ndim == 1 and ends.size > axis and ends[axis] >= WHOLE_AXIS
+
         ends = self.constant(node.input[2])
         if ends is not None:
             off_axis = [int(e) for d, e in enumerate(ends) if d != axis]
@@ -349,7 +350,7 @@ class _Bounds:
 
     def __init__(self, emit: Emitter, x: str, axis: int, size: int | str | None, index_type: int) -> None:
         self.emit, self.x, self.axis, self.static_size, self.index_type = emit, x, axis, size, index_type
-        self.np_type = _NUMPY_INDEX_TYPES[index_type]
+        self.np_type = helper.tensor_dtype_to_np_dtype(index_type)
 
     @functools.cached_property
     def size(self) -> str:
