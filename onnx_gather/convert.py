@@ -125,77 +125,102 @@ class _Converter:
         if self.report.changed:
             _import_domain(self.model.opset_import)
 
-    def _leave(self, body: Body, node: onnx.NodeProto, reason: str) -> tuple[None, list]:
-        self.report.left.append(NodeChange(body.where, node.name, node.op_type, "", reason))
-        return None, []
-
     def _convert(
         self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
     ) -> tuple[list[onnx.NodeProto] | None, list[onnx.ValueInfoProto]]:
-        if len(node.input) != 2 or len(node.output) != 1:
-            return self._leave(body, node, "it does not have exactly two inputs and one output")
-        data, indices = (types.get(name) for name in node.input)
-        for role, name, value_type in (("data", node.input[0], data), ("indices", node.input[1], indices)):
-            if value_type is None or value_type.rank is None:
-                return self._leave(body, node, f"the rank of {role} {name!r} is unknown (no shape information)")
-        if data.elem_type not in _DML_TYPES and data.elem_type not in CARRIERS:
-            return self._leave(body, node, f"{_type_name(data.elem_type)} data cannot be expressed for DirectML")
-        if body.opset < 6 and data.elem_type in CARRIERS:
-            return self._leave(body, node, f"carrying {_type_name(data.elem_type)} needs Cast-6 (opset {body.opset})")
-        r, q = data.rank, indices.rank
-        axis = _attribute(node, "axis", 0)
-        if not -r <= axis < r:
-            return self._leave(body, node, f"axis {axis} is out of range for data of rank {r}")
-        axis %= r
-        gather = node.op_type == "Gather"
-        if not gather and q != r:
-            return self._leave(body, node, f"indices rank {q} differs from data rank {r}")
-        needed = max(r, q, r + q - 1) if gather else r
-        n = self.dimension_count or needed
-        if needed > n or needed > semantics.MAX_DIMENSION_COUNT:
-            limit = f"the dimension count {n}" if self.dimension_count else "DirectML's 8"
-            return self._leave(body, node, f"it needs {needed} dimensions, more than {limit}")
-        slice_plan = None if gather else _slice_plan(data, indices, axis)
-
+        plan = _examine(body, types, node, self.dimension_count)
+        if isinstance(plan, str):
+            self.report.left.append(NodeChange(body.where, node.name, node.op_type, "", plan))
+            return None, []
         name = node.name or self.names.fresh(f"{node.op_type}_{index}")
+        nodes, value_infos = self._emit(body, node, name, plan)
+        note = ""
+        if plan.carrier is not None:
+            exact = "exact" if plan.data.elem_type == TensorProto.BOOL else "exact but for NaN payloads, made canonical"
+            note = f"{_type_name(plan.data.elem_type)} data travels as {_type_name(plan.carrier)} ({exact})"
+        self.report.changed.append(NodeChange(
+            body.where, node.name, node.op_type, name, f"N={plan.n}", plan.n, plan.data.elem_type,
+            plan.indices.elem_type, note,
+        ))  # fmt: skip
+        return nodes, value_infos
+
+    def _emit(
+        self, body: Body, node: onnx.NodeProto, name: str, plan: _Plan
+    ) -> tuple[list[onnx.NodeProto], list[onnx.ValueInfoProto]]:
+        """Slice, carry, pad -> the DML node -> unpad, carry back, ending in the original output's name."""
         emit = Emitter(body, self.names, name)
+        data, indices, n = plan.data, plan.indices, plan.n
         x = node.input[0]
-        if slice_plan is not None:
-            x = _emit_slice(emit, x, node.input[1], indices.dims, axis, slice_plan)
-        carrier = CARRIERS.get(data.elem_type)
-        if carrier is not None:
-            x = emit.node("Cast", [x], "carry_input", to=carrier)
-        x = emit.pad(x, n - r, "pad_input")
-        i = emit.pad(node.input[1], n - q, "pad_indices")
-        out_rank = r + q - 1 if gather else r
-        last = n - out_rank == 0 and carrier is None
+        if plan.slice is not None:
+            x = _emit_slice(emit, x, node.input[1], indices.dims, plan.axis, plan.slice)
+        if plan.carrier is not None:
+            x = emit.node("Cast", [x], "carry_input", to=plan.carrier)
+        x = emit.pad(x, n - data.rank, "pad_input")
+        i = emit.pad(node.input[1], n - indices.rank, "pad_indices")
+        ones = n - plan.out_rank  # the DML output is the standard output with these leading ones
+        last = ones == 0 and plan.carrier is None
         dml_output = node.output[0] if last else self.names.fresh(f"{name}/output")
-        attributes = {"axis": axis + n - r, "out_of_bounds": self.out_of_bounds}
-        if gather:
-            attributes["index_dimensions"] = q
+        attributes = {"axis": plan.axis + n - data.rank, "out_of_bounds": self.out_of_bounds}
+        if plan.gather:
+            attributes["index_dimensions"] = indices.rank
         emit.nodes.append(
             helper.make_node(f"Dml{node.op_type}", [x, i], [dml_output], name=name, domain=DOMAIN, **attributes)
         )
         y = dml_output
         if not last:
-            y = emit.unpad(y, n - out_rank, "unpad_output", None if carrier else node.output[0])
-        if carrier is not None:
+            y = emit.unpad(y, ones, "unpad_output", None if plan.carrier else node.output[0])
+        if plan.carrier is not None:
             emit.node("Cast", [y], "carry_output", node.output[0], to=data.elem_type)
+        if last:
+            return emit.nodes, []
+        out_dims = _output_dims(data, indices, plan.axis, plan.gather)
+        return emit.nodes, [ValueType(plan.carrier or data.elem_type, (1,) * ones + out_dims).value_info(dml_output)]
 
-        out_dims = _output_dims(data, indices, axis, gather)
-        value_infos = (
-            []
-            if last
-            else [ValueType(carrier or data.elem_type, (1,) * (n - out_rank) + out_dims).value_info(dml_output)]
-        )
-        note = ""
-        if carrier is not None:
-            exactness = "exact" if data.elem_type == TensorProto.BOOL else "exact but for NaN payloads, made canonical"
-            note = f"{_type_name(data.elem_type)} data travels as {_type_name(carrier)} ({exactness})"
-        self.report.changed.append(
-            NodeChange(body.where, node.name, node.op_type, name, f"N={n}", n, data.elem_type, indices.elem_type, note)
-        )
-        return emit.nodes, value_infos
+
+@dataclass(frozen=True)
+class _Plan:
+    """One standard gather as DML form takes it."""
+
+    data: ValueType
+    indices: ValueType
+    axis: int  # non-negative
+    n: int  # the DML nodes' dimension count
+    gather: bool  # Gather, else GatherElements
+    carrier: int | None  # the element type the data travels as, where the bridge cannot carry it
+    slice: bool | None  # GatherElements data to slice to the indices: None, or whether it needs Shape
+
+    @property
+    def out_rank(self) -> int:
+        return self.data.rank + self.indices.rank - 1 if self.gather else self.data.rank
+
+
+def _examine(body: Body, types: dict[str, ValueType], node: onnx.NodeProto, dimension_count: int | None) -> _Plan | str:
+    """How to put ``node`` into DML form, or why it stays standard."""
+    if len(node.input) != 2 or len(node.output) != 1:
+        return "it does not have exactly two inputs and one output"
+    data, indices = (types.get(name) for name in node.input)
+    for role, name, value_type in (("data", node.input[0], data), ("indices", node.input[1], indices)):
+        if value_type is None or value_type.rank is None:
+            return f"the rank of {role} {name!r} is unknown (no shape information)"
+    if data.elem_type not in _DML_TYPES and data.elem_type not in CARRIERS:
+        return f"{_type_name(data.elem_type)} data cannot be expressed for DirectML"
+    if body.opset < 6 and data.elem_type in CARRIERS:
+        return f"carrying {_type_name(data.elem_type)} needs Cast-6 (opset {body.opset})"
+    r, q = data.rank, indices.rank
+    axis = _attribute(node, "axis", 0)
+    if not -r <= axis < r:
+        return f"axis {axis} is out of range for data of rank {r}"
+    gather = node.op_type == "Gather"
+    if not gather and q != r:
+        return f"indices rank {q} differs from data rank {r}"
+    needed = max(r, q, r + q - 1) if gather else r
+    n = dimension_count or needed
+    if needed > n or needed > semantics.MAX_DIMENSION_COUNT:
+        limit = f"the dimension count {n}" if dimension_count else "DirectML's 8"
+        return f"it needs {needed} dimensions, more than {limit}"
+    axis %= r
+    sliced = None if gather else _slice_plan(data, indices, axis)
+    return _Plan(data, indices, axis, n, gather, CARRIERS.get(data.elem_type), sliced)
 
 
 def _output_dims(data: ValueType, indices: ValueType, axis: int, gather: bool) -> tuple:
