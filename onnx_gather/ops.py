@@ -76,25 +76,28 @@ def _traced(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     return traced
 
 
-_GATHER_ATTRIBUTES = {
-    "axis": PyCustomOpDef.dt_int64,
-    "index_dimensions": PyCustomOpDef.dt_int64,
-    "out_of_bounds": PyCustomOpDef.dt_string,
-}
-_GATHER_ELEMENTS_ATTRIBUTES = {"axis": PyCustomOpDef.dt_int64, "out_of_bounds": PyCustomOpDef.dt_string}
+_BASE_OPERATORS = (
+    _Operator(
+        "DmlGather",
+        kernels.gather,
+        {
+            "axis": PyCustomOpDef.dt_int64,
+            "index_dimensions": PyCustomOpDef.dt_int64,
+            "out_of_bounds": PyCustomOpDef.dt_string,
+        },
+    ),
+    _Operator(
+        "DmlGatherElements",
+        kernels.gather_elements,
+        {"axis": PyCustomOpDef.dt_int64, "out_of_bounds": PyCustomOpDef.dt_string},
+    ),
+)
 # The same ops with a ``node`` attribute naming the DML node they stand for, for counting out-of-bounds
 # indices per node (the bridge does not tell an op which node it runs).
-TRACED = {"DmlGather": "DmlGatherTraced", "DmlGatherElements": "DmlGatherElementsTraced"}
-
-_OPERATORS = (
-    _Operator("DmlGather", kernels.gather, _GATHER_ATTRIBUTES),
-    _Operator("DmlGatherElements", kernels.gather_elements, _GATHER_ELEMENTS_ATTRIBUTES),
-    _Operator("DmlGatherTraced", _traced(kernels.gather), {**_GATHER_ATTRIBUTES, "node": PyCustomOpDef.dt_string}),
-    _Operator(
-        "DmlGatherElementsTraced",
-        _traced(kernels.gather_elements),
-        {**_GATHER_ELEMENTS_ATTRIBUTES, "node": PyCustomOpDef.dt_string},
-    ),
+TRACED = {operator.op_type: f"{operator.op_type}Traced" for operator in _BASE_OPERATORS}
+_OPERATORS = _BASE_OPERATORS + tuple(
+    _Operator(TRACED[o.op_type], _traced(o.function), {**o.attributes, "node": PyCustomOpDef.dt_string})
+    for o in _BASE_OPERATORS
 )
 
 
