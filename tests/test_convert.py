@@ -313,3 +313,23 @@ def test_old_opsets_use_attribute_forms_and_where_for_clamping(opset, mode):
         return
     onnx.checker.check_model(lowered)
     assert_all_identical(run_model(lowered, feeds), expected)
+
+
+def test_gather_1_converts_and_lowers_where_opset_1_allows():
+    def gather_1(elem):
+        return _model(
+            [h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=1)],
+            [h.make_tensor_value_info("x", elem, [2, 5]), h.make_tensor_value_info("i", T.INT64, [3])],
+            [h.make_tensor_value_info("y", elem, [2, 3])],
+            opset=1,
+        )
+
+    model = gather_1(T.FLOAT)
+    feeds = {"x": RNG.standard_normal((2, 5)).astype(np.float32), "i": np.array([4, -5, 1])}
+    converted = onnx_gather.to_dml(model, out_of_bounds="error")
+    assert_all_identical(run_model(converted, feeds, custom_ops=True), run_model(model, feeds))
+    assert onnx_gather.to_onnx(converted).graph.node == model.graph.node
+    _, report = lower(onnx_gather.to_dml(model))
+    assert report.left[0].reason == "out_of_bounds=clamp needs Where-9 (opset 1)"
+    _, report = convert(gather_1(T.FLOAT16))
+    assert report.left[0].reason == "carrying FLOAT16 needs Cast-6 (opset 1)"
