@@ -10,11 +10,11 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-import onnx
 import onnxruntime
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail
 
 from onnx_gather import semantics
+from onnx_gather.graph import single_node_model
 
 # No output larger than this is allocated (ops.set_max_output_elements; the command line's --max-elements).
 max_output_elements = 2**31
@@ -55,18 +55,7 @@ def gather(input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: 
 @functools.cache
 def _native_gather_elements(dtype: np.dtype, index_dtype: np.dtype, axis: int) -> onnxruntime.InferenceSession:
     """A session holding ONNX Runtime's native GatherElements for one type pair and axis."""
-    to_onnx = onnx.helper.np_dtype_to_tensor_dtype
-    node = onnx.helper.make_node("GatherElements", ["input", "indices"], ["output"], axis=axis)
-    graph = onnx.helper.make_graph(
-        [node],
-        "native_gather_elements",
-        [
-            onnx.helper.make_tensor_value_info("input", to_onnx(dtype), None),
-            onnx.helper.make_tensor_value_info("indices", to_onnx(index_dtype), None),
-        ],
-        [onnx.helper.make_tensor_value_info("output", to_onnx(dtype), None)],
-    )
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)], ir_version=8)
+    model = single_node_model("GatherElements", dtype, index_dtype, domain="", axis=axis)
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 4  # an out-of-bounds index is expected here, not worth a log line
     # Runs nest inside the caller's session: idle threads spinning here would take the cores it runs on.
