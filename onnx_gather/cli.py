@@ -200,7 +200,9 @@ def _parity(args: argparse.Namespace) -> int:
     runs = []
     for number, model in enumerate(models, start=1):
         if len(models) > 1:
-            print(f"[{number}/{len(models)}] {model.path}", file=sys.stderr, flush=True)
+            filled = round(20 * (number - 1) / len(models))
+            bar = "#" * filled + "." * (20 - filled)
+            print(f"[{bar}] {number}/{len(models)} {model.path}", file=sys.stderr, flush=True)
         feeds = _feeds(args, model)
         if args.save_inputs:
             inputs.save(args.save_inputs, feeds)

@@ -159,7 +159,8 @@ def test_several_models_in_a_folder(tmp_path, capsys):
     assert list(document) == ["models", "passed"] and document["passed"] is True
     assert [report["model"] for report in document["models"]] == [str(folder / "a.onnx"), str(folder / "b.onnx")]
     captured = capsys.readouterr()
-    assert "[1/2]" in captured.err and "[2/2]" in captured.err
+    assert f"[....................] 1/2 {folder / 'a.onnx'}" in captured.err
+    assert f"[##########..........] 2/2 {folder / 'b.onnx'}" in captured.err
     assert "2 of 2 models passed." in captured.out
 
 
