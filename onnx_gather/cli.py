@@ -16,7 +16,7 @@ from onnx_gather import backends, demo, inputs, model_io, ops, report
 from onnx_gather.check import FEATURE_LEVELS, check
 from onnx_gather.convert import Report, convert
 from onnx_gather.lower import lower
-from onnx_gather.parity import run_parity
+from onnx_gather.parity import one_line, run_parity
 from onnx_gather.semantics import OUT_OF_BOUNDS_MODES
 
 
@@ -163,7 +163,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         outcome = backend.run(model, feeds)
     except Exception as error:
-        print(f"onnx-gather: {args.backend} failed on {args.model}: {error}".splitlines()[0], file=sys.stderr)
+        print(f"onnx-gather: {args.backend} failed on {args.model}: {one_line(error)}", file=sys.stderr)
         return 1
     print(f"{args.model} on {args.backend}: {backend.description}")
     for name, array in feeds.items():
@@ -243,11 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # bad input, or a failure it caused: one line, never a traceback unless asked
         if debug:
             traceback.print_exc()
-        expected = isinstance(error, UsageError | ValueError | OSError)  # ours, with their own messages
-        message = " ".join(str(error).split()) or type(error).__name__
-        if not expected:
-            message = f"{type(error).__name__}: {message}"
-        print(f"onnx-gather: error: {message}", file=sys.stderr)
+        ours = isinstance(error, UsageError | ValueError | OSError)  # their messages say what went wrong
+        print(f"onnx-gather: error: {one_line(error, typed=not ours)}", file=sys.stderr)
         return 2
 
 

@@ -67,11 +67,13 @@ def compare(reference: np.ndarray, actual: np.ndarray, atol: float, rtol: float)
     )
 
 
-def _message(error: BaseException) -> str:
+def one_line(error: BaseException, typed: bool = True) -> str:
     """The error on one line, without the bare source locations some runtimes stack in front of it."""
     lines = [line.strip() for line in str(error).splitlines()]
-    lines = [line for line in lines if line and not line.startswith("Exception from ")]
-    text = f"{type(error).__name__}: {' '.join(lines)}"
+    text = " ".join(line for line in lines if line and not line.startswith("Exception from "))
+    text = text or type(error).__name__
+    if typed:
+        text = f"{type(error).__name__}: {text}"
     return text if len(text) <= 400 else text[:399] + "…"
 
 
@@ -105,7 +107,7 @@ def run_parity(
         try:
             outcomes[name] = backend.run(model, feeds)
         except Exception as error:  # a backend that fails is reported, and the others still run
-            statuses[name] = {"status": "error", "reason": _message(error), "seconds": None}
+            statuses[name] = {"status": "error", "reason": one_line(error), "seconds": None}
             continue
         statuses[name] = {"status": "ok", "reason": None, "seconds": round(time.perf_counter() - start, 4)}
     outputs: dict[str, dict] = {name: {} for name in model.output_names}
