@@ -126,13 +126,12 @@ def fix_indices(op: str, indices: np.ndarray, size: int, out_of_bounds: str) -> 
     """
     check_out_of_bounds(op, out_of_bounds)
     highest = max(size - 1, 0)  # an empty axis has nothing to clamp to; callers read a zero row there
+    out_of_range = _out_of_range(indices, size)
     if indices.dtype.kind == "u":
-        out_of_range = indices >= size
         fixed = np.minimum(indices, highest).astype(np.intp)
     else:
         wide = indices.astype(np.int64)
         fixed = np.where(wide < 0, wide + size, wide)
-        out_of_range = (fixed < 0) | (fixed >= size)
         np.clip(fixed, 0, highest, out=fixed)
     if out_of_bounds == "error" and out_of_range.any():
         position = tuple(int(i) for i in np.argwhere(out_of_range)[0])
@@ -144,13 +143,17 @@ def fix_indices(op: str, indices: np.ndarray, size: int, out_of_bounds: str) -> 
     return fixed.astype(np.intp, copy=False), out_of_range
 
 
+def _out_of_range(indices: np.ndarray, size: int) -> np.ndarray:
+    """Where an index lies outside ``[-size, size)`` (outside ``[0, size)`` for unsigned types)."""
+    if indices.dtype.kind == "u":
+        return indices >= size
+    wide = indices.astype(np.int64, copy=False)
+    return (wide < -size) | (wide >= size)
+
+
 def count_out_of_bounds(indices: np.ndarray, size: int) -> int:
     """How many index values lie outside ``[-size, size)`` (outside ``[0, size)`` for unsigned types)."""
-    if indices.size == 0:
-        return 0
-    if indices.dtype.kind == "u":
-        return int(np.count_nonzero(indices >= size))
-    return int(np.count_nonzero((indices < -size) | (indices >= size)))
+    return int(np.count_nonzero(_out_of_range(indices, size)))
 
 
 def _readable(source: np.ndarray, axis: int) -> np.ndarray:
