@@ -100,7 +100,7 @@ def save(model: onnx.ModelProto, path: str | os.PathLike, source: str | os.PathL
             target = folder / location
             target.parent.mkdir(parents=True, exist_ok=True)
             _write_atomically(target, lambda file, location=location: _copy(source_folder / location, file))
-    _write_atomically(path, lambda file: file.write(model.SerializeToString()))
+    write_bytes(path, model.SerializeToString())
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
