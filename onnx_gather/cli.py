@@ -15,6 +15,8 @@ import numpy as np
 from onnx_gather import backends, demo, inputs, model_io, ops, report
 from onnx_gather.check import FEATURE_LEVELS, check
 from onnx_gather.convert import Report, convert
+from onnx_gather.directml import install
+from onnx_gather.directml.layout import Layout
 from onnx_gather.lower import lower
 from onnx_gather.parity import one_line, run_parity
 from onnx_gather.semantics import OUT_OF_BOUNDS_MODES
@@ -34,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="print a traceback with any error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     commands.add_parser("demo", help="convert the bundled sample model and run it with the custom ops and natively")
+    setup_command = commands.add_parser(
+        "setup-directml", help="prepare real DirectML on this Linux machine (Wine, Mesa's lavapipe; as root)"
+    )
+    setup_command.add_argument(
+        "--check", action="store_true", help="only say whether real DirectML is ready, and which versions it uses"
+    )
 
     convert_command = commands.add_parser("convert", help="standard Gather/GatherElements into DML custom ops")
     convert_command.add_argument("model", help="the ONNX model to convert (never modified)")
@@ -221,8 +229,21 @@ def _parity(args: argparse.Namespace) -> int:
     return 0 if passed else 1
 
 
+def _setup_directml(args: argparse.Namespace) -> int:
+    layout = Layout.default()
+    if args.check:
+        return install.check(layout, sys.stdout)
+    try:
+        return install.setup(layout, sys.stdout)
+    except install.SetupError as error:
+        for line in str(error).splitlines():
+            print(f"onnx-gather: setup-directml: {line}", file=sys.stderr)
+        return 2
+
+
 _COMMANDS = {
     "demo": lambda args: demo.run(sys.stdout),
+    "setup-directml": _setup_directml,
     "convert": _convert,
     "lower": _lower,
     "check": _check,

@@ -1,0 +1,7 @@
+"""Real DirectML on Linux: ONNX Runtime's DirectML execution provider from the Windows wheel, under Wine, whose
+Direct3D 12 (vkd3d) runs over Mesa's lavapipe, Vulkan on the CPU.
+
+* ``install``: ``onnx-gather setup-directml``, which puts every part in a cache folder, and ``--check``;
+* ``runner.c``: the small Windows program that drives ONNX Runtime's C API (built at set-up);
+* ``worker``: the Python side that starts Xvfb and the runner under Wine, talks to it, and ends them.
+"""

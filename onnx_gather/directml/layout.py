@@ -1,0 +1,109 @@
+"""Where the parts of real DirectML live on this machine, and the versions this project pins."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+ORT_DIRECTML_VERSION = "1.24.4"
+# The win_amd64 wheel for CPython 3.11 on PyPI; only its three DLLs are used.
+WHEEL = f"onnxruntime_directml-{ORT_DIRECTML_VERSION}-cp311-cp311-win_amd64.whl"
+WHEEL_SHA256 = "96642a787e5a6f33bf043521c0f06eb1eb663f6b830e5862a2026d03f9c90543"
+DLLS = ("onnxruntime.dll", "DirectML.dll", "onnxruntime_providers_shared.dll")
+HOME_VARIABLE = "ONNX_GATHER_DIRECTML_HOME"
+WINE = "/usr/lib/wine/wine64"  # Debian's wine64 package puts nothing named wine64 on PATH
+WINESERVER = "/usr/lib/wine/wineserver"
+SETUP_COMMAND = "onnx-gather setup-directml"
+MESA_PACKAGE = "mesa-vulkan-drivers"
+MESA_MINIMUM = 25  # bookworm's Mesa 22.3 lacks what vkd3d needs, and DirectML then computes garbage
+
+
+def runner_source() -> bytes:
+    """The C source of the runner, as installed with the package."""
+    return (resources.files("onnx_gather.directml") / "runner.c").read_bytes()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The cache folder: ``bin/`` (the DLLs and runner.exe), ``prefix/`` (the Wine prefix), ``state.json``."""
+
+    home: Path
+
+    @classmethod
+    def default(cls) -> Layout:
+        """``$ONNX_GATHER_DIRECTML_HOME``, else ``$XDG_CACHE_HOME/onnx-gather/directml`` (``~/.cache`` by default)."""
+        if os.environ.get(HOME_VARIABLE):
+            return cls(Path(os.environ[HOME_VARIABLE]).expanduser().absolute())
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        return cls(cache.expanduser().absolute() / "onnx-gather" / "directml")
+
+    @property
+    def bin(self) -> Path:
+        return self.home / "bin"
+
+    @property
+    def runner(self) -> Path:
+        return self.bin / "runner.exe"
+
+    @property
+    def prefix(self) -> Path:
+        return self.home / "prefix"
+
+    @property
+    def state_file(self) -> Path:
+        return self.home / "state.json"
+
+    def state(self) -> dict:
+        """What set-up recorded: versions and the hash of the runner's source; empty if nothing was."""
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def problems(self) -> list[str]:
+        """What is missing for real DirectML to run here, one line each; empty when everything is in place."""
+        found = []
+        for program in (WINE, WINESERVER):
+            if not Path(program).is_file():
+                found.append(f"Wine is not installed ({program} is missing)")
+        if shutil.which("Xvfb") is None:
+            found.append("Xvfb is not installed")
+        mesa = package_version(MESA_PACKAGE)
+        if mesa is None or mesa_major(mesa) < MESA_MINIMUM:
+            found.append(f"Mesa's Vulkan driver {MESA_MINIMUM} or newer is not installed ({MESA_PACKAGE}: {mesa or 'none'})")
+        state = self.state()
+        if any(not (self.bin / dll).is_file() for dll in DLLS) or state.get("onnxruntime") != ORT_DIRECTML_VERSION:
+            found.append(f"onnxruntime-directml {ORT_DIRECTML_VERSION}'s DLLs are not in {self.bin}")
+        if not self.runner.is_file() or state.get("runner_source_sha256") != source_hash():
+            found.append(f"the runner is not built from this version's runner.c in {self.bin}")
+        if not (self.prefix / "system.reg").is_file():
+            found.append(f"the Wine prefix {self.prefix} is not made")
+        return found
+
+
+def source_hash() -> str:
+    return hashlib.sha256(runner_source()).hexdigest()
+
+
+def package_version(package: str) -> str | None:
+    """The installed version of a Debian package, or None (also where there is no dpkg)."""
+    try:
+        done = subprocess.run(
+            ["dpkg-query", "-W", "-f=${db:Status-Abbrev}${Version}", package], capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    text = done.stdout.strip()
+    return text[3:].strip() if done.returncode == 0 and text.startswith("ii") else None
+
+
+def mesa_major(version: str) -> int:
+    """25 for "25.0.7-2~bpo12+1"; 0 where it cannot be read."""
+    head = version.split(":")[-1].split(".")[0]
+    return int(head) if head.isdigit() else 0

@@ -1,0 +1,312 @@
+/* runner.exe: ONNX Runtime's DirectML execution provider, driven through ONNX Runtime's C API, for onnx-gather.
+ *
+ * Built for Windows (mingw-w64) by `onnx-gather setup-directml` and run under Wine by onnx_gather.directml.worker.
+ * One process serves a whole batch: it reads one request per line on stdin and answers each with zero or more
+ * "#R info ..." lines and one final "#R ok ..." or "#R error ..." line on stdout. Tensors travel as .npy files.
+ *
+ *   load <fallback 0|1> <model path>   -> info input <k> <name>, info output <k> <name>,
+ *                                         with fallback 1: info placement <ONNX Runtime's placement log line>;
+ *                                         ok <session id>
+ *   run <session id> <folder>          -> reads <folder>/in<k>.npy for every input k, writes <folder>/out<k>.npy
+ *   free <session id>                  -> ok
+ *   quit                               -> ok, then the process ends
+ *
+ * The OrtApi functions are called by their position in the table (onnxruntime_c_api.h): the table only grows at
+ * its end, so these positions hold for every later ONNX Runtime.
+ */
+#include <fcntl.h>
+#include <io.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <windows.h>
+
+typedef struct OrtStatus OrtStatus;
+typedef void *Ort; /* every other ONNX Runtime object is opaque here */
+typedef OrtStatus *(*Fn)();
+typedef void (*LogFn)(void *param, int severity, const char *category, const char *logid, const char *where,
+                      const char *message);
+typedef struct {
+    const void *(*GetApi)(uint32_t version);
+    const char *(*GetVersionString)(void);
+} OrtApiBase;
+
+enum {
+    GET_ERROR_MESSAGE = 2, CREATE_ENV_WITH_CUSTOM_LOGGER = 4, CREATE_SESSION = 7, RUN = 9,
+    CREATE_SESSION_OPTIONS = 10, SET_SESSION_EXECUTION_MODE = 13, DISABLE_MEM_PATTERN = 17,
+    SET_SESSION_LOG_SEVERITY_LEVEL = 22, SESSION_GET_INPUT_COUNT = 30, SESSION_GET_OUTPUT_COUNT = 31,
+    SESSION_GET_INPUT_NAME = 36, SESSION_GET_OUTPUT_NAME = 37, CREATE_TENSOR_WITH_DATA_AS_ORT_VALUE = 49,
+    GET_TENSOR_MUTABLE_DATA = 51, GET_TENSOR_ELEMENT_TYPE = 60, GET_DIMENSIONS_COUNT = 61, GET_DIMENSIONS = 62,
+    GET_TENSOR_SHAPE_ELEMENT_COUNT = 64, GET_TENSOR_TYPE_AND_SHAPE = 65, CREATE_CPU_MEMORY_INFO = 69,
+    ALLOCATOR_FREE = 76, GET_ALLOCATOR_WITH_DEFAULT_OPTIONS = 78, RELEASE_STATUS = 93, RELEASE_SESSION = 95, RELEASE_VALUE = 96,
+    RELEASE_TENSOR_TYPE_AND_SHAPE_INFO = 99, RELEASE_SESSION_OPTIONS = 100, ADD_SESSION_CONFIG_ENTRY = 130,
+};
+#define API_VERSION 16
+#define MAX_SESSIONS 256
+#define MAX_DIMS 16
+
+static void *const *api;
+static Fn append_dml;
+static Ort env, cpu_memory, allocator;
+static int reporting_placement;
+
+typedef struct {
+    Ort session;
+    size_t inputs, outputs;
+    char **input_names, **output_names;
+} Session;
+static Session sessions[MAX_SESSIONS];
+
+/* One protocol line; newlines inside a message become spaces so that a reply is always one line. */
+static void reply(const char *kind, const char *text) {
+    printf("#R %s ", kind);
+    for (const char *c = text; *c; c++) putchar(*c == '\n' || *c == '\r' ? ' ' : *c);
+    putchar('\n');
+    fflush(stdout);
+}
+
+static char failure[4096];
+
+/* Records the error of a failed call in `failure`; returns 1 if it failed. */
+static int failed(OrtStatus *status, const char *what) {
+    if (!status) return 0;
+    const char *(*message)(OrtStatus *) = (const char *(*)(OrtStatus *))api[GET_ERROR_MESSAGE];
+    snprintf(failure, sizeof failure, "%s: %s", what, message(status));
+    ((void (*)(OrtStatus *))api[RELEASE_STATUS])(status);
+    return 1;
+}
+#define CALL(slot, ...) failed(((Fn)api[slot])(__VA_ARGS__), #slot)
+
+static void release(int slot, Ort object) {
+    if (object) ((void (*)(Ort))api[slot])(object);
+}
+
+/* ONNX Runtime reports where it placed each node in VerifyEachNodeIsAssignedToAnEp, at verbose level. */
+static void log_message(void *param, int severity, const char *category, const char *logid, const char *where,
+                        const char *message) {
+    (void)param; (void)category; (void)logid;
+    if (reporting_placement && where && strstr(where, "VerifyEachNodeIsAssignedToAnEp")) reply("info placement", message);
+    else if (severity >= 3) reply("info log", message);
+}
+
+/* .npy element types and ONNX's: descr, ONNX type, bytes per element. */
+static const struct { const char *descr; int onnx; size_t size; } types[] = {
+    {"<f4", 1, 4}, {"|u1", 2, 1}, {"|i1", 3, 1}, {"<u2", 4, 2}, {"<i2", 5, 2}, {"<i4", 6, 4}, {"<i8", 7, 8},
+    {"|b1", 9, 1}, {"<f2", 10, 2}, {"<f8", 11, 8}, {"<u4", 12, 4}, {"<u8", 13, 8},
+};
+#define TYPE_COUNT (sizeof types / sizeof types[0])
+
+typedef struct {
+    int type;
+    size_t size, dims;
+    int64_t shape[MAX_DIMS];
+    void *data;
+} Tensor;
+
+static wchar_t *wide(const char *text) {
+    int length = MultiByteToWideChar(CP_UTF8, 0, text, -1, NULL, 0);
+    wchar_t *result = malloc(sizeof(wchar_t) * (length > 0 ? length : 1));
+    if (length <= 0 || !MultiByteToWideChar(CP_UTF8, 0, text, -1, result, length)) result[0] = 0;
+    return result;
+}
+
+static FILE *open_file(const char *path, const char *mode) {
+    wchar_t *name = wide(path), *how = wide(mode);
+    FILE *file = _wfopen(name, how);
+    free(name);
+    free(how);
+    return file;
+}
+
+/* Reads a C-order .npy file of one of `types`; 0 on success, else -1 with `failure` set. */
+static int read_npy(const char *path, Tensor *tensor) {
+    FILE *file = open_file(path, "rb");
+    unsigned char magic[10];
+    char header[4096];
+    if (!file) return snprintf(failure, sizeof failure, "cannot open %s", path), -1;
+    size_t header_length = 0;
+    int ok = fread(magic, 1, 8, file) == 8 && memcmp(magic, "\x93NUMPY", 6) == 0;
+    if (ok && magic[6] == 1) ok = fread(magic + 8, 1, 2, file) == 2, header_length = magic[8] | magic[9] << 8;
+    else if (ok && magic[6] == 2) {
+        unsigned char length[4];
+        ok = fread(length, 1, 4, file) == 4;
+        header_length = length[0] | length[1] << 8 | length[2] << 16 | (size_t)length[3] << 24;
+    } else ok = 0;
+    ok = ok && header_length < sizeof header && fread(header, 1, header_length, file) == header_length;
+    header[ok ? header_length : 0] = 0;
+    const char *descr = strstr(header, "'descr': '"), *shape = strstr(header, "'shape': (");
+    tensor->type = 0;
+    for (size_t t = 0; ok && descr && t < TYPE_COUNT; t++)
+        if (strncmp(descr + 10, types[t].descr, 3) == 0) tensor->type = types[t].onnx, tensor->size = types[t].size;
+    if (!ok || !tensor->type || !shape || !strstr(header, "'fortran_order': False")) {
+        fclose(file);
+        return snprintf(failure, sizeof failure, "%s: not a C-order .npy file of a supported type", path), -1;
+    }
+    size_t count = 1;
+    tensor->dims = 0;
+    for (char *at = (char *)shape + 10; *at != ')';) {
+        if (tensor->dims == MAX_DIMS) return fclose(file), snprintf(failure, sizeof failure, "%s: too many dims", path), -1;
+        tensor->shape[tensor->dims] = _strtoi64(at, &at, 10);
+        count *= (size_t)tensor->shape[tensor->dims++];
+        while (*at == ',' || *at == ' ') at++;
+    }
+    size_t bytes = count * tensor->size;
+    tensor->data = malloc(bytes ? bytes : 1);
+    if (fread(tensor->data, 1, bytes, file) != bytes) {
+        fclose(file);
+        free(tensor->data);
+        return snprintf(failure, sizeof failure, "%s: shorter than its header says", path), -1;
+    }
+    fclose(file);
+    return 0;
+}
+
+/* Writes an output tensor as .npy (version 1.0, C order); 0 on success, else -1 with `failure` set. */
+static int write_npy(const char *path, Ort value) {
+    Ort info = NULL;
+    int type = 0;
+    size_t dims = 0, count = 0;
+    int64_t shape[MAX_DIMS];
+    void *data = NULL;
+    if (CALL(GET_TENSOR_TYPE_AND_SHAPE, value, &info) || CALL(GET_TENSOR_ELEMENT_TYPE, info, &type) ||
+        CALL(GET_DIMENSIONS_COUNT, info, &dims) || (dims <= MAX_DIMS && CALL(GET_DIMENSIONS, info, shape, dims)) ||
+        CALL(GET_TENSOR_SHAPE_ELEMENT_COUNT, info, &count)) {
+        release(RELEASE_TENSOR_TYPE_AND_SHAPE_INFO, info);
+        return -1;
+    }
+    release(RELEASE_TENSOR_TYPE_AND_SHAPE_INFO, info);
+    size_t t = 0;
+    while (t < TYPE_COUNT && types[t].onnx != type) t++;
+    if (t == TYPE_COUNT || dims > MAX_DIMS)
+        return snprintf(failure, sizeof failure, "output of ONNX type %d with %zu dims is not supported", type, dims), -1;
+    if (count && CALL(GET_TENSOR_MUTABLE_DATA, value, &data)) return -1;
+    char header[512];
+    int length = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (", types[t].descr);
+    for (size_t d = 0; d < dims; d++) length += snprintf(header + length, sizeof header - length, "%lld,", (long long)shape[d]);
+    length += snprintf(header + length, sizeof header - length, "), }");
+    while ((length + 11) % 64) header[length++] = ' '; /* magic, version, length and '\n' make the rest */
+    header[length++] = '\n';
+    FILE *file = open_file(path, "wb");
+    if (!file) return snprintf(failure, sizeof failure, "cannot write %s", path), -1;
+    unsigned char prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(length & 255), (unsigned char)(length >> 8)};
+    int ok = fwrite(prefix, 1, 10, file) == 10 && fwrite(header, 1, length, file) == (size_t)length &&
+             fwrite(data, types[t].size, count, file) == count;
+    if (fclose(file) != 0 || !ok) return snprintf(failure, sizeof failure, "cannot write %s", path), -1;
+    return 0;
+}
+
+static void load(int fallback, const char *path) {
+    int id = 0;
+    while (id < MAX_SESSIONS && sessions[id].session) id++;
+    if (id == MAX_SESSIONS) return reply("error", "too many sessions open");
+    Session *s = &sessions[id];
+    Ort options = NULL;
+    wchar_t *model = wide(path);
+    reporting_placement = fallback;
+    int bad = CALL(CREATE_SESSION_OPTIONS, &options) || CALL(DISABLE_MEM_PATTERN, options) ||
+              CALL(SET_SESSION_EXECUTION_MODE, options, 0) ||
+              CALL(ADD_SESSION_CONFIG_ENTRY, options, "session.disable_cpu_ep_fallback", fallback ? "0" : "1") ||
+              (fallback && CALL(SET_SESSION_LOG_SEVERITY_LEVEL, options, 0)) ||
+              failed(append_dml(options, 0), "OrtSessionOptionsAppendExecutionProvider_DML") ||
+              CALL(CREATE_SESSION, env, model, options, &s->session);
+    reporting_placement = 0;
+    free(model);
+    release(RELEASE_SESSION_OPTIONS, options);
+    if (bad) {
+        s->session = NULL;
+        return reply("error", failure);
+    }
+    bad = CALL(SESSION_GET_INPUT_COUNT, s->session, &s->inputs) || CALL(SESSION_GET_OUTPUT_COUNT, s->session, &s->outputs);
+    s->input_names = calloc(s->inputs + 1, sizeof(char *));
+    s->output_names = calloc(s->outputs + 1, sizeof(char *));
+    char line[4096];
+    for (size_t k = 0; !bad && k < s->inputs; k++) {
+        bad = CALL(SESSION_GET_INPUT_NAME, s->session, k, allocator, &s->input_names[k]);
+        if (!bad) snprintf(line, sizeof line, "%zu %s", k, s->input_names[k]), reply("info input", line);
+    }
+    for (size_t k = 0; !bad && k < s->outputs; k++) {
+        bad = CALL(SESSION_GET_OUTPUT_NAME, s->session, k, allocator, &s->output_names[k]);
+        if (!bad) snprintf(line, sizeof line, "%zu %s", k, s->output_names[k]), reply("info output", line);
+    }
+    if (bad) return reply("error", failure); /* the session stays open: `free` releases it and its names */
+    snprintf(line, sizeof line, "%d", id);
+    reply("ok", line);
+}
+
+static Session *find(const char *text) {
+    int id = atoi(text);
+    if (id < 0 || id >= MAX_SESSIONS || !sessions[id].session) return NULL;
+    return &sessions[id];
+}
+
+static void run(const char *arguments) {
+    Session *s = find(arguments);
+    const char *folder = strchr(arguments, ' ');
+    if (!s || !folder) return reply("error", "run: unknown session or no folder");
+    folder++;
+    Tensor *tensors = calloc(s->inputs + 1, sizeof(Tensor));
+    Ort *inputs = calloc(s->inputs + 1, sizeof(Ort)), *outputs = calloc(s->outputs + 1, sizeof(Ort));
+    char path[4096];
+    int bad = 0;
+    for (size_t k = 0; !bad && k < s->inputs; k++) {
+        Tensor *t = &tensors[k];
+        snprintf(path, sizeof path, "%s/in%zu.npy", folder, k);
+        bad = read_npy(path, t);
+        size_t bytes = t->size;
+        for (size_t d = 0; d < t->dims; d++) bytes *= (size_t)t->shape[d];
+        bad = bad || CALL(CREATE_TENSOR_WITH_DATA_AS_ORT_VALUE, cpu_memory, t->data, bytes, t->shape, t->dims, t->type,
+                          &inputs[k]);
+    }
+    bad = bad || CALL(RUN, s->session, NULL, (const char *const *)s->input_names, (const Ort *)inputs, s->inputs,
+                      (const char *const *)s->output_names, s->outputs, outputs);
+    for (size_t k = 0; !bad && k < s->outputs; k++) {
+        snprintf(path, sizeof path, "%s/out%zu.npy", folder, k);
+        bad = write_npy(path, outputs[k]);
+    }
+    for (size_t k = 0; k < s->inputs; k++) release(RELEASE_VALUE, inputs[k]), free(tensors[k].data);
+    for (size_t k = 0; k < s->outputs; k++) release(RELEASE_VALUE, outputs[k]);
+    free(tensors), free(inputs), free(outputs);
+    reply(bad ? "error" : "ok", bad ? failure : "");
+}
+
+static void free_session(const char *arguments) {
+    Session *s = find(arguments);
+    if (!s) return reply("error", "free: unknown session");
+    release(RELEASE_SESSION, s->session);
+    for (size_t k = 0; k < s->inputs; k++) CALL(ALLOCATOR_FREE, allocator, s->input_names[k]);
+    for (size_t k = 0; k < s->outputs; k++) CALL(ALLOCATOR_FREE, allocator, s->output_names[k]);
+    free(s->input_names), free(s->output_names);
+    memset(s, 0, sizeof *s);
+    reply("ok", "");
+}
+
+int main(int argc, char **argv) {
+    _setmode(_fileno(stdin), _O_BINARY);
+    _setmode(_fileno(stdout), _O_BINARY);
+    if (argc != 2) return reply("error", "usage: runner.exe <folder of onnxruntime.dll>"), 2;
+    char path[4096];
+    snprintf(path, sizeof path, "%s\\onnxruntime.dll", argv[1]);
+    HMODULE ort = LoadLibraryExA(path, NULL, LOAD_WITH_ALTERED_SEARCH_PATH);
+    if (!ort) return snprintf(path, sizeof path, "cannot load %s\\onnxruntime.dll (error %lu)", argv[1], GetLastError()),
+                  reply("error", path), 1;
+    const OrtApiBase *(*base)(void) = (const OrtApiBase *(*)(void))(void *)GetProcAddress(ort, "OrtGetApiBase");
+    append_dml = (Fn)(void *)GetProcAddress(ort, "OrtSessionOptionsAppendExecutionProvider_DML");
+    api = base ? base()->GetApi(API_VERSION) : NULL;
+    if (!api || !append_dml) return reply("error", "onnxruntime.dll lacks the C API or the DirectML provider"), 1;
+    if (CALL(CREATE_ENV_WITH_CUSTOM_LOGGER, (LogFn)log_message, NULL, 2, "onnx-gather", &env) ||
+        CALL(CREATE_CPU_MEMORY_INFO, 0, 0, &cpu_memory) || CALL(GET_ALLOCATOR_WITH_DEFAULT_OPTIONS, &allocator))
+        return reply("error", failure), 1;
+    reply("ok", base()->GetVersionString());
+    char line[8192];
+    while (fgets(line, sizeof line, stdin)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (strncmp(line, "load ", 5) == 0 && (line[5] == '0' || line[5] == '1') && line[6] == ' ')
+            load(line[5] == '1', line + 7);
+        else if (strncmp(line, "run ", 4) == 0) run(line + 4);
+        else if (strncmp(line, "free ", 5) == 0) free_session(line + 5);
+        else if (strcmp(line, "quit") == 0) return reply("ok", ""), 0;
+        else reply("error", "unknown request");
+    }
+    return 0;
+}

@@ -1,0 +1,329 @@
+"""The Python side of real DirectML: one Xvfb and one runner under Wine serve a whole batch of models and runs.
+
+Every request has a time limit; on a timeout, an error of the runner, or ``close()``, the runner, the Wine
+server it used and Xvfb are ended. Both children also die with this process (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from onnx_gather.directml.layout import SETUP_COMMAND, WINE, WINESERVER, Layout
+
+START_SECONDS = 120.0
+REQUEST_SECONDS = 600.0
+DML_PROVIDER = "DmlExecutionProvider"
+
+
+class DirectMlError(RuntimeError):
+    """ONNX Runtime with the DirectML provider refused a model or failed a run (its message)."""
+
+
+class RunnerError(RuntimeError):
+    """The runner could not be started, died, or did not answer in time (it and its Wine were ended)."""
+
+
+@dataclass
+class Loaded:
+    """A model in the runner: its session id, input and output names in order, and where ONNX Runtime put its nodes."""
+
+    id: int
+    inputs: list[str]
+    outputs: list[str]
+    # provider -> the nodes placed on it ("OpType (name)"); only filled when CPU fallback was allowed
+    placement: dict[str, list[str]] = field(default_factory=dict)
+    # provider -> how many nodes ONNX Runtime placed on it (also when it names none)
+    placed: dict[str, int] = field(default_factory=dict)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: be killed when the process that started us ends, however it ends."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _windows_path(path: Path) -> str:
+    """Wine maps the Unix root to drive Z:."""
+    text = str(path.absolute())
+    if "\n" in text or "\r" in text:
+        raise ValueError(f"{text!r}: a path with a line break cannot be passed to the DirectML runner")
+    return "Z:" + text
+
+
+class Runner:
+    """One runner process under Wine, with its own Xvfb. Use as a context manager, or call ``close()``."""
+
+    def __init__(self, layout: Layout | None = None, timeout: float = REQUEST_SECONDS) -> None:
+        self.layout = layout or Layout.default()
+        self.timeout = timeout
+        self.version = ""  # ONNX Runtime's, as the runner reports it
+        self._lock = threading.Lock()
+        self._xvfb: subprocess.Popen | None = None
+        self._wine: subprocess.Popen | None = None
+        self._folder: Path | None = None
+        self._buffer = b""
+        self._requests = 0
+
+    def __enter__(self) -> Runner:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def running(self) -> bool:
+        return self._wine is not None and self._wine.poll() is None
+
+    def start(self) -> None:
+        """Start Xvfb and the runner; raise RunnerError (everything ended again) if either fails."""
+        if self.running:
+            return
+        problems = self.layout.problems()
+        if problems:
+            raise RunnerError(f"real DirectML is not set up ({problems[0]}): run `{SETUP_COMMAND}` as root")
+        try:
+            self._folder = Path(tempfile.mkdtemp(prefix="onnx-gather-dml-"))
+            display = self._start_xvfb()
+            environment = {
+                **os.environ,
+                "WINEPREFIX": str(self.layout.prefix),
+                "DISPLAY": display,
+                "WINEDEBUG": "-all",
+                "WINEDLLOVERRIDES": "mscoree,mshtml=",  # never offer to install Mono or Gecko
+            }
+            with open(self._folder / "wine.log", "wb") as log:
+                self._wine = subprocess.Popen(
+                    [WINE, str(self.layout.runner), _windows_path(self.layout.bin).replace("/", "\\")],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=environment,
+                    start_new_session=True, preexec_fn=_die_with_parent,
+                )  # fmt: skip
+            self.version = self._reply("start", START_SECONDS)[1]
+        except BaseException:
+            self._end()
+            raise
+
+    def _start_xvfb(self) -> str:
+        read_end, write_end = os.pipe()
+        try:
+            self._xvfb = subprocess.Popen(
+                ["Xvfb", "-displayfd", str(write_end), "-screen", "0", "640x480x24", "-nolisten", "tcp"],
+                pass_fds=(write_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
+            )  # fmt: skip
+            os.close(write_end)
+            write_end = -1
+            number = b""
+            deadline = time.monotonic() + START_SECONDS
+            while not number.endswith(b"\n"):
+                ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
+                chunk = os.read(read_end, 64) if ready else b""
+                if not chunk:
+                    raise RunnerError("Xvfb did not start (no display number within the time limit)")
+                number += chunk
+            return f":{int(number)}"
+        finally:
+            os.close(read_end)
+            if write_end >= 0:
+                os.close(write_end)
+
+    def _reply(self, what: str, seconds: float) -> tuple[list[tuple[str, str]], str]:
+        """Read one reply: the ``info`` lines (kind, text) and the ``ok`` text; raise on ``error``, death, timeout."""
+        assert self._wine is not None and self._wine.stdout is not None
+        infos: list[tuple[str, str]] = []
+        deadline = time.monotonic() + seconds
+        fd = self._wine.stdout.fileno()
+        while True:
+            while b"\n" in self._buffer:
+                raw, self._buffer = self._buffer.split(b"\n", 1)
+                line = raw.decode("utf-8", "replace")
+                if not line.startswith("#R "):
+                    continue  # Wine's own chatter
+                kind, _, text = line[3:].partition(" ")
+                if kind == "ok":
+                    return infos, text
+                if kind == "error":
+                    raise DirectMlError(text.strip())
+                if kind == "info":
+                    sub, _, rest = text.partition(" ")
+                    infos.append((sub, rest))
+            ready = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]
+            chunk = os.read(fd, 1 << 16) if ready else b""
+            if not chunk:
+                reason = "the runner ended unexpectedly" if ready else f"no answer within {seconds:g} s"
+                detail = self._log_tail()
+                self._end()
+                raise RunnerError(f"DirectML {what}: {reason}; Wine and Xvfb were ended{detail}")
+            self._buffer += chunk
+
+    def _log_tail(self) -> str:
+        try:
+            lines = (self._folder / "wine.log").read_text(errors="replace").strip().splitlines()  # type: ignore[operator]
+        except OSError:
+            return ""
+        return f" (Wine said: {' | '.join(lines[-3:])})" if lines else ""
+
+    def _request(self, line: str, what: str) -> tuple[list[tuple[str, str]], str]:
+        if not self.running:
+            self.start()
+        assert self._wine is not None and self._wine.stdin is not None
+        try:
+            self._wine.stdin.write(line.encode() + b"\n")
+            self._wine.stdin.flush()
+        except OSError as error:
+            self._end()
+            raise RunnerError(f"DirectML {what}: the runner is gone ({error}); Wine and Xvfb were ended") from error
+        return self._reply(what, self.timeout)
+
+    def load(self, model: str | os.PathLike | onnx.ModelProto, fallback: bool = False) -> Loaded:
+        """Create a DirectML session of ``model`` (a file, whose external data stays beside it, or a ModelProto).
+
+        ``fallback``: let ONNX Runtime put nodes DirectML cannot take on its CPU provider, and report where each
+        node went; without it such a model fails to load.
+        """
+        with self._lock:
+            if isinstance(model, onnx.ModelProto):
+                if not self.running:
+                    self.start()
+                assert self._folder is not None
+                self._requests += 1
+                path = self._folder / f"model{self._requests}.onnx"
+                path.write_bytes(model.SerializeToString())
+            else:
+                path = Path(model)
+            try:
+                infos, text = self._request(f"load {int(fallback)} {_windows_path(path)}", f"load of {path.name}")
+            finally:
+                if isinstance(model, onnx.ModelProto):
+                    path.unlink(missing_ok=True)
+        loaded = Loaded(int(text), [], [])
+        provider = ""
+        for kind, rest in infos:
+            if kind in ("input", "output"):
+                getattr(loaded, f"{kind}s").append(rest.partition(" ")[2])
+            elif kind == "placement":
+                provider = _placement(loaded, rest, provider)
+        return loaded
+
+    def run(self, loaded: Loaded, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run a loaded model on DirectML; the outputs by name."""
+        missing = [name for name in loaded.inputs if name not in feeds]
+        if missing:
+            raise ValueError(f"no value given for the model's inputs {', '.join(missing)}")
+        with self._lock:
+            if not self.running:
+                raise RunnerError("the runner was ended; load the model again")
+            assert self._folder is not None
+            self._requests += 1
+            folder = self._folder / f"run{self._requests}"
+            folder.mkdir()
+            try:
+                for k, name in enumerate(loaded.inputs):
+                    np.save(folder / f"in{k}.npy", np.ascontiguousarray(feeds[name]), allow_pickle=False)
+                self._request(f"run {loaded.id} {_windows_path(folder)}", "run")
+                return {
+                    name: np.load(folder / f"out{k}.npy", allow_pickle=False) for k, name in enumerate(loaded.outputs)
+                }
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def free(self, loaded: Loaded) -> None:
+        """Release a loaded model's session (nothing to do if the runner has ended since)."""
+        with self._lock:
+            if self.running:
+                self._request(f"free {loaded.id}", "free")
+
+    def close(self) -> None:
+        """Ask the runner to quit, then end whatever is left: the runner, its Wine server, Xvfb."""
+        with self._lock:
+            if self.running:
+                try:
+                    self._request("quit", "quit")
+                except (RunnerError, DirectMlError):
+                    pass  # _end below makes sure
+            self._end()
+
+    def _end(self) -> None:
+        if self._wine is not None:
+            _stop(self._wine, patience=5.0)
+            for stream in (self._wine.stdin, self._wine.stdout):
+                if stream is not None:
+                    stream.close()
+            self._wine = None
+            self._end_wineserver()
+        if self._xvfb is not None:
+            _stop(self._xvfb, patience=0.0)
+            self._xvfb = None
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+        self._buffer = b""
+
+    def _end_wineserver(self) -> None:
+        """Wait for the prefix's Wine server to leave (it does seconds after its last program), else kill it."""
+        environment = {**os.environ, "WINEPREFIX": str(self.layout.prefix)}
+        try:
+            subprocess.run([WINESERVER, "-w"], env=environment, timeout=20, check=False)
+        except subprocess.TimeoutExpired:
+            subprocess.run([WINESERVER, "-k"], env=environment, timeout=20, check=False)
+
+
+def _stop(process: subprocess.Popen, patience: float) -> None:
+    """End a child started in its own session: give it ``patience`` seconds, then end its whole process group."""
+    try:
+        process.wait(timeout=patience)
+    except subprocess.TimeoutExpired:
+        pass
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            continue
+    process.wait()
+
+
+def _placement(loaded: Loaded, line: str, provider: str) -> str:
+    """Fold one line of ONNX Runtime's placement log into ``loaded``; returns the provider now being listed."""
+    text = line.strip()
+    if "placed on [" in text:
+        provider = text.split("placed on [", 1)[1].split("]", 1)[0]
+        count = text.rsplit(":", 1)[1].strip()
+        loaded.placed[provider] = int(count) if count.isdigit() else 0
+        loaded.placement.setdefault(provider, [])
+    elif provider and text and text != "Node placements":
+        loaded.placement[provider].append(text)
+    return provider
+
+
+_shared: Runner | None = None
+_shared_lock = threading.Lock()
+
+
+def shared() -> Runner:
+    """The process's runner, started on first use and ended when the process exits."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = Runner()
+            atexit.register(_shared.close)
+        _shared.start()
+        return _shared
