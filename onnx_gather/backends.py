@@ -18,6 +18,8 @@ from onnx import helper
 
 from onnx_gather import ops
 from onnx_gather.convert import to_dml
+from onnx_gather.directml import layout as directml_layout
+from onnx_gather.directml import worker
 from onnx_gather.graph import DML_OP_TYPES, DOMAIN, bodies
 from onnx_gather.lower import to_onnx
 
@@ -36,10 +38,12 @@ class Model:
 
 @dataclass
 class Outcome:
-    """What one backend computed: the outputs by name, and for ``pyop`` the out-of-bounds index values met."""
+    """What one backend computed: the outputs by name, for ``pyop`` the out-of-bounds index values met, and for
+    real DirectML where ONNX Runtime placed the nodes (provider -> node count and, where it lists them, names)."""
 
     outputs: dict[str, np.ndarray]
     out_of_bounds: dict[str, int] = field(default_factory=dict)
+    placement: dict[str, dict] = field(default_factory=dict)
 
 
 def _quiet() -> onnxruntime.SessionOptions:
@@ -177,19 +181,43 @@ class Cuda(_Provider):
 
 
 class DirectMl(_Provider):
+    """On Windows the DirectML provider of the installed onnxruntime-directml; elsewhere real DirectML under Wine
+    (``onnx-gather setup-directml``), nodes it cannot take falling back to ONNX Runtime's CPU provider, as on Windows.
+    """
+
     name = "dml"
     description = "the model as given, ONNX Runtime's DirectML execution provider"
     provider = "DmlExecutionProvider"
-    missing = (
-        f"onnxruntime has no DmlExecutionProvider here ({platform.system()}): it needs Windows and the "
-        "onnxruntime-directml package"
-    )
+    missing = "onnxruntime has no DmlExecutionProvider here: it needs the onnxruntime-directml package"
+    native = platform.system() == "Windows"
+
+    def unavailable(self) -> str | None:
+        if self.native:
+            return super().unavailable()
+        problems = directml_layout.Layout.default().problems()
+        if problems:
+            return f"real DirectML is not set up here ({problems[0]}): run `{directml_layout.SETUP_COMMAND}` as root"
+        return None
 
     def _session_options(self, model: Model) -> onnxruntime.SessionOptions:
         options = _quiet()
         options.enable_mem_pattern = False  # the DirectML provider requires both
         options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
         return options
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        if self.native:
+            return super().run(model, feeds)
+        if self.device_id != 0:
+            raise ValueError("real DirectML under Wine has one device, 0 (lavapipe)")
+        runner = worker.shared()
+        loaded = runner.load(model.path, fallback=True)
+        try:
+            outputs = runner.run(loaded, feeds)
+        finally:
+            runner.free(loaded)
+        placement = {p: {"nodes": count, "names": loaded.placement.get(p, [])} for p, count in loaded.placed.items()}
+        return Outcome({name: outputs[name] for name in model.output_names}, placement=placement)
 
 
 _CLASSES = {backend.name: backend for backend in (PyOp, Cpu, Lowered, OpenVino, Cuda, DirectMl)}

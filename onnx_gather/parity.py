@@ -110,6 +110,8 @@ def run_parity(
             statuses[name] = {"status": "error", "reason": one_line(error), "seconds": None}
             continue
         statuses[name] = {"status": "ok", "reason": None, "seconds": round(time.perf_counter() - start, 4)}
+        if outcomes[name].placement:
+            statuses[name]["placement"] = outcomes[name].placement
     outputs: dict[str, dict] = {name: {} for name in model.output_names}
     expected = outcomes.get(reference)
     notes: dict[tuple[str, str], str] = {}

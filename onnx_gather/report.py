@@ -71,6 +71,21 @@ def _out_of_bounds(parity: Parity) -> str:
     )
 
 
+def _placement(parity: Parity) -> list[str]:
+    """Where ONNX Runtime put each node, for the backends that say (real DirectML)."""
+    lines = []
+    for name, status in parity.report["backends"].items():
+        placed = status.get("placement")
+        if not placed:
+            continue
+        counts = ", ".join(f"{value['nodes']} on {provider}" for provider, value in placed.items())
+        lines.append(f"{name}: nodes placed by ONNX Runtime: {counts}.")
+        for provider, value in placed.items():
+            if provider != "DmlExecutionProvider" and value["names"]:
+                lines.append(f"  on {provider}: {', '.join(value['names'])}")
+    return lines
+
+
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -86,7 +101,7 @@ def text(parity: Parity) -> str:
     if output_rows:
         header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
         lines += [""] + ["  " + line for line in _table(output_rows, header)]
-    lines += ["", _out_of_bounds(parity), _summary(parity)]
+    lines += ["", *_placement(parity), _out_of_bounds(parity), _summary(parity)]
     return "\n".join(lines)
 
 
@@ -109,6 +124,6 @@ def markdown(runs: list[Parity]) -> str:
         if output_rows:
             header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
             section += ["", *_markdown_table(output_rows, header)]
-        section += ["", _out_of_bounds(parity), "", f"**{_summary(parity)}**"]
+        section += ["", *_placement(parity), "", _out_of_bounds(parity), "", f"**{_summary(parity)}**"]
         sections.append("\n".join(section))
     return "# Parity\n\n" + "\n\n".join(sections) + "\n"

@@ -76,7 +76,7 @@ class Layout:
             found.append("Xvfb is not installed")
         mesa = package_version(MESA_PACKAGE)
         if mesa is None or mesa_major(mesa) < MESA_MINIMUM:
-            found.append(f"Mesa's Vulkan driver {MESA_MINIMUM} or newer is not installed ({MESA_PACKAGE}: {mesa or 'none'})")
+            found.append(f"Mesa's Vulkan driver {MESA_MINIMUM}+ is not installed ({MESA_PACKAGE}: {mesa or 'none'})")
         state = self.state()
         if any(not (self.bin / dll).is_file() for dll in DLLS) or state.get("onnxruntime") != ORT_DIRECTML_VERSION:
             found.append(f"onnxruntime-directml {ORT_DIRECTML_VERSION}'s DLLs are not in {self.bin}")
