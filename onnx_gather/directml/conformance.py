@@ -133,7 +133,7 @@ def random_case(rng: np.random.Generator, out_of_bounds: bool, beyond_int32: boo
         q = int(rng.integers(0, min(9 - r, 6) + 1))  # index_dimensions: 0 (a scalar) to what N = 8 allows
         index_shape = _shape(rng, q, 3)
     else:
-        index_shape = data_shape[:axis] + (int(rng.integers(1, 6)),) + data_shape[axis + 1 :]
+        index_shape = (*data_shape[:axis], int(rng.integers(1, 6)), *data_shape[axis + 1 :])
         if int(np.prod(index_shape)) > MAX_ELEMENTS:
             index_shape = data_shape
     size = data_shape[axis]
@@ -240,7 +240,7 @@ class Outcome:
 
     @property
     def ops_match(self) -> bool:
-        """The custom ops equal the semantics (FLOAT16 NaN payloads excepted: the carrying Cast makes them canonical)."""
+        """The custom ops equal the semantics (but for FLOAT16 NaN payloads: the carrying Cast makes them canonical)."""
         return identical(self.custom_ops, self.semantics, canonical_nans=self.case.data.dtype == np.float16)
 
     @property

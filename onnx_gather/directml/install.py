@@ -303,4 +303,3 @@ def setup(layout: Layout, out: TextIO) -> int:
     print(f"probe: {probe(layout)}", file=out)
     print(f"Set-up took {time.perf_counter() - start:.1f} s.", file=out)
     return 0
-

@@ -102,7 +102,7 @@ class Runner:
             display = self._start_xvfb()
             environment = {
                 **os.environ,
-                "WINEPREFIX": str(self.layout.prefix),
+                "WINEPREFIX": str(self._private_prefix()),
                 "DISPLAY": display,
                 "WINEDEBUG": "-all",
                 "WINEDLLOVERRIDES": "mscoree,mshtml=",  # never offer to install Mono or Gecko
@@ -117,6 +117,23 @@ class Runner:
         except BaseException:
             self._end()
             raise
+
+    def _private_prefix(self) -> Path:
+        """A Wine prefix of this runner's own: copies of the set-up prefix's registry, its drive C: shared.
+
+        A Wine server serves one prefix, so each runner gets its own server, which it can end without touching
+        another runner's (tests, a command line in a second process).
+        """
+        assert self._folder is not None
+        shared, prefix = self.layout.prefix, self._folder / "prefix"
+        (prefix / "dosdevices").mkdir(parents=True)
+        for name in (".update-timestamp", "system.reg", "user.reg", "userdef.reg"):
+            if (shared / name).is_file():
+                shutil.copy2(shared / name, prefix / name)
+        (prefix / "drive_c").symlink_to(shared / "drive_c")
+        (prefix / "dosdevices" / "c:").symlink_to("../drive_c")
+        (prefix / "dosdevices" / "z:").symlink_to("/")
+        return prefix
 
     def _start_xvfb(self) -> str:
         read_end, write_end = os.pipe()
@@ -265,7 +282,9 @@ class Runner:
                 if stream is not None:
                     stream.close()
             self._wine = None
-            self._end_wineserver()
+            # The Wine server and the services it started (winedevice.exe, ...) serve this runner's prefix alone.
+            environment = {**os.environ, "WINEPREFIX": str(self._folder / "prefix")}  # type: ignore[operator]
+            subprocess.run([WINESERVER, "-k"], env=environment, capture_output=True, timeout=60, check=False)
         if self._xvfb is not None:
             _stop(self._xvfb, patience=0.0)
             self._xvfb = None
@@ -273,14 +292,6 @@ class Runner:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
         self._buffer = b""
-
-    def _end_wineserver(self) -> None:
-        """Wait for the prefix's Wine server to leave (it does seconds after its last program), else kill it."""
-        environment = {**os.environ, "WINEPREFIX": str(self.layout.prefix)}
-        try:
-            subprocess.run([WINESERVER, "-w"], env=environment, timeout=20, check=False)
-        except subprocess.TimeoutExpired:
-            subprocess.run([WINESERVER, "-k"], env=environment, timeout=20, check=False)
 
 
 def _stop(process: subprocess.Popen, patience: float) -> None:
