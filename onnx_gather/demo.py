@@ -11,12 +11,26 @@ import numpy as np
 from onnx_gather import model_io, report
 from onnx_gather.backends import BACKENDS, Model
 from onnx_gather.convert import convert
-from onnx_gather.parity import run_parity
+from onnx_gather.parity import Parity, run_parity
 
 
 def sample_model_path() -> str:
     """Where the bundled sample model (models/sample.onnx in the source tree) is installed."""
     return str(resources.files("onnx_gather.models") / "sample.onnx")
+
+
+def _side_by_side(parity: Parity, token_ids: np.ndarray, out: TextIO) -> None:
+    """The embeddings of the out-of-range ids as the custom ops and real DirectML computed them."""
+    dml = parity.report["backends"]["dml"]
+    if dml["status"] != "ok":
+        print(f"\nReal DirectML did not run here ({dml['status']}: {dml['reason']}).", file=out)
+        return
+    print("\nThe out-of-range ids' embeddings (first 4 of each row), the custom ops beside real DirectML:", file=out)
+    for position in ((0, 1), (1, 4)):
+        print(f"  token_ids{list(position)} = {token_ids[position]}:", file=out)
+        for name in ("pyop", "dml"):
+            row = parity.outcomes[name].outputs["embeddings"][position][:4]
+            print(f"    {name:<5} {np.array2string(row, precision=4, floatmode='fixed')}", file=out)
 
 
 def run(out: TextIO) -> int:
@@ -39,6 +53,7 @@ def run(out: TextIO) -> int:
     print(f"\n2. Two token ids out of range (40 and -33 with 32 rows): {token_ids.tolist()}\n", file=out)
     out_of_range = run_parity(model, {"token_ids": token_ids}, BACKENDS)
     print(report.text(out_of_range), file=out)
+    _side_by_side(out_of_range, token_ids, out)
     print(
         "\nIn range, every backend that ran agrees with DirectML's semantics"
         + (" bit for bit." if in_range.report["passed"] else ": NOT SO, see above.")

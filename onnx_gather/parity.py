@@ -83,6 +83,7 @@ class Parity:
 
     report: dict
     notes: dict[tuple[str, str], str]  # (output, backend) -> what differs where no position-wise comparison exists
+    outcomes: dict[str, backends_module.Outcome]  # what each backend that ran computed
 
 
 def run_parity(
@@ -136,4 +137,4 @@ def run_parity(
         "out_of_bounds": dict(expected.out_of_bounds) if expected is not None else {},
         "passed": bool(passed),
     }
-    return Parity(report, notes)
+    return Parity(report, notes, outcomes)

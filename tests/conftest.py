@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 import onnxruntime
+import pytest
 
 import onnx_gather
 from onnx_gather.graph import single_node_model
@@ -92,3 +94,41 @@ def assert_all_identical(actual: list[np.ndarray], expected: list[np.ndarray], c
     assert len(actual) == len(expected)
     for a, e in zip(actual, expected, strict=True):
         assert_identical(np.asarray(a), np.asarray(e), canonical_nans)
+
+
+# Tables the real-DirectML tests print after the run (pytest_terminal_summary), in the order they were made.
+SUMMARIES: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    for text in SUMMARIES:
+        terminalreporter.write_sep("-", "real DirectML")
+        terminalreporter.write_line(text)
+
+
+def require_directml() -> None:
+    """Skip where real DirectML is not set up; in CI (CI=true), where the README's test command sets it up, fail."""
+    from onnx_gather.directml.layout import SETUP_COMMAND, Layout
+
+    problems = Layout.default().problems()
+    if problems:
+        reason = f"real DirectML is not set up ({'; '.join(problems)}): run `{SETUP_COMMAND}` as root"
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(f"in CI, {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def no_directml(tmp_path, monkeypatch):
+    """A machine without real DirectML: its cache folder points at an empty one (the dml backend is skipped)."""
+    monkeypatch.setenv("ONNX_GATHER_DIRECTML_HOME", str(tmp_path / "no-directml"))
+
+
+@pytest.fixture(scope="session")
+def directml():
+    """One runner of real DirectML for the whole test session (Wine and Xvfb started once, ended at the end)."""
+    require_directml()
+    from onnx_gather.directml.worker import Runner
+
+    with Runner() as runner:
+        yield runner

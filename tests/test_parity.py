@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
+from conftest import require_directml
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
@@ -78,7 +79,7 @@ def _inputs(tmp_path, ids, picks):
     return path
 
 
-def test_json_report_key_by_key_on_agreement(tmp_path):
+def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
     model = _ids_model(tmp_path)
     arguments = ["parity", str(model), "--inputs", str(_inputs(tmp_path, [0, 5, -1], [1, 2])),
                  "--report", str(tmp_path / "r.json"), "--atol", "0", "--rtol", "0"]  # fmt: skip
@@ -91,9 +92,9 @@ def test_json_report_key_by_key_on_agreement(tmp_path):
         status = report["backends"][name]
         assert list(status) == ["status", "reason", "seconds"]
         assert status["status"] == "ok" and status["reason"] is None and status["seconds"] >= 0
-    for name in ("cuda", "dml"):
+    for name, reason in (("cuda", "onnxruntime has no"), ("dml", "real DirectML is not set up here")):
         status = report["backends"][name]
-        assert (status["status"], status["seconds"]) == ("skipped", None) and "onnxruntime has no" in status["reason"]
+        assert (status["status"], status["seconds"]) == ("skipped", None) and reason in status["reason"]
     assert list(report["outputs"]) == ["rows", "picked"]
     for by_backend in report["outputs"].values():
         assert list(by_backend) == ["cpu", "lowered", "openvino"]
@@ -104,7 +105,7 @@ def test_json_report_key_by_key_on_agreement(tmp_path):
     assert report["passed"] is True
 
 
-def test_out_of_bounds_indices_are_counted_and_backends_differ_there(tmp_path, capsys):
+def test_out_of_bounds_indices_are_counted_and_backends_differ_there(tmp_path, capsys, no_directml):
     model = _ids_model(tmp_path)
     arguments = ["parity", str(model), "--inputs", str(_inputs(tmp_path, [0, 9, -7, 2], [1, 6])),
                  "--report", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md")]  # fmt: skip
@@ -176,7 +177,7 @@ def test_several_models_in_a_folder(tmp_path, capsys):
         (["run", "{model}", "--backend", "dml"], "backend dml cannot run here"),
     ],
 )
-def test_bad_input_exits_2(tmp_path, capsys, arguments, message):
+def test_bad_input_exits_2(tmp_path, capsys, arguments, message, no_directml):
     model = _ids_model(tmp_path)
     assert main([a.format(model=model) for a in arguments]) == 2
     error = capsys.readouterr().err
@@ -222,3 +223,30 @@ def test_a_corrupt_inputs_file_is_bad_input(tmp_path, capsys):
     (tmp_path / "corrupt.npz").write_bytes(b"PK\x03\x04 not really a zip")
     assert main(["parity", str(model), "--inputs", str(tmp_path / "corrupt.npz")]) == 2
     assert "corrupt.npz: not a readable .npz file of arrays" in capsys.readouterr().err
+
+
+def test_parity_on_real_directml_reports_where_each_node_ran(tmp_path, capsys):
+    require_directml()
+    model = _ids_model(tmp_path)
+    arguments = ["parity", str(model), "--backends", "pyop,dml", "--inputs", str(_inputs(tmp_path, [0, 5, -1], [1, 2])),
+                 "--report", str(tmp_path / "r.json"), "--atol", "0", "--rtol", "0"]  # fmt: skip
+    assert main(arguments) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["backends"]["dml"]["placement"] == {"DmlExecutionProvider": {"nodes": 2, "names": []}}
+    assert all(by_backend["dml"]["equal"] for by_backend in report["outputs"].values())
+    assert "dml: nodes placed by ONNX Runtime: 2 on DmlExecutionProvider." in capsys.readouterr().out
+
+
+def test_run_on_real_directml_prints_its_outputs(tmp_path, capsys):
+    require_directml()
+    model = _ids_model(tmp_path)
+    arguments = ["run", str(model), "--backend", "dml", "--inputs", str(_inputs(tmp_path, [0, 5, -1], [1, 2])),
+                 "--outputs", str(tmp_path / "out.npz")]  # fmt: skip
+    assert main(arguments) == 0
+    assert "on dml: the model as given, ONNX Runtime's DirectML execution provider" in capsys.readouterr().out
+    expected = main(["run", str(model), "--backend", "pyop", "--inputs", str(tmp_path / "inputs.npz"),
+                     "--outputs", str(tmp_path / "pyop.npz")])  # fmt: skip
+    assert expected == 0
+    dml, pyop = np.load(tmp_path / "out.npz"), np.load(tmp_path / "pyop.npz")
+    for name in pyop.files:
+        assert dml[name].tobytes() == pyop[name].tobytes() and dml[name].dtype == pyop[name].dtype

@@ -94,6 +94,7 @@ class Runner:
         """Start Xvfb and the runner; raise RunnerError (everything ended again) if either fails."""
         if self.running:
             return
+        self._end()  # what is left of a runner that died
         problems = self.layout.problems()
         if problems:
             raise RunnerError(f"real DirectML is not set up ({problems[0]}): run `{SETUP_COMMAND}` as root")
@@ -244,6 +245,7 @@ class Runner:
             raise ValueError(f"no value given for the model's inputs {', '.join(missing)}")
         with self._lock:
             if not self.running:
+                self._end()
                 raise RunnerError("the runner was ended; load the model again")
             assert self._folder is not None
             self._requests += 1
