@@ -69,7 +69,7 @@ class Backend:
     name = ""
     description = ""
 
-    def __init__(self, device_id: int = 0, out_of_bounds: str = "clamp") -> None:
+    def __init__(self, device_id: int = 0, out_of_bounds: str = "directml") -> None:
         self.device_id = device_id  # for the hardware providers
         self.out_of_bounds = out_of_bounds  # for the routes through DML form
 
@@ -224,7 +224,7 @@ _CLASSES = {backend.name: backend for backend in (PyOp, Cpu, Lowered, OpenVino, 
 BACKENDS = tuple(_CLASSES)
 
 
-def create(name: str, device_id: int = 0, out_of_bounds: str = "clamp") -> Backend:
+def create(name: str, device_id: int = 0, out_of_bounds: str = "directml") -> Backend:
     """The backend called ``name`` (one of ``BACKENDS``)."""
     if name not in _CLASSES:
         raise ValueError(f"unknown backend {name!r} (expected one of: {', '.join(BACKENDS)})")

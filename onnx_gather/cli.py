@@ -35,7 +35,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="onnx-gather", description="DirectML's Gather and GatherElements semantics for ONNX models.")
     parser.add_argument("--debug", action="store_true", help="print a traceback with any error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-    commands.add_parser("demo", help="convert the bundled sample model and run it with the custom ops and natively")
+    demo_command = commands.add_parser(
+        "demo", help="the bundled sample model on every backend, real DirectML included where it is set up"
+    )
+    _out_of_bounds_option(demo_command)
     setup_command = commands.add_parser(
         "setup-directml", help="prepare real DirectML on this Linux machine (Wine, Mesa's lavapipe; as root)"
     )
@@ -49,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     convert_command.add_argument(
         "--dimension-count", default="auto", help="N for every DML node: auto (the least each needs) or 1 to 8"
     )
-    convert_command.add_argument("--out-of-bounds", choices=OUT_OF_BOUNDS_MODES, default="clamp")
+    _out_of_bounds_option(convert_command)
     convert_command.add_argument("--strict", action="store_true", help="exit 1 if any gather stays standard")
 
     lower_command = commands.add_parser("lower", help="DML custom ops back into standard ONNX")
@@ -82,7 +85,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _out_of_bounds_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--out-of-bounds", choices=OUT_OF_BOUNDS_MODES, default=OUT_OF_BOUNDS_MODES[0],
+        help="what an out-of-bounds index does in DML form: directml (what real DirectML reads, the default), "
+        "clamp (WebNN), zero (OpenVINO's Gather), error (ONNX Runtime's CPU kernels); see docs/semantics.md",
+    )  # fmt: skip
+
+
 def _input_options(command: argparse.ArgumentParser) -> None:
+    _out_of_bounds_option(command)
     command.add_argument("--inputs", help="an .npz file with the inputs (those missing are generated)")
     command.add_argument(
         "--shape", action="append", default=[], metavar="NAME:DIMS",
@@ -163,7 +175,7 @@ def _describe(name: str, array: np.ndarray) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     model = backends.Model(Path(args.model), model_io.load(args.model))
-    backend = backends.create(args.backend, args.device_id)
+    backend = backends.create(args.backend, args.device_id, args.out_of_bounds)
     reason = backend.unavailable()
     if reason is not None:
         raise UsageError(f"backend {args.backend} cannot run here: {reason}")
@@ -214,7 +226,9 @@ def _parity(args: argparse.Namespace) -> int:
         feeds = _feeds(args, model)
         if args.save_inputs:
             inputs.save(args.save_inputs, feeds)
-        runs.append(run_parity(model, feeds, names, args.reference, args.atol, args.rtol, args.device_id))
+        runs.append(
+            run_parity(model, feeds, names, args.reference, args.atol, args.rtol, args.device_id, args.out_of_bounds)
+        )
         print(report.text(runs[-1]) + "\n")
     passed = all(run.report["passed"] for run in runs)
     if len(runs) > 1:
@@ -242,7 +256,7 @@ def _setup_directml(args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {
-    "demo": lambda args: demo.run(sys.stdout),
+    "demo": lambda args: demo.run(sys.stdout, args.out_of_bounds),
     "setup-directml": _setup_directml,
     "convert": _convert,
     "lower": _lower,

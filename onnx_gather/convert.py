@@ -160,7 +160,10 @@ class _Converter:
         ones = n - plan.out_rank  # the DML output is the standard output with these leading ones
         last = ones == 0 and plan.carrier is None
         dml_output = node.output[0] if last else self.names.fresh(f"{name}/output")
-        attributes = {"axis": plan.axis + n - data.rank, "out_of_bounds": self.out_of_bounds}
+        mode = self.out_of_bounds
+        if mode == "directml" and plan.carrier is not None and plan.data.elem_type != TensorProto.BOOL:
+            mode = semantics.DIRECTML_16BIT  # the op sees FLOAT32; DirectML's reading depends on the 2-byte type
+        attributes = {"axis": plan.axis + n - data.rank, "out_of_bounds": mode}
         if plan.gather:
             attributes["index_dimensions"] = indices.rank
         emit.nodes.append(
@@ -262,7 +265,7 @@ def _import_domain(imports: object) -> None:
 
 
 def convert(
-    model: onnx.ModelProto, dimension_count: str | int = "auto", out_of_bounds: str = "clamp"
+    model: onnx.ModelProto, dimension_count: str | int = "auto", out_of_bounds: str = "directml"
 ) -> tuple[onnx.ModelProto, Report]:
     """``to_dml`` with a report of what was converted and what was left standard, and why."""
     semantics.check_out_of_bounds("to_dml", out_of_bounds)
@@ -277,7 +280,7 @@ def convert(
 
 
 def to_dml(
-    model: onnx.ModelProto, dimension_count: str | int = "auto", out_of_bounds: str = "clamp"
+    model: onnx.ModelProto, dimension_count: str | int = "auto", out_of_bounds: str = "directml"
 ) -> onnx.ModelProto:
     """Every standard Gather and GatherElements that DirectML can express, rewritten into DML form.
 

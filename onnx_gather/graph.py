@@ -3,6 +3,7 @@ value types, and an emitter of standard nodes that respects the opset in force."
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -242,6 +243,12 @@ class Emitter:
         name = self.names.fresh(f"{self.prefix}/{step}")
         self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=name, domain=domain, **attributes))
         return output
+
+    def fork(self) -> Emitter:
+        """An emitter of the same opset, names and prefix with a node list of its own (for a subgraph)."""
+        other = copy.copy(self)
+        other.nodes = []
+        return other
 
     def constant(self, values: object, dtype: np.dtype | type, step: str) -> str:
         tensor = numpy_helper.from_array(np.asarray(values, dtype=dtype), self.names.fresh(f"{self.prefix}/{step}"))

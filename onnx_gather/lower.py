@@ -25,6 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_gather import semantics
 from onnx_gather.convert import CARRIERS, WHOLE_AXIS, NodeChange, Report, count_ops
 from onnx_gather.graph import DML_OP_TYPES, DOMAIN, Body, Emitter, Names, ValueType, bodies, value_types
+from onnx_gather.lower_directml import MIN_OPSET, directml_gather
 
 # ONNX Runtime's Where has no kernel for these; they are masked as an exact wider or same-width type.
 _WHERE_CARRIERS = {TensorProto.BOOL: TensorProto.UINT8, TensorProto.INT16: TensorProto.INT32,
@@ -200,7 +201,7 @@ class _Lowering:
         axis, index_dimensions, mode = attributes
         gather = node.op_type == "DmlGather"
         input_type, indices_type = types[node.input[0]], types[node.input[1]]
-        plan = _look_through(work, types, node, axis, index_dimensions)
+        plan = _look_through(work, types, node, axis, index_dimensions, mode)
         if plan.crop_to is None and gather and plan.kx < index_dimensions - 1:
             self._leave(work, node, "its output crop depends on sizes that are only known at run time")
             return None
@@ -211,20 +212,26 @@ class _Lowering:
         emit = Emitter(work.body, self.names, name)
         n, a = input_type.rank, axis - plan.kx
         i = emit.unpad(plan.i, (n - plan.ki) - index_dimensions, "unpad_indices") if gather else plan.i
-        fixed, mask = _fix_indices(emit, plan.x, i, indices_type.elem_type, a, input_type.dims[axis], mode)
+        data_type = plan.carried if plan.carried is not None else input_type.elem_type
+        directml = mode.startswith("directml")
+        mask = None
+        if not directml:
+            fixed, mask = _fix_indices(emit, plan.x, i, indices_type.elem_type, a, input_type.dims[axis], mode)
         # The DML output is the standard output with leading ones: ``padding`` more than the consumer keeps.
         out_rank = (n - plan.kx) + index_dimensions - 1 if gather else n - plan.kx
         padding = n - out_rank - plan.unpadded
         reshaped = padding != 0 or plan.crop_to is not None
         result = self.names.fresh(f"{name}/output") if reshaped or mask is not None else plan.final
-        emit.nodes.append(
-            helper.make_node("Gather" if gather else "GatherElements", [plan.x, fixed], [result], name=name, axis=a)
-        )
+        if directml:
+            directml_gather(emit, plan.x, i, indices_type.elem_type, a, n - plan.kx, gather, data_type, mode, result)
+        else:
+            emit.nodes.append(
+                helper.make_node("Gather" if gather else "GatherElements", [plan.x, fixed], [result], name=name, axis=a)
+            )
         if mask is not None:
             trailing = (n - plan.kx) - a - 1 if gather else 0  # the mask lines up with the axis; leading dims broadcast
             if trailing:
                 mask = emit.unsqueeze(mask, range(index_dimensions, index_dimensions + trailing), "mask_dims")
-            data_type = plan.carried if plan.carried is not None else input_type.elem_type
             result = _zero_where(emit, mask, result, data_type, None if reshaped else plan.final)
         if plan.crop_to is not None:
             emit.node(
@@ -256,8 +263,10 @@ class _Lowering:
             mode = attributes["out_of_bounds"]
             mode = mode.decode() if isinstance(mode, bytes) else mode
             n = input_type.rank
-            if mode not in semantics.OUT_OF_BOUNDS_MODES or not 0 <= axis < n or not 0 <= index_dimensions <= n:
+            if mode not in semantics.ATTRIBUTE_VALUES or not 0 <= axis < n or not 0 <= index_dimensions <= n:
                 reason = f"its attributes are invalid for rank {n}: {attributes}"
+            elif mode.startswith("directml") and work.body.opset < MIN_OPSET:
+                reason = f"out_of_bounds={mode} needs opset {MIN_OPSET} (Range, Mod; this is opset {work.body.opset})"
             elif mode != "error" and work.body.opset < 9:
                 reason = f"out_of_bounds={mode} needs Where-9 (opset {work.body.opset})"
             else:
@@ -282,7 +291,7 @@ class _Plan:
 
 
 def _look_through(
-    work: _Body, types: dict[str, ValueType], node: onnx.NodeProto, axis: int, index_dimensions: int
+    work: _Body, types: dict[str, ValueType], node: onnx.NodeProto, axis: int, index_dimensions: int, mode: str
 ) -> _Plan:
     gather = node.op_type == "DmlGather"
     n = types[node.input[0]].rank
@@ -324,7 +333,7 @@ def _look_through(
         ):
             plan.carried, plan.x, plan.final = source.elem_type, cast_in.input[0], cast_out.output[0]
             plan.removals += [(cast_in, cast_in.input[0]), (cast_out, cast_out.input[0])]
-    if not gather:
+    if not gather and not mode.startswith("directml"):  # DirectML reads within the sliced tensor's memory
         index_dims = (types.get(plan.i) or types[node.input[1]]).dims
         cut = work.sliced_source(plan.x, plan.i, index_dims, axis - plan.kx)
         if cut is not None:

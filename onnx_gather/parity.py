@@ -94,12 +94,13 @@ def run_parity(
     atol: float = 1e-5,
     rtol: float = 1e-5,
     device_id: int = 0,
+    out_of_bounds: str = "directml",
 ) -> Parity:
     """Run ``model`` on the ``names`` backends (the reference first) and compare every output with the reference's."""
     order = [reference, *[name for name in names if name != reference]]
     statuses, outcomes = {}, {}
     for name in order:
-        backend = backends_module.create(name, device_id)
+        backend = backends_module.create(name, device_id, out_of_bounds)
         reason = backend.unavailable()
         if reason is not None:
             statuses[name] = {"status": "skipped", "reason": reason, "seconds": None}
@@ -135,6 +136,7 @@ def run_parity(
         "backends": statuses,
         "outputs": outputs,
         "out_of_bounds": dict(expected.out_of_bounds) if expected is not None else {},
+        "out_of_bounds_mode": out_of_bounds,
         "passed": bool(passed),
     }
     return Parity(report, notes, outcomes)

@@ -60,14 +60,24 @@ def _summary(parity: Parity) -> str:
     return "FAILED: " + "; ".join(problems) + "."
 
 
+PREDICTIONS = {
+    "directml": "DirectML's measured reading (docs/semantics.md, 4.3)",
+    "clamp": "a stand-in, clamped per axis as WebNN does, not what DirectML reads",
+    "zero": "a stand-in, zeros as OpenVINO's Gather gives, not what DirectML reads",
+    "error": "an error, as ONNX Runtime's CPU kernels give",
+}
+
+
 def _out_of_bounds(parity: Parity) -> str:
     counts = {node: count for node, count in parity.report["out_of_bounds"].items() if count}
     if not counts:
         return "No out-of-bounds indices met by the reference run."
+    mode = parity.report["out_of_bounds_mode"]
     listed = ", ".join(f"{node} {count}" for node, count in counts.items())
     return (
-        f"Out-of-bounds index values met by the reference run, per DML node: {listed}. DirectML leaves what they "
-        "read unspecified (SPEC 4, 7): there, backends may legitimately differ."
+        f"Out-of-bounds index values met by the reference run, per DML node: {listed}. The prediction there is "
+        f"out_of_bounds={mode}: {PREDICTIONS[mode]}. ONNX Runtime's CPU kernels refuse such indices and OpenVINO "
+        "reads zeros or fails: there, backends legitimately differ."
     )
 
 

@@ -11,7 +11,14 @@ from collections.abc import Sequence
 import numpy as np
 
 MAX_DIMENSION_COUNT = 8
-OUT_OF_BOUNDS_MODES = ("clamp", "zero", "error")
+# What an out-of-bounds index does (docs/semantics.md section 4): what real DirectML reads, the default; clamped
+# into its axis (WebNN); a zero (OpenVINO's Gather); an error (ONNX Runtime's CPU kernels).
+OUT_OF_BOUNDS_MODES = ("directml", "clamp", "zero", "error")
+# DirectML's reading of 16-bit data, which to_dml writes where FLOAT16 or BFLOAT16 data travel as FLOAT32 through
+# the custom ops (how DirectML pads a tensor's memory depends on its element size).
+DIRECTML_16BIT = "directml-16bit"
+ATTRIBUTE_VALUES = (*OUT_OF_BOUNDS_MODES, DIRECTML_16BIT)
+_MASK32 = np.uint64(0xFFFFFFFF)
 
 # Feature level 4.1 (SPEC.md section 5): the types DirectML accepts.
 DATA_DTYPES = tuple(
@@ -40,8 +47,8 @@ def check_types(op: str, input_dtype: np.dtype, indices_dtype: np.dtype) -> None
 
 
 def check_out_of_bounds(op: str, out_of_bounds: str) -> None:
-    """Raise GatherError unless ``out_of_bounds`` names one of the three modes."""
-    if out_of_bounds not in OUT_OF_BOUNDS_MODES:
+    """Raise GatherError unless ``out_of_bounds`` names one of the modes."""
+    if out_of_bounds not in ATTRIBUTE_VALUES:
         raise GatherError(
             f"{op}: out_of_bounds {out_of_bounds!r} is unknown (expected one of: {', '.join(OUT_OF_BOUNDS_MODES)})"
         )
@@ -156,6 +163,38 @@ def count_out_of_bounds(indices: np.ndarray, size: int) -> int:
     return int(np.count_nonzero(_out_of_range(indices, size)))
 
 
+def _axis_words(indices: np.ndarray, size: int) -> np.ndarray:
+    """DirectML's axis coordinate for each index: its low 32 bits, plus ``size`` if the whole value is negative,
+    wrapping at 2^32; 0 on an axis of size 1 (docs/semantics.md section 4.3, steps 1 and 2). As uint64."""
+    if size == 1:
+        return np.zeros(indices.shape, np.uint64)
+    low = indices.astype(np.uint64) & _MASK32  # two's complement: the low word of a negative value
+    if indices.dtype.kind == "u":
+        return low
+    return np.where(indices < 0, (low + np.uint64(size)) & _MASK32, low)
+
+
+def _directml_read(input: np.ndarray, axis: int, words: np.ndarray, element_size: int) -> np.ndarray:
+    """What DirectML reads for axis coordinates ``words`` of shape (P, K, S), P and S the sizes before and after the
+    axis (1 where ``words`` broadcasts): the element at the linear offset, in wrapping 32-bit arithmetic, clamped
+    to the tensor's memory rounded up to 4 bytes, where the padding reads 0 (section 4.3, steps 3 to 5)."""
+    outer = int(np.prod(input.shape[:axis], dtype=np.int64))
+    size, inner = input.shape[axis], int(np.prod(input.shape[axis + 1 :], dtype=np.int64))
+    offsets = np.arange(outer, dtype=np.uint64).reshape(-1, 1, 1) * np.uint64(size) + words
+    offsets = (offsets * np.uint64(inner) + np.arange(inner, dtype=np.uint64).reshape(1, 1, -1)) & _MASK32
+    flat = input.reshape(-1)
+    if flat.size == 0:  # nothing to read: DirectML leaves the output as its memory was (unpredictable); 0 here
+        return np.zeros(offsets.shape, input.dtype)
+    capacity = -(-flat.size * element_size // 4) * 4 // element_size
+    padded = np.zeros(capacity, input.dtype)
+    padded[: flat.size] = flat
+    return padded[np.minimum(offsets, np.uint64(capacity - 1)).astype(np.intp)]
+
+
+def _element_size(input: np.ndarray, out_of_bounds: str) -> int:
+    return 2 if out_of_bounds == DIRECTML_16BIT else input.dtype.itemsize
+
+
 def _readable(source: np.ndarray, axis: int) -> np.ndarray:
     """``source``, or where its axis is empty a single zero slice, so that clamped reads return 0."""
     if source.shape[axis] > 0:
@@ -168,7 +207,7 @@ def dml_gather(
     indices: np.ndarray,
     axis: int,
     index_dimensions: int,
-    out_of_bounds: str = "clamp",
+    out_of_bounds: str = "directml",
 ) -> np.ndarray:
     """DML_GATHER: ``out[p..., q..., s...] = input[p..., fix(indices[q...]), s...]`` (SPEC.md section 2).
 
@@ -179,6 +218,11 @@ def dml_gather(
     check_types("DmlGather", input.dtype, indices.dtype)
     output_sizes = gather_output_sizes(input.shape, indices.shape, axis, index_dimensions)
     index_shape = indices.shape[input.ndim - index_dimensions :]
+    check_out_of_bounds("DmlGather", out_of_bounds)
+    if out_of_bounds.startswith("directml"):
+        words = _axis_words(indices.reshape(1, -1, 1), input.shape[axis])
+        read = _directml_read(input, axis, words, _element_size(input, out_of_bounds))
+        return read.reshape(output_sizes)
     fixed, out_of_range = fix_indices("DmlGather", indices, input.shape[axis], out_of_bounds)
     fixed, out_of_range = fixed.reshape(index_shape), out_of_range.reshape(index_shape)
     # Gather along a leading axis, so that the index mask selects whole slices, then move the index
@@ -195,7 +239,7 @@ def dml_gather_elements(
     input: np.ndarray,
     indices: np.ndarray,
     axis: int,
-    out_of_bounds: str = "clamp",
+    out_of_bounds: str = "directml",
 ) -> np.ndarray:
     """DML_GATHER_ELEMENTS: ``out[i, j, k] = input[i, fix(indices[i, j, k]), k]`` for axis 1 (SPEC.md section 3).
 
@@ -205,6 +249,11 @@ def dml_gather_elements(
     input, indices = np.asarray(input), np.asarray(indices)
     check_types("DmlGatherElements", input.dtype, indices.dtype)
     check_gather_elements(input.shape, indices.shape, axis)
+    check_out_of_bounds("DmlGatherElements", out_of_bounds)
+    if out_of_bounds.startswith("directml"):
+        outer = int(np.prod(input.shape[:axis], dtype=np.int64))
+        words = _axis_words(indices.reshape(outer, indices.shape[axis], -1), input.shape[axis])
+        return _directml_read(input, axis, words, _element_size(input, out_of_bounds)).reshape(indices.shape)
     fixed, out_of_range = fix_indices("DmlGatherElements", indices, input.shape[axis], out_of_bounds)
     result = np.take_along_axis(_readable(input, axis), fixed, axis)
     if out_of_bounds == "zero":

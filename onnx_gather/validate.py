@@ -86,7 +86,7 @@ def _check_dml(node: onnx.NodeProto, data: ValueType | None) -> str | None:
             kind = AttributeProto.AttributeType.Name(expected).lower()
             return f"attribute {name!r} must be {'an' if kind == 'int' else 'a'} {kind}"
     mode = present["out_of_bounds"].s.decode(errors="replace")
-    if mode not in semantics.OUT_OF_BOUNDS_MODES:
+    if mode not in semantics.ATTRIBUTE_VALUES:
         return f"out_of_bounds {mode!r} is unknown (expected one of: {', '.join(semantics.OUT_OF_BOUNDS_MODES)})"
     rank = data.rank if data is not None else None
     if len(node.input) != 2 or len(node.output) != 1:

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+import onnxruntime
 from onnx import helper
 
 from onnx_gather import semantics
 from onnx_gather.convert import to_dml
 from onnx_gather.directml.worker import Runner
+from onnx_gather.lower import to_onnx
 from onnx_gather.ops import InferenceSession
 
 # The 12 data types of the harness, as DirectML's tables name them.
@@ -69,7 +71,7 @@ class Case:
                 f"{self.indices.dtype.name} indices {self.indices.shape}")  # fmt: skip
 
 
-def expected(case: Case, out_of_bounds: str = "clamp") -> np.ndarray:
+def expected(case: Case, out_of_bounds: str = "directml") -> np.ndarray:
     """The case through ``onnx_gather.semantics``, in the DML form the converter gives it, as the ONNX output."""
     data, indices = case.data, case.indices
     carried = data.view(np.uint8) if data.dtype == np.bool_ else data  # a gather moves BOOL as bytes
@@ -201,12 +203,23 @@ def run_directml(runner: Runner, cases: Sequence[Case]) -> list[np.ndarray]:
     return results
 
 
-def run_custom_ops(cases: Sequence[Case], out_of_bounds: str = "clamp") -> list[np.ndarray]:
+def run_custom_ops(cases: Sequence[Case], out_of_bounds: str = "directml") -> list[np.ndarray]:
     """The cases through ``to_dml`` and the custom ops in ONNX Runtime."""
     results = []
     for start in range(0, len(cases), CASES_PER_MODEL):
         batch = cases[start : start + CASES_PER_MODEL]
         session = InferenceSession(to_dml(case_model(batch), out_of_bounds=out_of_bounds).SerializeToString())
+        results += session.run([f"output_{k}" for k in range(len(batch))], _feeds(batch))
+    return results
+
+
+def run_lowered(cases: Sequence[Case], out_of_bounds: str = "directml") -> list[np.ndarray]:
+    """The cases through ``to_dml`` and ``to_onnx``: standard ONNX in ONNX Runtime's CPU provider."""
+    results = []
+    for start in range(0, len(cases), CASES_PER_MODEL):
+        batch = cases[start : start + CASES_PER_MODEL]
+        lowered = to_onnx(to_dml(case_model(batch), out_of_bounds=out_of_bounds))
+        session = onnxruntime.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
         results += session.run([f"output_{k}" for k in range(len(batch))], _feeds(batch))
     return results
 
@@ -226,12 +239,13 @@ def identical(a: np.ndarray, b: np.ndarray, canonical_nans: bool = False) -> boo
 
 @dataclass
 class Outcome:
-    """One case: what DirectML, the semantics and the custom ops gave."""
+    """One case: what DirectML, the semantics, the custom ops and the lowered graph gave."""
 
     case: Case
     directml: np.ndarray
     semantics: np.ndarray
     custom_ops: np.ndarray
+    lowered: np.ndarray
 
     @property
     def matches(self) -> bool:
@@ -242,6 +256,11 @@ class Outcome:
     def ops_match(self) -> bool:
         """The custom ops equal the semantics (but for FLOAT16 NaN payloads: the carrying Cast makes them canonical)."""
         return identical(self.custom_ops, self.semantics, canonical_nans=self.case.data.dtype == np.float16)
+
+    @property
+    def lowered_matches(self) -> bool:
+        """The lowered graph equals the semantics bit for bit (it moves FLOAT16 untouched)."""
+        return identical(self.lowered, self.semantics)
 
     @property
     def mismatching_elements(self) -> int:
@@ -260,14 +279,15 @@ class Run:
     directml_seconds: float = 0.0
 
 
-def run(runner: Runner, cases: Sequence[Case], out_of_bounds: str = "clamp") -> Run:
+def run(runner: Runner, cases: Sequence[Case], out_of_bounds: str = "directml") -> Run:
     """Every case on real DirectML, through the semantics, and through the custom ops."""
     start = time.perf_counter()
     directml = run_directml(runner, cases)
     seconds = time.perf_counter() - start
-    ops = run_custom_ops(cases, out_of_bounds)
+    ops, lowered = run_custom_ops(cases, out_of_bounds), run_lowered(cases, out_of_bounds)
     outcomes = [
-        Outcome(case, d, expected(case, out_of_bounds), o) for case, d, o in zip(cases, directml, ops, strict=True)
+        Outcome(case, d, expected(case, out_of_bounds), o, low)
+        for case, d, o, low in zip(cases, directml, ops, lowered, strict=True)
     ]
     return Run(outcomes, seconds)
 
