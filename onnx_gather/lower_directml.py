@@ -56,7 +56,7 @@ def _exact(
     offsets = emit.node("Add", [emit.node("Mul", [p, size], "p_size"), words], "row")
     offsets = emit.node("Add", [emit.node("Mul", [offsets, inner], "row_inner"), s], "linear")
     offsets = emit.node("Mod", [offsets, two32], "offset")
-    count = emit.node("Size", [x], "count")
+    count = _reduce(emit, "ReduceProd", shape, "count")  # not Size: ONNX Runtime has no BFLOAT16 Size
     size_bytes = emit.constant(element_size, np.int64, "element_size")
     words4 = emit.node("Div", [emit.node("Add", [emit.node("Mul", [count, size_bytes], "bytes"),
                                                   emit.constant(3, np.int64, "three")], "bytes_up"),

@@ -80,8 +80,14 @@ def test_onnxruntime_cpu_fails_out_of_range(out_of_range_models, model):
 
 @pytest.mark.parametrize("model", [0, 1], ids=["Gather", "GatherElements"])
 @pytest.mark.parametrize("name", ["pyop", "lowered"])
-def test_dml_semantics_clamp_out_of_range(out_of_range_models, model, name):
-    assert _run(name, out_of_range_models[model], OUT_OF_RANGE)["y"].tolist() == [11, 15, 15, 10]
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    # DirectML reads index 7 at offset 7, clamped to the last element; -7 as -1 + 2^32, clamped too.
+    [("directml", [11, 15, 15, 15]), ("clamp", [11, 15, 15, 10]), ("zero", [11, 0, 15, 0])],
+)
+def test_dml_semantics_out_of_range_in_each_mode(out_of_range_models, model, name, mode, expected):
+    backend = backends.create(name, out_of_bounds=mode)
+    assert backend.run(out_of_range_models[model], OUT_OF_RANGE).outputs["y"].tolist() == expected
 
 
 def test_pyop_counts_out_of_bounds_indices_per_node_inside_a_loop(tmp_path):

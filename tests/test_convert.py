@@ -213,7 +213,7 @@ def test_dimension_count_four_pads_everything_to_four_and_leaves_what_needs_more
     assert report.left[0].reason == "it needs 5 dimensions, more than the dimension count 4"
     dml = next(n for n in converted.graph.node if n.domain == DOMAIN)
     assert {a.name: h.get_attribute_value(a) for a in dml.attribute} == {
-        "axis": 2, "index_dimensions": 1, "out_of_bounds": b"clamp"
+        "axis": 2, "index_dimensions": 1, "out_of_bounds": b"directml"
     }  # fmt: skip
     feeds = {"x": RNG.random((3, 4), np.float32), "i": np.array([2, 0]), "k": RNG.integers(0, 4, (2, 2, 2, 2))}
     assert_all_identical(run_model(converted, feeds, custom_ops=True), run_model(model, feeds))
@@ -330,6 +330,8 @@ def test_gather_1_converts_and_lowers_where_opset_1_allows():
     assert_all_identical(run_model(converted, feeds, custom_ops=True), run_model(model, feeds))
     assert onnx_gather.to_onnx(converted).graph.node == model.graph.node
     _, report = lower(onnx_gather.to_dml(model))
+    assert report.left[0].reason == "out_of_bounds=directml needs opset 11 (Range, Mod; this is opset 1)"
+    _, report = lower(onnx_gather.to_dml(model, out_of_bounds="clamp"))
     assert report.left[0].reason == "out_of_bounds=clamp needs Where-9 (opset 1)"
     _, report = convert(gather_1(T.FLOAT16))
     assert report.left[0].reason == "carrying FLOAT16 needs Cast-6 (opset 1)"

@@ -53,7 +53,7 @@ def test_compare_shapes_that_differ():
     assert c.note == "float32 (3, 2) where the reference has float32 (2, 3)"
 
 
-KEYS = ["model", "reference", "atol", "rtol", "backends", "outputs", "out_of_bounds", "passed"]
+KEYS = ["model", "reference", "atol", "rtol", "backends", "outputs", "out_of_bounds", "out_of_bounds_mode", "passed"]
 
 
 def _ids_model(tmp_path, name="ids.onnx"):

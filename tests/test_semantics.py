@@ -176,7 +176,7 @@ VALIDATION_ERRORS = {
     ),
     "unknown out_of_bounds mode": (
         lambda: dml_gather(np.zeros(3), np.zeros(1, np.int64), 0, 1, out_of_bounds="wrap"),
-        r"out_of_bounds 'wrap' is unknown \(expected one of: clamp, zero, error\)",
+        r"out_of_bounds 'wrap' is unknown \(expected one of: directml, clamp, zero, error\)",
     ),
     "out of bounds in error mode": (
         lambda: dml_gather_elements(np.zeros(3), np.array([0, 3]), 0, out_of_bounds="error"),
