@@ -91,21 +91,25 @@ def directml_gather(
     ``directml``, or ``directml-16bit`` for 16-bit data that travels as FLOAT32)."""
     element_size = 2 if mode == DIRECTML_16BIT else helper.tensor_dtype_to_np_dtype(data_type).itemsize
     signed = index_type in (TensorProto.INT32, TensorProto.INT64)
-    w = indices if index_type == TensorProto.INT64 else emit.node("Cast", [indices], "as_int64", to=TensorProto.INT64)
+    # The native ops take INT32 and INT64. Unsigned values from 2^63 are negative as INT64: out of bounds either way.
+    v = indices if signed else emit.node("Cast", [indices], "as_int64", to=TensorProto.INT64)
     shape = emit.node("Shape", [x], "data_shape")
     size = emit.squeeze(emit.slice(shape, axis, axis + 1, "axis_size"), [0], "size")
-    # Unsigned values from 2^63 are negative as INT64: out of bounds either way.
     low = emit.node("Neg", [size], "low") if signed else emit.constant(0, np.int64, "low")
-    outside = emit.node("Or", [emit.node("Less", [w, low], "below"),
-                               emit.node("Not", [emit.node("Less", [w, size], "below_size")], "not_below_size")],
-                        "outside")  # fmt: skip
-    count = _reduce(emit, "ReduceSum", emit.node("Cast", [outside], "outside_count", to=TensorProto.INT64), "any")
-    condition = emit.node("Greater", [count, emit.constant(0, np.int64, "none")], "any_outside")
+    # Two reductions and no temporary the size of the indices (an empty tensor gives the type's extremes).
+    lowest, highest = _reduce(emit, "ReduceMin", v, "lowest"), _reduce(emit, "ReduceMax", v, "highest")
+    if index_type == TensorProto.INT32:
+        lowest = emit.node("Cast", [lowest], "lowest_64", to=TensorProto.INT64)
+        highest = emit.node("Cast", [highest], "highest_64", to=TensorProto.INT64)
+    below = emit.node("Less", [lowest, low], "below")
+    condition = emit.node("Or", [below, emit.node("Not", [emit.node("Less", [highest, size], "inside")], "above")],
+                          "any_outside")  # fmt: skip
 
     exact = emit.fork()
+    w = v if index_type != TensorProto.INT32 else exact.node("Cast", [v], "as_int64", to=TensorProto.INT64)
     result = _exact(exact, x, w, shape, size, axis, rank, gather, signed, data_type, element_size, indices)
     native = emit.fork()
-    fast = native.node("Gather" if gather else "GatherElements", [x, w], "native", axis=axis)
+    fast = native.node("Gather" if gather else "GatherElements", [x, v], "native", axis=axis)
 
     def branch(name: str, nodes: list[onnx.NodeProto], out: str) -> onnx.GraphProto:
         return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, data_type, None)])

@@ -14,11 +14,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_all_identical, run_model
+from conftest import assert_all_identical, require_directml, run_model
 
 import onnx_gather
+from onnx_gather import backends, model_io
 from onnx_gather.convert import convert
+from onnx_gather.directml.worker import DirectMlError
 from onnx_gather.graph import bodies
+from onnx_gather.parity import run_parity
 
 THIRD_PARTY = Path(__file__).resolve().parent / "third_party"
 RNG = np.random.default_rng(11)
@@ -71,3 +74,28 @@ def test_arabic_name_romanizer_encoder_and_decoder():
     memory, memory_mask, hidden = _assert_converted_and_lowered_agree(encoder, {"src": source, "src_mask": mask})
     feeds = {"prefix": RNG.integers(1, 40, (2, 4)), "memory": memory, "src_mask": memory_mask, "hidden": hidden}
     _assert_converted_and_lowered_agree(decoder, feeds)
+
+
+def test_the_romanizer_encoder_runs_on_real_directml_within_float_tolerance():
+    require_directml()
+    path, _ = _load("arabic-name-romanizer", "encoder.onnx")
+    source = RNG.integers(1, 40, (2, 7))
+    mask = np.ones((2, 7), bool)
+    mask[1, 5:] = False
+    model = backends.Model(path, model_io.load(path))
+    parity = run_parity(model, {"src": source, "src_mask": mask}, ["pyop", "dml"], atol=1e-5, rtol=1e-4)
+    dml = parity.report["backends"]["dml"]
+    assert dml["status"] == "ok", dml["reason"]
+    assert dml["placement"]["DmlExecutionProvider"]["nodes"] > 0 and "CPUExecutionProvider" in dml["placement"]
+    assert parity.report["passed"]
+    assert parity.report["outputs"]["src_mask_out"]["dml"]["equal"]
+
+
+def test_silero_vad_fails_on_real_directml_at_its_lstm_as_the_readme_says():
+    # DirectML 1.15.4 runs its LSTM with a bias as a DXIL shader, which Wine 8's vkd3d cannot compile.
+    require_directml()
+    path, _ = _load("silero-vad", "silero_vad.onnx")
+    feeds = {"input": RNG.standard_normal((1, 512)).astype(np.float32),
+             "state": np.zeros((2, 1, 128), np.float32), "sr": np.array(16000)}  # fmt: skip
+    with pytest.raises(DirectMlError, match=r"LSTM node.*80070057 Invalid parameter"):
+        backends.create("dml").run(backends.Model(path, model_io.load(path)), feeds)
