@@ -1,4 +1,4 @@
-"""``onnx-gather check``: would DirectML at a feature level accept each gather of a model? (SPEC.md section 5)."""
+"""``onnx-gather check``: would DirectML at a feature level accept each gather? (docs/semantics.md section 5)."""
 
 from __future__ import annotations
 

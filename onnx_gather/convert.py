@@ -1,6 +1,6 @@
 """Standard ONNX ``Gather`` and ``GatherElements`` into DML form, as ONNX Runtime's DirectML provider maps them.
 
-The rules (SPEC.md section 6), for each node in every graph, subgraph and model-local function:
+The rules (docs/semantics.md section 6), for each node in every graph, subgraph and model-local function:
 
 1. N is ``max(r, q, r + q - 1)`` for Gather (data rank r, indices rank q) and ``r`` for GatherElements,
    or the fixed ``dimension_count``; a node that needs more than N (or 8) dimensions stays standard.

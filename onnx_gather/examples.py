@@ -1,4 +1,4 @@
-"""The worked examples of DirectML's documentation (the seeds of SPEC.md), as data."""
+"""The worked examples of DirectML's documentation (docs/semantics.md, sections 2 and 3), as data."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ The rules, for each ``DmlGather`` and ``DmlGatherElements`` node:
    ``Cast`` pairs that carry FLOAT16, BFLOAT16 and BOOL) is looked through and removed where nothing
    else uses it, so a round trip does not grow the graph.
 2. The node becomes the standard op on what remains: the DML output is the standard output with
-   leading ones (SPEC.md section 6), added back with ``Unsqueeze`` where anything needs them.
+   leading ones (docs/semantics.md section 6), added back with ``Unsqueeze`` where anything needs them.
 3. ``out_of_bounds``: ``error`` is the native op's own check; ``clamp`` is one ``Clip`` of the indices
    to ``[-size, size - 1]`` (the native op takes negative indices); ``zero`` also masks the output.
    Before opset 12, where ``Clip`` and ``Min`` take no integers, ``Less`` and ``Where`` do the same.

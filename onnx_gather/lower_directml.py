@@ -95,15 +95,16 @@ def directml_gather(
     v = indices if signed else emit.node("Cast", [indices], "as_int64", to=TensorProto.INT64)
     shape = emit.node("Shape", [x], "data_shape")
     size = emit.squeeze(emit.slice(shape, axis, axis + 1, "axis_size"), [0], "size")
-    low = emit.node("Neg", [size], "low") if signed else emit.constant(0, np.int64, "low")
-    # Two reductions and no temporary the size of the indices (an empty tensor gives the type's extremes).
-    lowest, highest = _reduce(emit, "ReduceMin", v, "lowest"), _reduce(emit, "ReduceMax", v, "highest")
-    if index_type == TensorProto.INT32:
-        lowest = emit.node("Cast", [lowest], "lowest_64", to=TensorProto.INT64)
-        highest = emit.node("Cast", [highest], "highest_64", to=TensorProto.INT64)
+    # The lowest and highest index, through DOUBLE: ONNX Runtime's integer ReduceMin and ReduceMax are several times
+    # slower than its Cast and floating-point ones. DOUBLE keeps the order of every value against sizes below 2^31.
+    # Over an empty tensor the lowest is the largest value and the highest the smallest: the native op runs.
+    wide = emit.node("Cast", [v], "as_double", to=TensorProto.DOUBLE)
+    lowest, highest = _reduce(emit, "ReduceMin", wide, "lowest"), _reduce(emit, "ReduceMax", wide, "highest")
+    size_double = emit.node("Cast", [size], "size_double", to=TensorProto.DOUBLE)
+    low = emit.node("Neg", [size_double], "low") if signed else emit.constant(0.0, np.float64, "low")
     below = emit.node("Less", [lowest, low], "below")
-    condition = emit.node("Or", [below, emit.node("Not", [emit.node("Less", [highest, size], "inside")], "above")],
-                          "any_outside")  # fmt: skip
+    above = emit.node("Not", [emit.node("Less", [highest, size_double], "inside")], "above")
+    condition = emit.node("Or", [below, above], "any_outside")
 
     exact = emit.fork()
     w = v if index_type != TensorProto.INT32 else exact.node("Cast", [v], "as_int64", to=TensorProto.INT64)

@@ -1,4 +1,4 @@
-"""DirectML's Gather and GatherElements, stated in numpy (SPEC.md sections 1-5).
+"""DirectML's Gather and GatherElements, stated in numpy (docs/semantics.md sections 1-5).
 
 This module is the reference the rest of the package is tested against. It imports no
 runtime: every rule is readable here, and testable without ONNX Runtime.
@@ -20,7 +20,7 @@ DIRECTML_16BIT = "directml-16bit"
 ATTRIBUTE_VALUES = (*OUT_OF_BOUNDS_MODES, DIRECTML_16BIT)
 _MASK32 = np.uint64(0xFFFFFFFF)
 
-# Feature level 4.1 (SPEC.md section 5): the types DirectML accepts.
+# Feature level 4.1 (docs/semantics.md section 5): the types DirectML accepts.
 DATA_DTYPES = tuple(
     np.dtype(t)
     for t in (
@@ -74,7 +74,7 @@ def _check_axis(op: str, axis: int, n: int) -> None:
 def gather_output_sizes(
     input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int, index_dimensions: int
 ) -> tuple[int, ...]:
-    """The output sizes of DML_GATHER, validating the shapes and attributes (SPEC.md section 2).
+    """The output sizes of DML_GATHER, validating the shapes and attributes (docs/semantics.md section 2).
 
     ``C = input[:axis] + indices[N - index_dimensions:] + input[axis + 1:]``, then right-aligned to
     N dimensions: 1s are removed from the left while C is too long, or prepended while it is short.
@@ -113,7 +113,7 @@ def check_output_elements(op: str, sizes: Sequence[int], limit: int) -> None:
 
 
 def check_gather_elements(input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int) -> None:
-    """Validate DML_GATHER_ELEMENTS shapes and axis (SPEC.md section 3); the output sizes are the indices'."""
+    """Validate DML_GATHER_ELEMENTS shapes and axis (docs/semantics.md section 3); the output sizes are the indices'."""
     op = "DmlGatherElements"
     n = _check_dimension_counts(op, input_sizes, indices_sizes)
     _check_axis(op, axis, n)
@@ -126,7 +126,7 @@ def check_gather_elements(input_sizes: Sequence[int], indices_sizes: Sequence[in
 
 
 def fix_indices(op: str, indices: np.ndarray, size: int, out_of_bounds: str) -> tuple[np.ndarray, np.ndarray]:
-    """Apply ``fix()`` of SPEC.md section 4: negative values count from the end, the rest per the mode.
+    """Apply ``fix()`` of docs/semantics.md section 4: negative values count from the end, the rest per the mode.
 
     Returns the fixed indices (``intp``, each in ``[0, size)``, or 0 where ``size`` is 0) and a
     boolean mask of the positions that were out of bounds. Raises GatherError in ``error`` mode.
@@ -209,7 +209,7 @@ def dml_gather(
     index_dimensions: int,
     out_of_bounds: str = "directml",
 ) -> np.ndarray:
-    """DML_GATHER: ``out[p..., q..., s...] = input[p..., fix(indices[q...]), s...]`` (SPEC.md section 2).
+    """DML_GATHER: ``out[p..., q..., s...] = input[p..., fix(indices[q...]), s...]`` (docs/semantics.md section 2).
 
     ``input`` and ``indices`` have the same dimension count N (1 to 8); the output has N dimensions
     and the input's type.
@@ -241,7 +241,7 @@ def dml_gather_elements(
     axis: int,
     out_of_bounds: str = "directml",
 ) -> np.ndarray:
-    """DML_GATHER_ELEMENTS: ``out[i, j, k] = input[i, fix(indices[i, j, k]), k]`` for axis 1 (SPEC.md section 3).
+    """DML_GATHER_ELEMENTS: ``out[i, j, k] = input[i, fix(indices[i, j, k]), k]`` for axis 1 (docs/semantics.md, 3).
 
     ``indices`` has the input's sizes on every dimension except ``axis``; the output has the
     indices' sizes and the input's type.

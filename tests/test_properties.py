@@ -1,7 +1,7 @@
 """Property tests: the custom ops in ONNX Runtime equal the numpy semantics and ONNX Runtime's native kernels.
 
 Shapes are drawn as standard ONNX problems (data rank r, indices rank q, axis a) and put into DML form as
-ONNX Runtime's DirectML provider does (SPEC.md section 6): N = max(r, q, r + q - 1), leading ones, axis + N - r.
+ONNX Runtime's DirectML provider does (docs/semantics.md, 6): N = max(r, q, r + q - 1), leading ones, axis + N - r.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def _typed(model, feeds):
 
 
 def _sessions(op: str, data: np.ndarray, indices: np.ndarray, axis: int):
-    """Sessions and feeds: the native op; the DML op (DML form as SPEC.md section 6); the lowered routes."""
+    """Sessions and feeds: the native op; the DML op (DML form as docs/semantics.md section 6); the lowered routes."""
     feeds = {"input": data, "indices": indices}
     original = _typed(single_node_model(op, data.dtype, indices.dtype, domain="", axis=axis), feeds)
     assert value_types(original)
