@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_all_identical, run_model
+from conftest import assert_all_identical, assert_identical, run_model
 from onnx import TensorProto as T
 from onnx import helper as h
 
 import onnx_gather
 from onnx_gather.convert import convert
+from onnx_gather.directml import conformance
 from onnx_gather.graph import DOMAIN, bodies
 from onnx_gather.lower import lower
 
@@ -335,3 +336,13 @@ def test_gather_1_converts_and_lowers_where_opset_1_allows():
     assert report.left[0].reason == "out_of_bounds=clamp needs Where-9 (opset 1)"
     _, report = convert(gather_1(T.FLOAT16))
     assert report.left[0].reason == "carrying FLOAT16 needs Cast-6 (opset 1)"
+
+
+@pytest.mark.parametrize("mode", ["clamp", "zero", "directml"])
+def test_lowered_int64_indices_beyond_the_int32_range_follow_the_semantics(mode):
+    # ONNX Runtime 1.31's INT64 Clip leaves 2^32 - 8 unclamped: the lowering must not rely on it.
+    data = np.arange(10, 16, dtype=np.float32)
+    indices = np.array([2**32 - 8, 2**31 + 7, -(2**31) - 7, 2**40, 1] * 20)
+    case = conformance.Case("Gather", data, indices, 0)
+    (lowered,) = conformance.run_lowered([case], mode)
+    assert_identical(lowered, onnx_gather.dml_gather(data, indices, 0, 1, mode))
