@@ -400,10 +400,15 @@ def _fix_indices(
             not_below_low = emit.node("Not", [emit.node("Less", [indices, bounds.low], "below_low")], "not_below_low")
             mask = emit.node("And", [mask, not_below_low], "in_bounds")
     if signed:  # clamp into [-size, size - 1]: the native op takes the negative ones
-        # ONNX Runtime 1.31's INT64 Clip leaves values beyond the int32 range unclamped (Clip(2^32 - 8, -6, 5)
-        # gives 2^32 - 8): INT64 indices are clamped by Less and Where.
         if emit.opset >= 12 and index_type == TensorProto.INT32:
             return emit.node("Clip", [indices, bounds.low, bounds.high], "clamp"), mask
+        if emit.opset >= 12:
+            # ONNX Runtime 1.31's INT64 Clip leaves values beyond the int32 range unclamped (Clip(2^32 - 8, -6, 5)
+            # gives 2^32 - 8). DOUBLE keeps every value's order against the bounds, and the clamped ones exactly.
+            as_double = [emit.node("Cast", [v], f"{step}_double", to=TensorProto.DOUBLE)
+                         for v, step in ((indices, "indices"), (bounds.low, "low"), (bounds.high, "high"))]  # fmt: skip
+            clamped = emit.node("Clip", as_double, "clamp_double")
+            return emit.node("Cast", [clamped], "clamp", to=TensorProto.INT64), mask
         below = emit.node("Less", [indices, bounds.low], "below_low")
         raised = emit.node("Where", [below, bounds.low, indices], "clamp_low")
         inside = emit.node("Less", [raised, bounds.size], "below_size")
