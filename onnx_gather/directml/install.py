@@ -46,6 +46,7 @@ from onnx_gather.directml.layout import (
     package_version,
     runner_source,
     source_hash,
+    wine_environment,
 )
 from onnx_gather.model_io import write_bytes
 
@@ -225,10 +226,6 @@ def install_binaries(layout: Layout, out: TextIO) -> dict[str, str]:
     }
 
 
-def _wine_environment(prefix: Path) -> dict[str, str]:
-    return {**os.environ, "WINEPREFIX": str(prefix), "WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml="}
-
-
 def make_prefix(layout: Layout, out: TextIO) -> None:
     """Step 4: the Wine prefix (``wineboot -i``, seconds), unless it is there."""
     if (layout.prefix / "system.reg").is_file():
@@ -236,7 +233,7 @@ def make_prefix(layout: Layout, out: TextIO) -> None:
         return
 
     def build(folder: Path) -> None:
-        environment = _wine_environment(folder)
+        environment = wine_environment(folder)
         try:
             subprocess.run([WINE, "wineboot", "-i"], env=environment, capture_output=True, timeout=300, check=False)
             subprocess.run([WINESERVER, "-w"], env=environment, timeout=60, check=False)

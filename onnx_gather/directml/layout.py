@@ -87,6 +87,12 @@ class Layout:
         return found
 
 
+def wine_environment(prefix: Path, **extra: str) -> dict[str, str]:
+    """The environment for a Wine program in ``prefix``: quiet, and never offering to install Mono or Gecko."""
+    quiet = {"WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml="}
+    return {**os.environ, "WINEPREFIX": str(prefix), **quiet, **extra}
+
+
 def source_hash() -> str:
     return hashlib.sha256(runner_source()).hexdigest()
 

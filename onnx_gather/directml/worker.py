@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from onnx_gather.directml.layout import SETUP_COMMAND, WINE, WINESERVER, Layout
+from onnx_gather.directml.layout import SETUP_COMMAND, WINE, WINESERVER, Layout, wine_environment
 
 START_SECONDS = 120.0
 REQUEST_SECONDS = 600.0
@@ -101,13 +101,7 @@ class Runner:
         try:
             self._folder = Path(tempfile.mkdtemp(prefix="onnx-gather-dml-"))
             display = self._start_xvfb()
-            environment = {
-                **os.environ,
-                "WINEPREFIX": str(self._private_prefix()),
-                "DISPLAY": display,
-                "WINEDEBUG": "-all",
-                "WINEDLLOVERRIDES": "mscoree,mshtml=",  # never offer to install Mono or Gecko
-            }
+            environment = wine_environment(self._private_prefix(), DISPLAY=display)
             with open(self._folder / "wine.log", "wb") as log:
                 self._wine = subprocess.Popen(
                     [WINE, str(self.layout.runner), _windows_path(self.layout.bin).replace("/", "\\")],
