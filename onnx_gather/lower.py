@@ -223,7 +223,10 @@ class _Lowering:
         reshaped = padding != 0 or plan.crop_to is not None
         result = self.names.fresh(f"{name}/output") if reshaped or mask is not None else plan.final
         if directml:
-            directml_gather(emit, plan.x, i, indices_type.elem_type, a, n - plan.kx, gather, data_type, mode, result)
+            index_rank = index_dimensions if gather else n - plan.kx
+            directml_gather(
+                emit, plan.x, i, indices_type.elem_type, a, n - plan.kx, index_rank, gather, data_type, mode, result
+            )
         else:
             emit.nodes.append(
                 helper.make_node("Gather" if gather else "GatherElements", [plan.x, fixed], [result], name=name, axis=a)

@@ -346,3 +346,32 @@ def test_lowered_int64_indices_beyond_the_int32_range_follow_the_semantics(mode)
     case = conformance.Case("Gather", data, indices, 0)
     (lowered,) = conformance.run_lowered([case], mode)
     assert_identical(lowered, onnx_gather.dml_gather(data, indices, 0, 1, mode))
+
+
+@pytest.mark.parametrize("opset", [11, 12, 17])
+@pytest.mark.parametrize(
+    "op, shape, indices, axis",
+    [
+        ("Gather", (0, 3), np.array([0, 2, -1], np.int64), 0),  # no data: every element reads 0
+        ("GatherElements", (2, 0), np.zeros((2, 3), np.int32), 1),
+        ("Gather", (3, 5), np.array([[1, 7], [-4, 2]], np.int32), 0),  # a row past the end, one straddling it
+        ("GatherElements", (4, 3), np.array([[0, 5, 2]] * 2 + [[-9, 1, 13]] * 2, np.int64), 0),
+    ],
+)
+def test_lowered_directml_reading_in_every_opset_it_supports(opset, op, shape, indices, axis):
+    data = RNG.integers(-100, 100, shape).astype(np.int8)  # odd byte counts: the padding reads 0
+    model = h.make_model(
+        h.make_graph([h.make_node(op, ["x", "i"], ["y"], axis=axis)], "t",
+                     [h.make_tensor_value_info("x", T.INT8, shape), h.make_tensor_value_info("i", T.INT64, None)],
+                     [h.make_tensor_value_info("y", T.INT8, None)]),
+        opset_imports=[h.make_opsetid("", opset)], ir_version=7,
+    )  # fmt: skip
+    model.graph.input[1].type.tensor_type.elem_type = h.np_dtype_to_tensor_dtype(indices.dtype)
+    model.graph.input[1].type.tensor_type.shape.CopyFrom(h.make_tensor_type_proto(1, indices.shape).tensor_type.shape)
+    lowered = onnx_gather.to_onnx(onnx_gather.to_dml(model))
+    assert "::If" in _ops(lowered)
+    (actual,) = run_model(lowered, {"x": data, "i": indices})
+    expected = conformance.expected(conformance.Case(op, data, indices, axis))
+    assert_identical(actual, expected)
+    if data.size == 0:
+        assert not actual.any()

@@ -127,7 +127,7 @@ def _typed(model, feeds):
 
 
 @SETTINGS
-@given(dml_graphs_with_bad_indices(), st.sampled_from(["clamp", "zero", "error"]))
+@given(dml_graphs_with_bad_indices(), st.sampled_from(["directml", "clamp", "zero", "error"]))
 def test_lowered_dml_nodes_equal_the_custom_op_on_out_of_bounds_indices(graph, mode):
     op, dtype, index_dtype, attributes, feeds = graph
     model = _typed(single_node_model(op, dtype, index_dtype, out_of_bounds=mode, **attributes), feeds)
