@@ -26,6 +26,7 @@ from onnx import TensorProto, helper
 
 from onnx_gather import semantics
 from onnx_gather.graph import DOMAIN, Body, Emitter, Names, ValueType, bodies, value_types
+from onnx_gather.ranks import Observation, branch_dependence, observe
 
 # The element types a DML node can carry, and what the others travel as.
 _DML_TYPES = {
@@ -54,6 +55,7 @@ class NodeChange:
     data_type: int | None = None  # the element types DirectML would see (before carrying)
     index_type: int | None = None
     note: str = ""  # how data the bridge cannot carry travels
+    ranks: str = ""  # where ranks came from when shape inference could not tell them
 
 
 @dataclass
@@ -97,25 +99,57 @@ def _type_name(elem_type: int) -> str:
 
 
 class _Converter:
-    def __init__(self, model: onnx.ModelProto, dimension_count: int | None, out_of_bounds: str) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, dimension_count: int | None, out_of_bounds: str, observation: Observation | None
+    ) -> None:
         self.model = model
         self.dimension_count = dimension_count
         self.out_of_bounds = out_of_bounds
         self.names = Names(model)
         self.types = value_types(model)
         self.report = Report()
+        self.unknown: dict[str, str] = {}  # value -> why its rank stays unknown
+        self.observed: dict[str, str] = {}  # value -> the run its rank was observed in
+        if observation is not None:
+            self._observe(observation)
+
+    def _observe(self, observation: Observation) -> None:
+        """Ranks shape inference could not tell, for the main graph's gathers, from one run of the model."""
+        wanted = []
+        for body in bodies(self.model):
+            types = self.types.get(body.scope, {})
+            for node in body.nodes:
+                if node.domain not in ("", "ai.onnx") or node.op_type not in ("Gather", "GatherElements"):
+                    continue
+                for name in node.input[:2]:
+                    if not name or (types.get(name) is not None and types[name].rank is not None):
+                        continue
+                    if body.container is not self.model.graph:
+                        self.unknown[name] = f"it is inside {body.where}, where a run cannot observe it"
+                    elif (branch := branch_dependence(self.model.graph, name, types)) is not None:
+                        self.unknown[name] = f"it depends on which branch of If {branch!r} runs"
+                    else:
+                        wanted.append(name)
+        if not wanted:
+            return
+        found = observe(self.model, wanted, observation)
+        for name in wanted:
+            if name in found.types:
+                self.types[0][name] = found.types[name]
+                self.observed[name] = f"observed in a run of ONNX Runtime on {found.inputs}"
+            else:
+                self.unknown[name] = found.failure
 
     def run(self) -> None:
         for body in reversed(bodies(self.model)):
             types = self.types.get(body.scope, {})
-            rebuilt, changed = [], False
+            rebuilt, changed, declared = [], False, _declarations(body)
             for index, node in enumerate(body.nodes):
                 if node.domain in ("", "ai.onnx") and node.op_type in ("Gather", "GatherElements"):
-                    new_nodes, value_infos = self._convert(body, types, node, index)
+                    new_nodes, typed = self._convert(body, types, node, index)
                     if new_nodes is not None:
                         rebuilt.extend(new_nodes)
-                        if isinstance(body.container, onnx.GraphProto):
-                            body.container.value_info.extend(value_infos)
+                        _record(body, declared, typed)
                         changed = True
                         continue
                 rebuilt.append(node)
@@ -127,36 +161,53 @@ class _Converter:
 
     def _convert(
         self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
-    ) -> tuple[list[onnx.NodeProto] | None, list[onnx.ValueInfoProto]]:
-        plan = _examine(body, types, node, self.dimension_count)
+    ) -> tuple[list[onnx.NodeProto] | None, dict[str, ValueType]]:
+        plan = _examine(body, types, node, self.dimension_count, self.unknown)
         if isinstance(plan, str):
             self.report.left.append(NodeChange(body.where, node.name, node.op_type, "", plan))
-            return None, []
+            return None, {}
         name = node.name or self.names.fresh(f"{node.op_type}_{index}")
-        nodes, value_infos = self._emit(body, node, name, plan)
+        nodes, value_infos = self._emit(body, node, name, plan, types.get(node.output[0]))
         note = ""
         if plan.carrier is not None:
             exact = "exact" if plan.data.elem_type == TensorProto.BOOL else "exact but for NaN payloads, made canonical"
             note = f"{_type_name(plan.data.elem_type)} data travels as {_type_name(plan.carrier)} ({exact})"
+        observed = [value for value in node.input[:2] if value in self.observed]
+        ranks = ""
+        if observed:  # one run observed them all
+            roles = " and ".join(f"{'data' if value == node.input[0] else 'indices'} {value!r}" for value in observed)
+            ranks = f"rank of {roles} {self.observed[observed[0]]}"
         self.report.changed.append(NodeChange(
             body.where, node.name, node.op_type, name, f"N={plan.n}", plan.n, plan.data.elem_type,
-            plan.indices.elem_type, note,
+            plan.indices.elem_type, note, ranks,
         ))  # fmt: skip
         return nodes, value_infos
 
     def _emit(
-        self, body: Body, node: onnx.NodeProto, name: str, plan: _Plan
-    ) -> tuple[list[onnx.NodeProto], list[onnx.ValueInfoProto]]:
-        """Slice, carry, pad -> the DML node -> unpad, carry back, ending in the original output's name."""
+        self, body: Body, node: onnx.NodeProto, name: str, plan: _Plan, known: ValueType | None
+    ) -> tuple[list[onnx.NodeProto], dict[str, ValueType]]:
+        """Slice, carry, pad -> the DML node -> unpad, carry back, ending in the original output's name.
+
+        Returns also the type of every value it makes, and of its inputs and output, with all that is known of
+        their shapes (``known``: the output's type before), for ``_record``: the lowering needs the DML node's
+        ranks, and shape inference cannot see through the DML node, nor past a contrib operator in front of it."""
         emit = Emitter(body, self.names, name)
         data, indices, n = plan.data, plan.indices, plan.n
+        carried = plan.carrier or data.elem_type
+        typed: dict[str, ValueType] = {}
         x = node.input[0]
+        x_dims = data.dims
         if plan.slice is not None:
             x = _emit_slice(emit, x, node.input[1], indices.dims, plan.axis, plan.slice)
+            x_dims = tuple(d if k == plan.axis else indices.dims[k] for k, d in enumerate(data.dims))
+            typed[x] = ValueType(data.elem_type, x_dims)
         if plan.carrier is not None:
             x = emit.node("Cast", [x], "carry_input", to=plan.carrier)
+            typed[x] = ValueType(carried, x_dims)
         x = emit.pad(x, n - data.rank, "pad_input")
+        typed[x] = ValueType(carried, (1,) * (n - data.rank) + x_dims)
         i = emit.pad(node.input[1], n - indices.rank, "pad_indices")
+        typed[i] = ValueType(indices.elem_type, (1,) * (n - indices.rank) + indices.dims)
         ones = n - plan.out_rank  # the DML output is the standard output with these leading ones
         last = ones == 0 and plan.carrier is None
         dml_output = node.output[0] if last else self.names.fresh(f"{name}/output")
@@ -169,15 +220,46 @@ class _Converter:
         emit.nodes.append(
             helper.make_node(f"Dml{node.op_type}", [x, i], [dml_output], name=name, domain=DOMAIN, **attributes)
         )
+        out_dims = _known_dims(_output_dims(data, indices, plan.axis, plan.gather), known)
+        typed[dml_output] = ValueType(carried, (1,) * ones + out_dims)
         y = dml_output
         if not last:
             y = emit.unpad(y, ones, "unpad_output", None if plan.carrier else node.output[0])
+            typed[y] = ValueType(carried, out_dims)
         if plan.carrier is not None:
             emit.node("Cast", [y], "carry_output", node.output[0], to=data.elem_type)
-        if last:
-            return emit.nodes, []
-        out_dims = _output_dims(data, indices, plan.axis, plan.gather)
-        return emit.nodes, [ValueType(plan.carrier or data.elem_type, (1,) * ones + out_dims).value_info(dml_output)]
+        typed[node.output[0]] = ValueType(data.elem_type, out_dims)
+        return emit.nodes, typed
+
+
+def _known_dims(dims: tuple, known: ValueType | None) -> tuple:
+    """``dims``, with each unknown one taken from ``known`` (what shape inference knew) where that has it."""
+    if known is None or known.rank != len(dims):
+        return dims
+    return tuple(d if d is not None else k for d, k in zip(dims, known.dims, strict=True))
+
+
+def _declarations(body: Body) -> dict[str, onnx.ValueInfoProto]:
+    """The values ``body`` gives a type: its inputs, outputs and value_info (a function: none)."""
+    container = body.container
+    if not isinstance(container, onnx.GraphProto):
+        return {}
+    return {v.name: v for v in (*container.input, *container.output, *container.value_info)}
+
+
+def _record(body: Body, declared: dict[str, onnx.ValueInfoProto], typed: dict[str, ValueType]) -> None:
+    """Give ``body`` the types in ``typed``: a new ``value_info``, or the shape a declaration lacks (a graph input or
+    output that declares no shape: the DML form works only at the rank it was made for). A function has neither."""
+    container = body.container
+    if not isinstance(container, onnx.GraphProto):
+        return
+    for name, value_type in typed.items():
+        found = declared.get(name)
+        if found is None:
+            container.value_info.append(value_type.value_info(name))
+            declared[name] = container.value_info[-1]
+        elif found.type.HasField("tensor_type") and not found.type.tensor_type.HasField("shape"):
+            found.type.tensor_type.shape.CopyFrom(value_type.value_info(name).type.tensor_type.shape)
 
 
 @dataclass(frozen=True)
@@ -197,14 +279,17 @@ class _Plan:
         return self.data.rank + self.indices.rank - 1 if self.gather else self.data.rank
 
 
-def _examine(body: Body, types: dict[str, ValueType], node: onnx.NodeProto, dimension_count: int | None) -> _Plan | str:
-    """How to put ``node`` into DML form, or why it stays standard."""
+def _examine(
+    body: Body, types: dict[str, ValueType], node: onnx.NodeProto, dimension_count: int | None, unknown: dict[str, str]
+) -> _Plan | str:
+    """How to put ``node`` into DML form, or why it stays standard (``unknown``: why a value's rank is unknown)."""
     if len(node.input) != 2 or len(node.output) != 1:
         return "it does not have exactly two inputs and one output"
     data, indices = (types.get(name) for name in node.input)
     for role, name, value_type in (("data", node.input[0], data), ("indices", node.input[1], indices)):
         if value_type is None or value_type.rank is None:
-            return f"the rank of {role} {name!r} is unknown (no shape information)"
+            why = unknown.get(name, "no shape information")
+            return f"the rank of {role} {name!r} is unknown ({why})"
     if data.elem_type not in _DML_TYPES and data.elem_type not in CARRIERS:
         return f"{_type_name(data.elem_type)} data cannot be expressed for DirectML"
     if body.opset < 6 and data.elem_type in CARRIERS:
@@ -265,14 +350,17 @@ def _import_domain(imports: object) -> None:
 
 
 def convert(
-    model: onnx.ModelProto, dimension_count: str | int = "auto", out_of_bounds: str = "directml"
+    model: onnx.ModelProto,
+    dimension_count: str | int = "auto",
+    out_of_bounds: str = "directml",
+    observation: Observation | None = Observation(),  # noqa: B008 (frozen, never changed)
 ) -> tuple[onnx.ModelProto, Report]:
     """``to_dml`` with a report of what was converted and what was left standard, and why."""
     semantics.check_out_of_bounds("to_dml", out_of_bounds)
     count = parse_dimension_count(dimension_count)
     result = onnx.ModelProto()
     result.CopyFrom(model)
-    converter = _Converter(result, count, out_of_bounds)
+    converter = _Converter(result, count, out_of_bounds, observation)
     converter.report.before = count_ops(model)
     converter.run()
     converter.report.after = count_ops(result)
@@ -280,12 +368,17 @@ def convert(
 
 
 def to_dml(
-    model: onnx.ModelProto, dimension_count: str | int = "auto", out_of_bounds: str = "directml"
+    model: onnx.ModelProto,
+    dimension_count: str | int = "auto",
+    out_of_bounds: str = "directml",
+    observation: Observation | None = Observation(),  # noqa: B008 (frozen, never changed)
 ) -> onnx.ModelProto:
     """Every standard Gather and GatherElements that DirectML can express, rewritten into DML form.
 
     ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider
     does) or a fixed N from 1 to 8 (4 emulates feature levels below 3.0). ``out_of_bounds`` is written
-    on every DML node. Nodes that cannot be expressed stay standard (``convert`` reports them).
+    on every DML node. Where shape inference cannot tell a gather's ranks, they are read off one run of the
+    model with ONNX Runtime on the inputs ``observation`` gives or generates (None: no run). Nodes that cannot
+    be expressed stay standard (``convert`` reports them).
     """
-    return convert(model, dimension_count, out_of_bounds)[0]
+    return convert(model, dimension_count, out_of_bounds, observation)[0]

@@ -172,6 +172,7 @@ class _Lowering:
         replaced: dict[int, list[onnx.NodeProto]] = {}
         for index, node in enumerate(work.nodes):
             if _is_dml(node) and index not in work.removed:
+                _complete(types, node)
                 lowered = self._lower(work, types, node, index)
                 if lowered is not None:
                     replaced[index] = lowered
@@ -276,6 +277,21 @@ class _Lowering:
                 return axis, index_dimensions, mode
         self._leave(work, node, reason)
         return None
+
+
+def _complete(types: dict[str, ValueType], node: onnx.NodeProto) -> None:
+    """Give both inputs of DML ``node`` a rank where any of its three values has one: they all have N dimensions
+    (to_dml types them all, but a graph input or output may declare no shape)."""
+    known = [types.get(name) for name in (*node.input[:2], *node.output[:1])]
+    rank = next((t.rank for t in known if t is not None and t.rank is not None), None)
+    if rank is None:
+        return
+    data_type = next((t.elem_type for t in (known[0], known[2]) if t is not None and t.elem_type), None)
+    for name, value_type, elem_type in zip(node.input[:2], known, (data_type, None), strict=False):
+        if value_type is None or value_type.rank is None:
+            elem_type = elem_type if value_type is None or not value_type.elem_type else value_type.elem_type
+            if elem_type:
+                types[name] = ValueType(elem_type, (None,) * rank)
 
 
 @dataclass

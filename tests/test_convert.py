@@ -14,6 +14,7 @@ from onnx_gather.convert import convert
 from onnx_gather.directml import conformance
 from onnx_gather.graph import DOMAIN, bodies
 from onnx_gather.lower import lower
+from onnx_gather.ranks import Observation
 
 RNG = np.random.default_rng(7)
 
@@ -194,10 +195,39 @@ def test_unknown_rank_stays_standard_with_the_reason():
     model = _model(
         [h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=0)],
         [h.make_value_info("x", h.make_tensor_type_proto(T.FLOAT, None)), h.make_tensor_value_info("i", T.INT64, [2])],
-        [h.make_tensor_value_info("y", T.FLOAT, [2])],
+        [h.make_value_info("y", h.make_tensor_type_proto(T.FLOAT, None))],
     )
-    _, report = convert(model)
+    _, report = convert(model, observation=None)
     assert report.left[0].reason == "the rank of data 'x' is unknown (no shape information)"
+    _, report = convert(model)  # a run would tell, but there is nothing to run it on
+    assert report.left[0].reason == (
+        "the rank of data 'x' is unknown (no inputs to run it on: input 'x' has no shape in the model: "
+        "give one with --shape x:DIMS)"
+    )
+    converted, report = convert(model, observation=Observation(shapes={"x": (5, 3)}))
+    assert report.changed[0].ranks == (
+        "rank of data 'x' observed in a run of ONNX Runtime on x 5x3 (generated), i 2 (generated)"
+    )
+    x, i = RNG.standard_normal((5, 3)).astype(np.float32), np.array([4, -1])
+    assert_all_identical(run_model(converted, {"x": x, "i": i}, custom_ops=True), [x[i]])
+    assert_all_identical(run_model(onnx_gather.to_onnx(converted), {"x": x, "i": i}), [x[i]])
+
+
+def test_a_rank_an_if_decides_is_not_taken_from_one_run():
+    # The data is a 1-D or 2-D tensor by turns: the branch decides its rank.
+    one, two = (h.make_graph([h.make_node("Identity", [source], [f"{source}_out"])], f"b_{source}", [],
+                             [h.make_value_info(f"{source}_out", h.make_tensor_type_proto(T.FLOAT, None))])
+                for source in ("flat", "square"))  # fmt: skip
+    model = _model(
+        [h.make_node("If", ["c"], ["x"], name="choose", then_branch=one, else_branch=two),
+         h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=0)],
+        [h.make_tensor_value_info("c", T.BOOL, []), h.make_tensor_value_info("flat", T.FLOAT, [4]),
+         h.make_tensor_value_info("square", T.FLOAT, [2, 2]), h.make_tensor_value_info("i", T.INT64, [1])],
+        [h.make_value_info("y", h.make_tensor_type_proto(T.FLOAT, None))],
+    )  # fmt: skip
+    converted, report = convert(model)
+    assert _dml_count(converted) == 0
+    assert report.left[0].reason == "the rank of data 'x' is unknown (it depends on which branch of If 'choose' runs)"
 
 
 def test_dimension_count_four_pads_everything_to_four_and_leaves_what_needs_more():

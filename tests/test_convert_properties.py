@@ -17,6 +17,7 @@ from onnx import helper as h
 import onnx_gather
 from onnx_gather.convert import convert
 from onnx_gather.graph import DOMAIN, single_node_model
+from onnx_gather.lower import lower
 from onnx_gather.semantics import GatherError, gather_output_sizes
 
 SETTINGS = settings(max_examples=150, deadline=None)
@@ -140,4 +141,60 @@ def test_lowered_dml_nodes_equal_the_custom_op_on_out_of_bounds_indices(graph, m
         with pytest.raises(Exception, match=r"(?i)out of|invalid|indices"):
             run_model(lowered, feeds)
         return
+    assert_all_identical(run_model(lowered, feeds), expected)
+
+
+def _declared(draw, shape, name):
+    """What a model declares of ``shape``: nothing, or per dim a size, a symbol or an unknown."""
+    if draw(st.integers(0, 4)) == 0:
+        return None
+    return [draw(st.sampled_from([size, f"{name}{d}", None])) for d, size in enumerate(shape)]
+
+
+@st.composite
+def gather_chains(draw):
+    """GatherElements and Gather in a chain, the dims declared symbolic or unknown, and now and then a contrib
+    operator (com.microsoft Gelu) in between, past which ONNX shape inference knows nothing."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    shape = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(1, 3)))]
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+    inputs = [h.make_tensor_value_info("x", T.FLOAT, _declared(draw, shape, "x"))]
+    nodes, value = [], "x"
+    for k in range(draw(st.integers(1, 4))):
+        step = draw(st.sampled_from(["Gather", "GatherElements", "Gelu"]))
+        out = f"v{k}"
+        if step == "Gelu":
+            nodes.append(h.make_node("Gelu", [value], [out], name=f"gelu{k}", domain="com.microsoft"))
+            value = out
+            continue
+        axis = draw(st.integers(0, len(shape) - 1))
+        if step == "Gather":
+            low = 0 if len(shape) > 1 else 1  # never a scalar: the next step gathers from it
+            index_shape = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(low, max(low, 4 - len(shape)))))]
+        else:
+            index_shape = [draw(st.integers(1, 3)) if d == axis else size for d, size in enumerate(shape)]
+        name = f"i{k}"
+        feeds[name] = rng.integers(-shape[axis], shape[axis], index_shape).astype(np.int64)
+        inputs.append(h.make_tensor_value_info(name, T.INT64, _declared(draw, index_shape, name)))
+        nodes.append(h.make_node(step, [value, name], [out], name=f"{step}{k}", axis=axis - len(shape)))
+        shape = shape[:axis] + index_shape + shape[axis + 1 :] if step == "Gather" else index_shape
+        value = out
+    output = h.make_value_info(value, h.make_tensor_type_proto(T.FLOAT, None))
+    graph = h.make_graph(nodes, "chain", inputs, [output])
+    opsets = [h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)]
+    return h.make_model(graph, opset_imports=opsets, ir_version=8), feeds
+
+
+@settings(max_examples=60, deadline=None)
+@given(gather_chains())
+def test_every_gather_of_a_chain_converts_and_lowers_whatever_inference_knows(chain):
+    model, feeds = chain
+    gathers = sum(n.op_type in ("Gather", "GatherElements") for n in model.graph.node)
+    expected = run_model(model, feeds)
+    converted, report = convert(model, observation=onnx_gather.Observation(feeds=feeds))
+    assert report.left == [] and len(report.changed) == gathers
+    assert_all_identical(run_model(converted, feeds, custom_ops=True), expected)
+    lowered, lowering = lower(converted)
+    assert lowering.left == [] and len(lowering.changed) == gathers
+    assert not any(n.domain == DOMAIN for n in lowered.graph.node)
     assert_all_identical(run_model(lowered, feeds), expected)

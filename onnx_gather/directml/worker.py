@@ -247,7 +247,7 @@ class Runner:
             folder.mkdir()
             try:
                 for k, name in enumerate(loaded.inputs):
-                    np.save(folder / f"in{k}.npy", np.ascontiguousarray(feeds[name]), allow_pickle=False)
+                    np.save(folder / f"in{k}.npy", np.asarray(feeds[name], order="C"), allow_pickle=False)  # keeps 0-d
                 self._request(f"run {loaded.id} {_windows_path(folder)}", "run")
                 return {
                     name: np.load(folder / f"out{k}.npy", allow_pickle=False) for k, name in enumerate(loaded.outputs)
