@@ -1,81 +1,76 @@
-"""``onnx-gather check``: would DirectML at a feature level accept each gather? (docs/semantics.md section 5)."""
+"""``onnx-gather check``: what ONNX Runtime's DirectML provider would do with each gather, and whether DirectML at a
+feature level accepts it (docs/semantics.md sections 5 and 6; the rules are in ``onnx_gather.placement``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import onnx
-from onnx import TensorProto
 
-from onnx_gather.convert import convert
+from onnx_gather.convert import NodeChange, convert
 from onnx_gather.graph import DML_OP_TYPES, DOMAIN, bodies, value_types
+from onnx_gather.placement import FEATURE_LEVELS, dml_type_name, judge, needed_level, place
+from onnx_gather.ranks import Observation
 
-_T = TensorProto
-_BASE_DATA = frozenset({_T.FLOAT, _T.FLOAT16})
-_DATA_2_1 = _BASE_DATA | {_T.INT32, _T.INT16, _T.INT8, _T.UINT32, _T.UINT16, _T.UINT8}
-_ALL_INDICES = frozenset({_T.INT64, _T.INT32, _T.UINT64, _T.UINT32})
-# A BOOL tensor reaches DirectML as UINT8: ONNX Runtime's DirectML provider maps it so.
-_AS_DML = {_T.BOOL: _T.UINT8}
-
-
-@dataclass(frozen=True)
-class FeatureLevel:
-    """What one DirectML feature level accepts for DML_GATHER and DML_GATHER_ELEMENTS."""
-
-    name: str
-    dimension_count: int | None  # exactly this many dimensions, or None for 1 to 8
-    data_types: frozenset[int]
-    index_types: frozenset[int]
-    gather_elements: bool
-
-
-FEATURE_LEVELS = {
-    "1.0": FeatureLevel("1.0", 4, _BASE_DATA, frozenset({_T.UINT32}), False),
-    "2.1": FeatureLevel("2.1", 4, _DATA_2_1, frozenset({_T.UINT32}), True),
-    "3.0": FeatureLevel("3.0", None, _DATA_2_1, _ALL_INDICES, True),
-    "4.1": FeatureLevel("4.1", None, _DATA_2_1 | {_T.DOUBLE, _T.INT64, _T.UINT64}, _ALL_INDICES, True),
-}
+# Verdicts: the provider runs it on DirectML; keeps it on its CPU provider; takes it and fails; DirectML at the
+# feature level cannot express it; the ranks are unknown (the provider decides when it runs).
+STATUSES = ("DirectML", "CPU", "fails", "refused", "unknown")
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """One gather node and whether the feature level accepts it; ``reason`` says why not, or what it becomes."""
+    """One gather node: what becomes of it (``status``, one of ``STATUSES``) and why."""
 
     where: str
     node: str
     op_type: str
-    accepted: bool
+    status: str
     reason: str
 
-
-def _name(elem_type: int) -> str:
-    return TensorProto.DataType.Name(elem_type)
-
-
-def _judge(level: FeatureLevel, op_type: str, n: int, data_type: int, index_type: int) -> tuple[bool, str]:
-    dml = op_type if op_type.startswith("Dml") else f"Dml{op_type}"
-    data_type = _AS_DML.get(data_type, data_type)
-    if dml == "DmlGatherElements" and not level.gather_elements:
-        return False, f"DML_GATHER_ELEMENTS needs feature level 2.1 (this is {level.name})"
-    if level.dimension_count is not None and n != level.dimension_count:
-        return False, f"{n} dimensions; feature level {level.name} takes exactly {level.dimension_count}"
-    if data_type not in level.data_types:
-        return False, f"{_name(data_type)} data is not supported at feature level {level.name}"
-    if index_type not in level.index_types:
-        return False, f"{_name(index_type)} indices are not supported at feature level {level.name}"
-    return True, f"{dml} with {n} dimensions, {_name(data_type)} data, {_name(index_type)} indices"
+    @property
+    def accepted(self) -> bool:
+        """Whether the node runs, on DirectML or on the CPU provider, without failing."""
+        return self.status in ("DirectML", "CPU")
 
 
-def check(model: onnx.ModelProto, feature_level: str = "4.1") -> list[Verdict]:
-    """A verdict for every gather, standard (as ``to_dml`` would convert it) or already in DML form."""
+def _describe(op_type: str, n: int, data_type: int, index_type: int) -> str:
+    dml = "DML_GATHER_ELEMENTS" if op_type.endswith("GatherElements") else "DML_GATHER"
+    level = needed_level(op_type, n, data_type, index_type)
+    needs = f"feature level {level} or later" if level else "no feature level"
+    return f"{dml} with {n} dimensions, {dml_type_name(data_type)} data, {dml_type_name(index_type)} indices ({needs})"
+
+
+def _standard(change: NodeChange, level_name: str) -> Verdict:
+    """A standard gather, converted (``change.result``) or left by ``convert``."""
+
+    def verdict(status: str, reason: str) -> Verdict:
+        return Verdict(change.where, change.node, change.op_type, status, reason)
+
+    if change.data is None or change.indices is None:
+        return verdict("unknown", f"the provider decides when it runs: {change.reason}")
+    level = FEATURE_LEVELS[level_name]
+    placement = place(change.op_type, change.data, change.indices, change.axis, level)
+    if placement.provider != "DirectML":
+        return verdict(placement.provider, placement.reason)
+    if not change.result:
+        return verdict("refused", f"cannot be expressed: {change.reason}")
+    refusal = judge(level, change.op_type, change.dimension_count, change.data_type, change.index_type)
+    if refusal is not None:
+        return verdict("refused", refusal)
+    described = _describe(change.op_type, change.dimension_count, change.data_type, change.index_type)
+    return verdict("DirectML", f"{described}; {placement.reason}")
+
+
+def check(
+    model: onnx.ModelProto,
+    feature_level: str = "4.1",
+    observation: Observation | None = Observation(),  # noqa: B008
+) -> list[Verdict]:
+    """A verdict for every gather: standard ones as ONNX Runtime's DirectML provider would take them, DML-form ones
+    (custom ops already in the model) by what the feature level accepts."""
     level = FEATURE_LEVELS[feature_level]
-    verdicts = []
-    _, report = convert(model, level.dimension_count or "auto")
-    for change in report.changed:
-        accepted, reason = _judge(level, change.op_type, change.dimension_count, change.data_type, change.index_type)
-        verdicts.append(Verdict(change.where, change.node, change.op_type, accepted, reason))
-    for left in report.left:
-        verdicts.append(Verdict(left.where, left.node, left.op_type, False, f"cannot be expressed: {left.reason}"))
+    _, report = convert(model, observation=observation)
+    verdicts = [_standard(change, feature_level) for change in (*report.changed, *report.left)]
     types = value_types(model)
     for body in bodies(model):
         scope = types.get(body.scope, {})
@@ -84,9 +79,19 @@ def check(model: onnx.ModelProto, feature_level: str = "4.1") -> list[Verdict]:
                 continue
             data, indices = (scope.get(name) for name in node.input[:2])
             if data is None or data.rank is None or indices is None:
-                verdict = Verdict(body.where, node.name, node.op_type, False, "its input types are unknown")
-            else:
-                accepted, reason = _judge(level, node.op_type, data.rank, data.elem_type, indices.elem_type)
-                verdict = Verdict(body.where, node.name, node.op_type, accepted, reason)
-            verdicts.append(verdict)
+                verdicts.append(Verdict(body.where, node.name, node.op_type, "unknown", "its input types are unknown"))
+                continue
+            refusal = judge(level, node.op_type, data.rank, data.elem_type, indices.elem_type)
+            reason = refusal or _describe(node.op_type, data.rank, data.elem_type, indices.elem_type)
+            verdicts.append(Verdict(body.where, node.name, node.op_type, "refused" if refusal else "DirectML", reason))
     return verdicts
+
+
+def summary(verdicts: list[Verdict], feature_level: str) -> str:
+    """One line: how many gathers the provider runs where, at ``feature_level``."""
+    counts = {status: sum(v.status == status for v in verdicts) for status in STATUSES}
+    parts = [f"{counts[s]} {label}" for s, label in (
+        ("DirectML", "on DirectML"), ("CPU", "on the CPU provider"), ("fails", "failing"),
+        ("refused", "refused"), ("unknown", "undecided until run"),
+    ) if counts[s]]  # fmt: skip
+    return f"{len(verdicts)} gathers at DirectML feature level {feature_level}: {', '.join(parts) or 'none'}."

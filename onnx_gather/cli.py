@@ -13,12 +13,14 @@ from typing import NoReturn
 import numpy as np
 
 from onnx_gather import backends, demo, inputs, model_io, ops, report
-from onnx_gather.check import FEATURE_LEVELS, check
+from onnx_gather.check import check, summary
 from onnx_gather.convert import Report, convert
 from onnx_gather.directml import install
 from onnx_gather.directml.layout import Layout
 from onnx_gather.lower import lower
 from onnx_gather.parity import one_line, run_parity
+from onnx_gather.placement import FEATURE_LEVELS
+from onnx_gather.ranks import Observation
 from onnx_gather.semantics import OUT_OF_BOUNDS_MODES
 
 
@@ -54,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     _out_of_bounds_option(convert_command)
     convert_command.add_argument("--strict", action="store_true", help="exit 1 if any gather stays standard")
+    convert_command.add_argument(
+        "--keep-cpu-gathers", nargs="?", const="4.1", choices=FEATURE_LEVELS, metavar="LEVEL",
+        help="leave standard the gathers ONNX Runtime's DirectML provider keeps on its CPU provider on a device of "
+        "feature level LEVEL (default 4.1): BFLOAT16 data, and types the device lacks",
+    )  # fmt: skip
+    _observation_options(convert_command, _RANK_RUN)
 
     lower_command = commands.add_parser("lower", help="DML custom ops back into standard ONNX")
     lower_command.add_argument("model", help="the ONNX model to lower (never modified)")
@@ -62,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     check_command = commands.add_parser("check", help="would DirectML at a feature level accept every gather?")
     check_command.add_argument("model")
     check_command.add_argument("--feature-level", choices=FEATURE_LEVELS, default="4.1")
+    _observation_options(check_command, _RANK_RUN)
 
     run_command = commands.add_parser("run", help="run a model on one backend")
     run_command.add_argument("model")
@@ -93,15 +102,24 @@ def _out_of_bounds_option(command: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def _input_options(command: argparse.ArgumentParser) -> None:
-    _out_of_bounds_option(command)
-    command.add_argument("--inputs", help="an .npz file with the inputs (those missing are generated)")
-    command.add_argument(
+def _observation_options(command: argparse.ArgumentParser, title: str) -> None:
+    """The inputs of a run: of the model itself, or of the one that tells the ranks shape inference cannot."""
+    group = command.add_argument_group(title)
+    group.add_argument("--inputs", help="an .npz file with the inputs (those missing are generated)")
+    group.add_argument(
         "--shape", action="append", default=[], metavar="NAME:DIMS",
         help="the shape of a generated input, e.g. token_ids:2x7 (dynamic dims default to 1)",
     )  # fmt: skip
-    command.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
-    command.add_argument("--int-range", default="0:4", metavar="LOW:HIGH", help="generated integers, [LOW, HIGH)")
+    group.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    group.add_argument("--int-range", default="0:4", metavar="LOW:HIGH", help="generated integers, [LOW, HIGH)")
+
+
+_RANK_RUN = "inputs of the run of ONNX Runtime that tells the ranks shape inference cannot"
+
+
+def _input_options(command: argparse.ArgumentParser) -> None:
+    _out_of_bounds_option(command)
+    _observation_options(command, "inputs")
     command.add_argument("--device-id", type=int, default=0, help="the GPU for the cuda and dml backends")
     command.add_argument(
         "--max-elements", type=int, default=2**31,
@@ -123,15 +141,23 @@ def _print_report(report: Report, verb: str, source: str, target: str) -> None:
     total = len(report.changed) + len(report.left)
     print(f"{verb} {len(report.changed)} of {total} gathers.")
     for changed in report.changed:
-        if changed.note:
-            print(f"  node {changed.node!r}: {changed.note}")
+        for remark in (changed.note, changed.ranks):
+            if remark:
+                print(f"  node {changed.node!r}: {remark}")
     for left in report.left:
         print(f"  left as it was: node {left.node!r} ({left.op_type}, {left.where}): {left.reason}")
 
 
+def _observation(args: argparse.Namespace) -> Observation:
+    return Observation(
+        inputs.load(args.inputs) if args.inputs else {}, inputs.parse_shapes(args.shape), args.seed,
+        inputs.parse_int_range(args.int_range), Path(args.model).parent,
+    )  # fmt: skip
+
+
 def _convert(args: argparse.Namespace) -> int:
     model = model_io.load(args.model)
-    result, report = convert(model, args.dimension_count, args.out_of_bounds)
+    result, report = convert(model, args.dimension_count, args.out_of_bounds, _observation(args), args.keep_cpu_gathers)
     model_io.save(result, args.output, args.model)
     _print_report(report, "Converted", args.model, args.output)
     return 1 if args.strict and report.left else 0
@@ -146,15 +172,11 @@ def _lower(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    verdicts = check(model_io.load(args.model), args.feature_level)
+    verdicts = check(model_io.load(args.model), args.feature_level, _observation(args))
     for verdict in verdicts:
-        mark = "ok     " if verdict.accepted else "REFUSED"
-        print(f"{mark} node {verdict.node!r} ({verdict.op_type}, {verdict.where}): {verdict.reason}")
-    refused = sum(not v.accepted for v in verdicts)
-    print(
-        f"{len(verdicts) - refused} of {len(verdicts)} gathers accepted at DirectML feature level {args.feature_level}."
-    )
-    return 1 if refused else 0
+        print(f"{verdict.status:<8} node {verdict.node!r} ({verdict.op_type}, {verdict.where}): {verdict.reason}")
+    print(summary(verdicts, args.feature_level))
+    return 0 if all(v.status in ("DirectML", "CPU", "unknown") for v in verdicts) else 1
 
 
 def _feeds(args: argparse.Namespace, model: backends.Model) -> dict[str, np.ndarray]:

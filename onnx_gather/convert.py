@@ -26,6 +26,7 @@ from onnx import TensorProto, helper
 
 from onnx_gather import semantics
 from onnx_gather.graph import DOMAIN, Body, Emitter, Names, ValueType, bodies, value_types
+from onnx_gather.placement import FEATURE_LEVELS, FeatureLevel, place
 from onnx_gather.ranks import Observation, branch_dependence, observe
 
 # The element types a DML node can carry, and what the others travel as.
@@ -56,6 +57,9 @@ class NodeChange:
     index_type: int | None = None
     note: str = ""  # how data the bridge cannot carry travels
     ranks: str = ""  # where ranks came from when shape inference could not tell them
+    data: ValueType | None = None  # the input types the decision went by, where known
+    indices: ValueType | None = None
+    axis: int | None = None  # non-negative, where the rank is known
 
 
 @dataclass
@@ -100,11 +104,13 @@ def _type_name(elem_type: int) -> str:
 
 class _Converter:
     def __init__(
-        self, model: onnx.ModelProto, dimension_count: int | None, out_of_bounds: str, observation: Observation | None
-    ) -> None:
+        self, model: onnx.ModelProto, dimension_count: int | None, out_of_bounds: str, observation: Observation | None,
+        keep_on_cpu: FeatureLevel | None,
+    ) -> None:  # fmt: skip
         self.model = model
         self.dimension_count = dimension_count
         self.out_of_bounds = out_of_bounds
+        self.keep_on_cpu = keep_on_cpu
         self.names = Names(model)
         self.types = value_types(model)
         self.report = Report()
@@ -162,9 +168,19 @@ class _Converter:
     def _convert(
         self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
     ) -> tuple[list[onnx.NodeProto] | None, dict[str, ValueType]]:
+        data, indices = (types.get(name) for name in node.input[:2])
+        known = data is not None and data.rank is not None and indices is not None and indices.rank is not None
+        axis = _attribute(node, "axis", 0) % data.rank if known and data.rank else None
         plan = _examine(body, types, node, self.dimension_count, self.unknown)
+        if isinstance(plan, _Plan) and self.keep_on_cpu is not None:
+            placement = place(node.op_type, plan.data, plan.indices, plan.axis, self.keep_on_cpu)
+            if placement.provider == "CPU":
+                plan = f"kept standard, as the DirectML provider keeps it: {placement.reason}"
         if isinstance(plan, str):
-            self.report.left.append(NodeChange(body.where, node.name, node.op_type, "", plan))
+            data, indices = (data, indices) if known else (None, None)
+            self.report.left.append(
+                NodeChange(body.where, node.name, node.op_type, "", plan, data=data, indices=indices, axis=axis)
+            )
             return None, {}
         name = node.name or self.names.fresh(f"{node.op_type}_{index}")
         nodes, value_infos = self._emit(body, node, name, plan, types.get(node.output[0]))
@@ -179,7 +195,7 @@ class _Converter:
             ranks = f"rank of {roles} {self.observed[observed[0]]}"
         self.report.changed.append(NodeChange(
             body.where, node.name, node.op_type, name, f"N={plan.n}", plan.n, plan.data.elem_type,
-            plan.indices.elem_type, note, ranks,
+            plan.indices.elem_type, note, ranks, plan.data, plan.indices, plan.axis,
         ))  # fmt: skip
         return nodes, value_infos
 
@@ -354,13 +370,17 @@ def convert(
     dimension_count: str | int = "auto",
     out_of_bounds: str = "directml",
     observation: Observation | None = Observation(),  # noqa: B008 (frozen, never changed)
+    keep_on_cpu: str | None = None,
 ) -> tuple[onnx.ModelProto, Report]:
     """``to_dml`` with a report of what was converted and what was left standard, and why."""
     semantics.check_out_of_bounds("to_dml", out_of_bounds)
     count = parse_dimension_count(dimension_count)
+    if keep_on_cpu is not None and keep_on_cpu not in FEATURE_LEVELS:
+        raise ValueError(f"keep_on_cpu must be a feature level ({', '.join(FEATURE_LEVELS)}), got {keep_on_cpu!r}")
     result = onnx.ModelProto()
     result.CopyFrom(model)
-    converter = _Converter(result, count, out_of_bounds, observation)
+    level = None if keep_on_cpu is None else FEATURE_LEVELS[keep_on_cpu]
+    converter = _Converter(result, count, out_of_bounds, observation, level)
     converter.report.before = count_ops(model)
     converter.run()
     converter.report.after = count_ops(result)
@@ -372,13 +392,16 @@ def to_dml(
     dimension_count: str | int = "auto",
     out_of_bounds: str = "directml",
     observation: Observation | None = Observation(),  # noqa: B008 (frozen, never changed)
+    keep_on_cpu: str | None = None,
 ) -> onnx.ModelProto:
     """Every standard Gather and GatherElements that DirectML can express, rewritten into DML form.
 
     ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider
     does) or a fixed N from 1 to 8 (4 emulates feature levels below 3.0). ``out_of_bounds`` is written
     on every DML node. Where shape inference cannot tell a gather's ranks, they are read off one run of the
-    model with ONNX Runtime on the inputs ``observation`` gives or generates (None: no run). Nodes that cannot
-    be expressed stay standard (``convert`` reports them).
+    model with ONNX Runtime on the inputs ``observation`` gives or generates (None: no run). ``keep_on_cpu``, a
+    feature level, leaves standard the gathers ONNX Runtime's DirectML provider on such a device keeps on its CPU
+    provider (BFLOAT16, a type the device lacks). Nodes that cannot be expressed stay standard (``convert`` reports
+    them).
     """
-    return convert(model, dimension_count, out_of_bounds, observation)[0]
+    return convert(model, dimension_count, out_of_bounds, observation, keep_on_cpu)[0]

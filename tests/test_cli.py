@@ -96,11 +96,39 @@ def test_strict_convert_exits_1_when_a_gather_stays_standard(tmp_path, capsys):
 def test_check_accepts_at_4_1_and_refuses_int64_indices_at_2_1(tmp_path, capsys):
     path = _embedding_model(tmp_path, external=False)
     assert main(["check", str(path), "--feature-level", "4.1"]) == 0
-    assert "ok      node 'embed' (Gather, graph 'embedding'): DmlGather with 3 dimensions" in capsys.readouterr().out
+    assert capsys.readouterr().out.splitlines() == [
+        "DirectML node 'embed' (Gather, graph 'embedding'): DML_GATHER with 3 dimensions, FLOAT32 (ONNX FLOAT) data, "
+        "INT64 indices (feature level 3.0 or later); runs on DirectML",
+        "1 gathers at DirectML feature level 4.1: 1 on DirectML.",
+    ]
     assert main(["check", str(path), "--feature-level", "2.1"]) == 1
     printed = capsys.readouterr().out
-    assert "REFUSED node 'embed'" in printed and "INT64 indices are not supported at feature level 2.1" in printed
-    assert "0 of 1 gathers accepted at DirectML feature level 2.1." in printed
+    assert "refused  node 'embed'" in printed and "INT64 indices are not supported at feature level 2.1" in printed
+    assert "1 gathers at DirectML feature level 2.1: 1 refused." in printed
+
+
+def test_check_says_where_the_directml_provider_puts_each_gather(tmp_path, capsys):
+    graph = h.make_graph(
+        [h.make_node("Gather", ["b", "i"], ["y1"], name="bf16", axis=0),
+         h.make_node("Gather", ["d", "i"], ["y2"], name="double", axis=0),
+         h.make_node("GatherElements", ["d", "j"], ["y3"], name="narrow", axis=1),
+         h.make_node("Gather", ["deep", "k"], ["y4"], name="nine", axis=0)],
+        "placement",
+        [h.make_tensor_value_info("b", T.BFLOAT16, [4]), h.make_tensor_value_info("d", T.DOUBLE, [4, 5]),
+         h.make_tensor_value_info("i", T.INT64, [2]), h.make_tensor_value_info("j", T.INT64, [2, 3]),
+         h.make_tensor_value_info("deep", T.FLOAT, [2] * 5), h.make_tensor_value_info("k", T.INT32, [1] * 5)],
+        [h.make_value_info(f"y{n}", h.make_tensor_type_proto(t, None))
+         for n, t in ((1, T.BFLOAT16), (2, T.DOUBLE), (3, T.DOUBLE), (4, T.FLOAT))],
+    )  # fmt: skip
+    path = tmp_path / "placement.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
+    assert main(["check", str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("CPU      node 'bf16' (Gather, graph 'placement'): BFLOAT16 gathers are not registered")
+    assert lines[1].startswith("DirectML node 'double'") and "FLOAT64 (ONNX DOUBLE) data" in lines[1]
+    assert lines[2].startswith("fails    node 'narrow'") and "(dimension 0: 2 != 4)" in lines[2]
+    assert lines[3].startswith("fails    node 'nine'") and "more than 8 dimensions (output 9)" in lines[3]
+    assert lines[4] == "4 gathers at DirectML feature level 4.1: 1 on DirectML, 1 on the CPU provider, 2 failing."
 
 
 def test_check_refuses_gather_elements_at_1_0(tmp_path, capsys):

@@ -19,7 +19,10 @@ from conftest import SUMMARIES, assert_identical, require_directml
 from onnx import TensorProto as T
 from onnx import helper as h
 
+import onnx_gather
 from onnx_gather import cli
+from onnx_gather.check import check
+from onnx_gather.convert import convert
 from onnx_gather.directml import conformance, install, layout
 from onnx_gather.directml.worker import DirectMlError, Runner, RunnerError
 
@@ -236,3 +239,87 @@ def test_directml_is_deterministic(directml):
     second = conformance.run_directml(directml, cases)
     for a, b in zip(first, second, strict=True):
         assert_identical(a, b)
+
+
+# --- where the DirectML provider puts a gather: check's verdicts against the real provider -------------------------
+
+
+def _one_gather(op, data_type, data_dims, index_dims, axis=0, opset=13, index_type=T.INT64):
+    graph = h.make_graph(
+        [h.make_node(op, ["data", "indices"], ["y"], name="g", axis=axis)], "placement",
+        [h.make_tensor_value_info("data", data_type, data_dims),
+         h.make_tensor_value_info("indices", index_type, index_dims)],
+        [h.make_value_info("y", h.make_tensor_type_proto(data_type, None))],
+    )  # fmt: skip
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=8)
+
+
+PLACEMENT_CASES = {
+    "FLOAT Gather": (_one_gather("Gather", T.FLOAT, [4, 3], [2]), "DirectML"),
+    "FLOAT16 Gather opset 11": (_one_gather("Gather", T.FLOAT16, [4, 3], [2], opset=11), "DirectML"),
+    "DOUBLE GatherElements": (_one_gather("GatherElements", T.DOUBLE, [4, 3], [2, 3]), "DirectML"),
+    "BOOL Gather, INT32 indices": (_one_gather("Gather", T.BOOL, [4], [2], index_type=T.INT32), "DirectML"),
+    "UINT64 Gather, 8 dimensions": (_one_gather("Gather", T.UINT64, [1] * 4 + [2], [2] * 4, axis=4), "DirectML"),
+    "BFLOAT16 Gather": (_one_gather("Gather", T.BFLOAT16, [4, 3], [2]), "CPU"),
+    "BFLOAT16 GatherElements": (_one_gather("GatherElements", T.BFLOAT16, [4, 3], [2, 3]), "CPU"),
+    "STRING Gather": (_one_gather("Gather", T.STRING, [4], [2]), "CPU"),
+    "output of 9 dimensions": (_one_gather("Gather", T.FLOAT, [2] * 5, [1] * 5), "fails"),
+    "indices of 9 dimensions": (_one_gather("Gather", T.FLOAT, [3], [1] * 9), "fails"),
+    "GatherElements indices narrower off the axis": (
+        _one_gather("GatherElements", T.FLOAT, [4, 5], [2, 5], axis=1),
+        "fails",
+    ),
+    "GatherElements, dynamic dims": (_one_gather("GatherElements", T.FLOAT, ["a", 5], ["a", 2], axis=1), "DirectML"),
+}
+
+
+@pytest.mark.parametrize("case", PLACEMENT_CASES)
+def test_check_predicts_where_the_directml_provider_puts_each_gather(directml, case):
+    model, expected = PLACEMENT_CASES[case]
+    (verdict,) = check(model)
+    assert verdict.status == expected, verdict.reason
+    if expected == "fails":  # the provider takes the node and fails, CPU fallback or not
+        with pytest.raises(DirectMlError, match="80070057"):
+            directml.load(model, fallback=True)
+        return
+    loaded = directml.load(model, fallback=True)
+    try:
+        on = {"DirectML": "DmlExecutionProvider", "CPU": "CPUExecutionProvider"}[expected]
+        assert loaded.placed == {on: 1}, loaded.placed
+    finally:
+        directml.free(loaded)
+
+
+def test_keep_cpu_gathers_leaves_what_the_provider_keeps_on_cpu_so_the_custom_ops_predict_it(directml):
+    # A BFLOAT16 gather runs on ONNX Runtime's CPU provider, where an out-of-bounds index is an error: so it is in
+    # the route converted with keep_on_cpu. The FLOAT gather beside it runs on DirectML and reads as DirectML does.
+    graph = h.make_graph(
+        [h.make_node("Cast", ["f"], ["b"], name="to_bf16", to=T.BFLOAT16),
+         h.make_node("Gather", ["b", "i"], ["g"], name="bf16", axis=0),
+         h.make_node("Cast", ["g"], ["y"], name="from_bf16", to=T.FLOAT),
+         h.make_node("Gather", ["f", "i"], ["z"], name="f32", axis=0)], "mixed",
+        [h.make_tensor_value_info("f", T.FLOAT, [4]), h.make_tensor_value_info("i", T.INT64, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2]), h.make_tensor_value_info("z", T.FLOAT, [2])],
+    )  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
+    kept, report = convert(model, keep_on_cpu="4.1")
+    assert [c.node for c in report.left] == ["bf16"] and [c.node for c in report.changed] == ["f32"]
+    assert "kept standard, as the DirectML provider keeps it: BFLOAT16" in report.left[0].reason
+    loaded = directml.load(model, fallback=True)
+    try:
+        on_cpu = loaded.placement["CPUExecutionProvider"]
+        assert "Gather (bf16)" in on_cpu and "Gather (f32)" not in on_cpu, loaded.placement
+        f = np.array([1.5, 2.5, -3.0, 4.0], np.float32)
+        inside = {"f": f, "i": np.array([3, -4])}
+        real = directml.run(loaded, inside)
+        predicted = onnx_gather.InferenceSession(kept).run(None, inside)
+        for name, value in zip(("y", "z"), predicted, strict=True):
+            assert_identical(real[name], value)
+        outside = {"f": f, "i": np.array([1, 6])}
+        with pytest.raises(DirectMlError, match=r"out of bounds|invalid|indices"):
+            directml.run(loaded, outside)
+        with pytest.raises(Exception, match=r"out of bounds|invalid|indices"):
+            onnx_gather.InferenceSession(kept).run(None, outside)
+        onnx_gather.InferenceSession(convert(model)[0]).run(None, outside)  # without: DirectML's reading, no error
+    finally:
+        directml.free(loaded)
