@@ -186,6 +186,13 @@ def _feeds(args: argparse.Namespace, model: backends.Model) -> dict[str, np.ndar
     return inputs.generate(model.proto, shapes, args.seed, int_range, given, args.max_elements)
 
 
+def _hint(args: argparse.Namespace, model: backends.Model) -> str:
+    """ "; " and which dynamic dims were generated as 1, if any (the likely cause of a failed run), else ""."""
+    given = list(inputs.load(args.inputs)) if args.inputs else []
+    hint = inputs.dynamic_hint(model.proto, inputs.parse_shapes(args.shape), given)
+    return f"; {hint}" if hint else ""
+
+
 def _describe(name: str, array: np.ndarray) -> str:
     line = f"{name:<20} {array.dtype.name} {{{','.join(map(str, array.shape))}}}"
     if array.size and array.dtype.kind in "fiub":
@@ -205,7 +212,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         outcome = backend.run(model, feeds)
     except Exception as error:
-        print(f"onnx-gather: {args.backend} failed on {args.model}: {one_line(error)}", file=sys.stderr)
+        hint = _hint(args, model)
+        print(f"onnx-gather: {args.backend} failed on {args.model}: {one_line(error)}{hint}", file=sys.stderr)
         return 1
     print(f"{args.model} on {args.backend}: {backend.description}")
     for name, array in feeds.items():
@@ -248,9 +256,10 @@ def _parity(args: argparse.Namespace) -> int:
         feeds = _feeds(args, model)
         if args.save_inputs:
             inputs.save(args.save_inputs, feeds)
-        runs.append(
-            run_parity(model, feeds, names, args.reference, args.atol, args.rtol, args.device_id, args.out_of_bounds)
-        )
+        runs.append(run_parity(
+            model, feeds, names, args.reference, args.atol, args.rtol, args.device_id, args.out_of_bounds,
+            _hint(args, model)[2:],
+        ))  # fmt: skip
         print(report.text(runs[-1]) + "\n")
     passed = all(run.report["passed"] for run in runs)
     if len(runs) > 1:

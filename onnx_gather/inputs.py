@@ -96,6 +96,28 @@ def generate(
     return feeds
 
 
+def dynamic_hint(
+    model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]] | None = None, given: Sequence[str] = ()
+) -> str:
+    """For a run that failed: the generated inputs whose dynamic dims were made 1, and the ``--shape`` to give."""
+    shapes = shapes or {}
+    named, options = [], []
+    for value in model_inputs(model):
+        value_type = ValueType.of(value)
+        if value.name in given or value.name in shapes or value_type is None or value_type.dims is None:
+            continue
+        if all(isinstance(d, int) for d in value_type.dims):
+            continue
+        declared = ",".join(str(d) if d is not None else "?" for d in value_type.dims)
+        generated = "x".join(str(d) if isinstance(d, int) else "1" for d in value_type.dims)
+        named.append(f"{value.name} [{declared}] as {generated}")
+        options.append(f"--shape {value.name}:" + "x".join(str(d) if isinstance(d, int) else f"<{d or '?'}>"
+                                                            for d in value_type.dims))  # fmt: skip
+    if not named:
+        return ""
+    return f"dynamic dims were generated as 1 ({'; '.join(named)}): give real sizes with {' '.join(options)}"
+
+
 def load(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """The arrays of an .npz file, by name."""
     try:

@@ -95,8 +95,10 @@ def run_parity(
     rtol: float = 1e-5,
     device_id: int = 0,
     out_of_bounds: str = "directml",
+    hint: str = "",
 ) -> Parity:
-    """Run ``model`` on the ``names`` backends (the reference first) and compare every output with the reference's."""
+    """Run ``model`` on the ``names`` backends (the reference first) and compare every output with the reference's.
+    ``hint`` goes into the report where a backend fails (which dynamic dims the generated inputs made 1)."""
     order = [reference, *[name for name in names if name != reference]]
     statuses, outcomes = {}, {}
     for name in order:
@@ -139,4 +141,6 @@ def run_parity(
         "out_of_bounds_mode": out_of_bounds,
         "passed": bool(passed),
     }
+    if hint and any(s["status"] == "error" for s in statuses.values()):
+        report["hint"] = hint
     return Parity(report, notes, outcomes)

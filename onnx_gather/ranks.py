@@ -99,7 +99,9 @@ def observe(model: onnx.ModelProto, names: Iterable[str], observation: Observati
         arrays = session.run(names, feeds)
     except Exception as error:  # ONNX Runtime raises several types; its message says what failed
         message = " ".join(str(error).split())
-        return Observed(inputs=described, failure=f"a run of ONNX Runtime on {described} failed: {message}")
+        hint = inputs.dynamic_hint(model, observation.shapes, list(observation.feeds))
+        failure = f"a run of ONNX Runtime on {described} failed: {message}" + (f"; {hint}" if hint else "")
+        return Observed(inputs=described, failure=failure)
     types = {
         name: ValueType(helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), (None,) * np.ndim(a))
         for name, a in zip(names, arrays, strict=True)

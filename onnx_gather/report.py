@@ -112,6 +112,8 @@ def text(parity: Parity) -> str:
         header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
         lines += [""] + ["  " + line for line in _table(output_rows, header)]
     lines += ["", *_placement(parity), _out_of_bounds(parity), _summary(parity)]
+    if "hint" in report:
+        lines.append(f"Hint: {report['hint']}.")
     return "\n".join(lines)
 
 
@@ -135,5 +137,7 @@ def markdown(runs: list[Parity]) -> str:
             header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
             section += ["", *_markdown_table(output_rows, header)]
         section += ["", *_placement(parity), "", _out_of_bounds(parity), "", f"**{_summary(parity)}**"]
+        if "hint" in report:
+            section += ["", f"Hint: {report['hint']}."]
         sections.append("\n".join(section))
     return "# Parity\n\n" + "\n\n".join(sections) + "\n"

