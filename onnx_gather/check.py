@@ -9,7 +9,7 @@ import onnx
 
 from onnx_gather.convert import NodeChange, convert
 from onnx_gather.graph import DML_OP_TYPES, DOMAIN, bodies, value_types
-from onnx_gather.placement import FEATURE_LEVELS, dml_type_name, judge, needed_level, place
+from onnx_gather.placement import FEATURE_LEVELS, dml_operator, dml_type_name, judge, needed_level, place
 from onnx_gather.ranks import Observation
 
 # Verdicts: the provider runs it on DirectML; keeps it on its CPU provider; takes it and fails; DirectML at the
@@ -33,9 +33,9 @@ class Verdict:
         return self.status in ("DirectML", "CPU")
 
 
-def _describe(op_type: str, n: int, data_type: int, index_type: int) -> str:
-    dml = "DML_GATHER_ELEMENTS" if op_type.endswith("GatherElements") else "DML_GATHER"
-    level = needed_level(op_type, n, data_type, index_type)
+def _describe(op_type: str, n: int, data_type: int, index_type: int, batch: int = 0) -> str:
+    dml = dml_operator(op_type, batch)
+    level = needed_level(op_type, n, data_type, index_type, batch)
     needs = f"feature level {level} or later" if level else "no feature level"
     return f"{dml} with {n} dimensions, {dml_type_name(data_type)} data, {dml_type_name(index_type)} indices ({needs})"
 
@@ -49,15 +49,18 @@ def _standard(change: NodeChange, level_name: str) -> Verdict:
     if change.data is None or change.indices is None:
         return verdict("unknown", f"the provider decides when it runs: {change.reason}")
     level = FEATURE_LEVELS[level_name]
-    placement = place(change.op_type, change.data, change.indices, change.axis, level)
+    if change.out_rank is None:  # a GatherND whose index tuples have no known length
+        return verdict("unknown", f"the provider decides when it runs: {change.reason}")
+    placement = place(change.op_type, change.data, change.indices, change.axis, level, change.out_rank)
     if placement.provider != "DirectML":
         return verdict(placement.provider, placement.reason)
     if not change.result:
         return verdict("refused", f"cannot be expressed: {change.reason}")
-    refusal = judge(level, change.op_type, change.dimension_count, change.data_type, change.index_type)
+    dml = (change.op_type, change.dimension_count, change.data_type, change.index_type, change.batch)
+    refusal = judge(level, *dml)
     if refusal is not None:
         return verdict("refused", refusal)
-    described = _describe(change.op_type, change.dimension_count, change.data_type, change.index_type)
+    described = _describe(*dml)
     return verdict("DirectML", f"{described}; {placement.reason}")
 
 
@@ -81,8 +84,10 @@ def check(
             if data is None or data.rank is None or indices is None:
                 verdicts.append(Verdict(body.where, node.name, node.op_type, "unknown", "its input types are unknown"))
                 continue
-            refusal = judge(level, node.op_type, data.rank, data.elem_type, indices.elem_type)
-            reason = refusal or _describe(node.op_type, data.rank, data.elem_type, indices.elem_type)
+            batch = next((a.i for a in node.attribute if a.name == "batch_dimension_count"), 0)
+            dml = (node.op_type, data.rank, data.elem_type, indices.elem_type, batch)
+            refusal = judge(level, *dml)
+            reason = refusal or _describe(*dml)
             verdicts.append(Verdict(body.where, node.name, node.op_type, "refused" if refusal else "DirectML", reason))
     return verdicts
 

@@ -17,6 +17,7 @@ The rules (docs/semantics.md section 6), for each node in every graph, subgraph 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -34,6 +35,8 @@ _DML_TYPES = {
     TensorProto.DOUBLE, TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.INT16,
     TensorProto.INT8, TensorProto.UINT64, TensorProto.UINT32, TensorProto.UINT16, TensorProto.UINT8,
 }  # fmt: skip
+GATHER_OPS = ("Gather", "GatherElements", "GatherND")  # the standard ops that have a DML form
+DML_OP = {"Gather": "DmlGather", "GatherElements": "DmlGatherElements", "GatherND": "DmlGatherNd"}
 # An end past any size: Slice clamps it, so the slice keeps the whole axis (lower.py recognises it).
 WHOLE_AXIS = 2**62
 CARRIERS = {
@@ -60,6 +63,8 @@ class NodeChange:
     data: ValueType | None = None  # the input types the decision went by, where known
     indices: ValueType | None = None
     axis: int | None = None  # non-negative, where the rank is known
+    batch: int = 0  # GatherND's batch_dims
+    out_rank: int | None = None  # the standard output's rank, where known
 
 
 @dataclass
@@ -125,7 +130,7 @@ class _Converter:
         for body in bodies(self.model):
             types = self.types.get(body.scope, {})
             for node in body.nodes:
-                if node.domain not in ("", "ai.onnx") or node.op_type not in ("Gather", "GatherElements"):
+                if node.domain not in ("", "ai.onnx") or node.op_type not in GATHER_OPS:
                     continue
                 for name in node.input[:2]:
                     if not name or (types.get(name) is not None and types[name].rank is not None):
@@ -151,7 +156,7 @@ class _Converter:
             types = self.types.get(body.scope, {})
             rebuilt, changed, declared = [], False, _declarations(body)
             for index, node in enumerate(body.nodes):
-                if node.domain in ("", "ai.onnx") and node.op_type in ("Gather", "GatherElements"):
+                if node.domain in ("", "ai.onnx") and node.op_type in GATHER_OPS:
                     new_nodes, typed = self._convert(body, types, node, index)
                     if new_nodes is not None:
                         rebuilt.extend(new_nodes)
@@ -173,14 +178,16 @@ class _Converter:
         axis = _attribute(node, "axis", 0) % data.rank if known and data.rank else None
         plan = _examine(body, types, node, self.dimension_count, self.unknown)
         if isinstance(plan, _Plan) and self.keep_on_cpu is not None:
-            placement = place(node.op_type, plan.data, plan.indices, plan.axis, self.keep_on_cpu)
+            placement = place(node.op_type, plan.data, plan.indices, plan.axis, self.keep_on_cpu, plan.out_rank)
             if placement.provider == "CPU":
                 plan = f"kept standard, as the DirectML provider keeps it: {placement.reason}"
         if isinstance(plan, str):
             data, indices = (data, indices) if known else (None, None)
-            self.report.left.append(
-                NodeChange(body.where, node.name, node.op_type, "", plan, data=data, indices=indices, axis=axis)
-            )
+            batch = _attribute(node, "batch_dims", 0)
+            self.report.left.append(NodeChange(
+                body.where, node.name, node.op_type, "", plan, data=data, indices=indices, axis=axis, batch=batch,
+                out_rank=_out_rank(node.op_type, data, indices, batch),
+            ))  # fmt: skip
             return None, {}
         name = node.name or self.names.fresh(f"{node.op_type}_{index}")
         nodes, value_infos = self._emit(body, node, name, plan, types.get(node.output[0]))
@@ -195,7 +202,7 @@ class _Converter:
             ranks = f"rank of {roles} {self.observed[observed[0]]}"
         self.report.changed.append(NodeChange(
             body.where, node.name, node.op_type, name, f"N={plan.n}", plan.n, plan.data.elem_type,
-            plan.indices.elem_type, note, ranks, plan.data, plan.indices, plan.axis,
+            plan.indices.elem_type, note, ranks, plan.data, plan.indices, plan.axis, plan.batch, plan.out_rank,
         ))  # fmt: skip
         return nodes, value_infos
 
@@ -230,13 +237,17 @@ class _Converter:
         mode = self.out_of_bounds
         if mode == "directml" and plan.carrier is not None and plan.data.elem_type != TensorProto.BOOL:
             mode = semantics.DIRECTML_16BIT  # the op sees FLOAT32; DirectML's reading depends on the 2-byte type
-        attributes = {"axis": plan.axis + n - data.rank, "out_of_bounds": mode}
-        if plan.gather:
+        if plan.op == "GatherND":
+            attributes = {"input_dimension_count": data.rank, "indices_dimension_count": indices.rank,
+                          "batch_dimension_count": plan.batch, "out_of_bounds": mode}  # fmt: skip
+        else:
+            attributes = {"axis": plan.axis + n - data.rank, "out_of_bounds": mode}
+        if plan.op == "Gather":
             attributes["index_dimensions"] = indices.rank
         emit.nodes.append(
-            helper.make_node(f"Dml{node.op_type}", [x, i], [dml_output], name=name, domain=DOMAIN, **attributes)
+            helper.make_node(DML_OP[node.op_type], [x, i], [dml_output], name=name, domain=DOMAIN, **attributes)
         )
-        out_dims = _known_dims(_output_dims(data, indices, plan.axis, plan.gather), known)
+        out_dims = _known_dims(plan.out_dims, known)
         typed[dml_output] = ValueType(carried, (1,) * ones + out_dims)
         y = dml_output
         if not last:
@@ -284,15 +295,26 @@ class _Plan:
 
     data: ValueType
     indices: ValueType
-    axis: int  # non-negative
+    axis: int  # non-negative (GatherND: 0)
     n: int  # the DML nodes' dimension count
-    gather: bool  # Gather, else GatherElements
+    op: str  # Gather, GatherElements or GatherND
     carrier: int | None  # the element type the data travels as, where the bridge cannot carry it
     slice: bool | None  # GatherElements data to slice to the indices: None, or whether it needs Shape
+    batch: int = 0  # GatherND's batch_dims
+    tuple_size: int = 0  # GatherND's index tuple length (the indices' last dim)
+
+    @property
+    def out_dims(self) -> tuple:
+        data, indices = self.data.dims, self.indices.dims
+        if self.op == "Gather":
+            return (*data[: self.axis], *indices, *data[self.axis + 1 :])
+        if self.op == "GatherND":
+            return (*indices[:-1], *data[self.batch + self.tuple_size :])
+        return indices
 
     @property
     def out_rank(self) -> int:
-        return self.data.rank + self.indices.rank - 1 if self.gather else self.data.rank
+        return len(self.out_dims)
 
 
 def _examine(
@@ -311,26 +333,46 @@ def _examine(
     if body.opset < 6 and data.elem_type in CARRIERS:
         return f"carrying {_type_name(data.elem_type)} needs Cast-6 (opset {body.opset})"
     r, q = data.rank, indices.rank
-    axis = _attribute(node, "axis", 0)
-    if not -r <= axis < r:
-        return f"axis {axis} is out of range for data of rank {r}"
-    gather = node.op_type == "Gather"
-    if not gather and q != r:
-        return f"indices rank {q} differs from data rank {r}"
-    needed = max(r, q, r + q - 1) if gather else r
+    if node.op_type == "GatherND":
+        plan = _examine_nd(data, indices, _attribute(node, "batch_dims", 0))
+        if isinstance(plan, str):
+            return plan
+    else:
+        axis = _attribute(node, "axis", 0)
+        if not -r <= axis < r:
+            return f"axis {axis} is out of range for data of rank {r}"
+        if node.op_type == "GatherElements" and q != r:
+            return f"indices rank {q} differs from data rank {r}"
+        sliced = _slice_plan(data, indices, axis % r) if node.op_type == "GatherElements" else None
+        plan = _Plan(data, indices, axis % r, 0, node.op_type, CARRIERS.get(data.elem_type), sliced)
+    needed = max(r, q, plan.out_rank)
     n = dimension_count or needed
     if needed > n or needed > semantics.MAX_DIMENSION_COUNT:
         limit = f"the dimension count {n}" if dimension_count else "DirectML's 8"
         return f"it needs {needed} dimensions, more than {limit}"
-    axis %= r
-    sliced = None if gather else _slice_plan(data, indices, axis)
-    return _Plan(data, indices, axis, n, gather, CARRIERS.get(data.elem_type), sliced)
+    return dataclasses.replace(plan, n=n)
 
 
-def _output_dims(data: ValueType, indices: ValueType, axis: int, gather: bool) -> tuple:
-    if gather:
-        return (*data.dims[:axis], *indices.dims, *data.dims[axis + 1 :])
-    return indices.dims
+def _out_rank(op_type: str, data: ValueType | None, indices: ValueType | None, batch: int) -> int | None:
+    """The standard output's rank, where the inputs' ranks (and GatherND's tuple length) are known."""
+    if data is None or indices is None:
+        return None
+    if op_type == "GatherND":
+        k = indices.dims[-1] if indices.dims else None
+        return indices.rank - 1 + data.rank - batch - k if isinstance(k, int) else None
+    return data.rank + indices.rank - 1 if op_type == "Gather" else data.rank
+
+
+def _examine_nd(data: ValueType, indices: ValueType, batch: int) -> _Plan | str:
+    r, q = data.rank, indices.rank
+    if not 0 <= batch < min(r, q):
+        return f"batch_dims {batch} is out of range [0, {min(r, q)}) for data rank {r} and indices rank {q}"
+    k = indices.dims[-1]
+    if not isinstance(k, int):
+        return f"the length of its index tuples (the last dim of indices, {k or '?'}) is unknown"
+    if not 1 <= k <= r - batch:
+        return f"index tuples of {k} coordinates do not fit data of rank {r} with batch_dims {batch}"
+    return _Plan(data, indices, 0, 0, "GatherND", CARRIERS.get(data.elem_type), None, batch, k)
 
 
 def _slice_plan(data: ValueType, indices: ValueType, axis: int) -> bool | None:

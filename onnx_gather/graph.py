@@ -12,7 +12,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 DOMAIN = "onnx_gather"
-DML_OP_TYPES = ("DmlGather", "DmlGatherElements")
+DML_OP_TYPES = ("DmlGather", "DmlGatherElements", "DmlGatherNd")
 
 # onnxruntime 1.31 reads IR versions up to 13; 10 is what onnx 1.16 and later write for opset 21.
 IR_VERSION = 10

@@ -1,7 +1,7 @@
-"""Fast implementations of the two DML operators, for use inside ONNX Runtime.
+"""Fast implementations of the three DML operators, for use inside ONNX Runtime.
 
 Each validates through ``semantics`` and then gathers with ``np.take`` or ONNX Runtime's own native
-``GatherElements`` kernel, which both take negative indices as DirectML does and refuse an
+``GatherElements`` or ``GatherND`` kernel, which take negative indices as DirectML does and refuse an
 out-of-bounds one. Only then, rarely, is the reference implementation called to apply ``fix()``.
 """
 
@@ -11,7 +11,7 @@ import functools
 
 import numpy as np
 import onnxruntime
-from onnxruntime.capi.onnxruntime_pybind11_state import Fail
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 
 from onnx_gather import semantics
 from onnx_gather.graph import single_node_model
@@ -53,9 +53,9 @@ def gather(input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: 
 
 
 @functools.cache
-def _native_gather_elements(dtype: np.dtype, index_dtype: np.dtype, axis: int) -> onnxruntime.InferenceSession:
-    """A session holding ONNX Runtime's native GatherElements for one type pair and axis."""
-    model = single_node_model("GatherElements", dtype, index_dtype, domain="", axis=axis)
+def _native(op_type: str, dtype: np.dtype, index_dtype: np.dtype, **attributes: int) -> onnxruntime.InferenceSession:
+    """A session holding ONNX Runtime's native ``op_type`` for one type pair and its attributes."""
+    model = single_node_model(op_type, dtype, index_dtype, domain="", **attributes)
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 4  # an out-of-bounds index is expected here, not worth a log line
     # Runs nest inside the caller's session: idle threads spinning here would take the cores it runs on.
@@ -71,9 +71,40 @@ def gather_elements(input: np.ndarray, indices: np.ndarray, axis: int, out_of_bo
     semantics.check_output_elements("DmlGatherElements", indices.shape, max_output_elements)
     signed = _signed_indices(indices, input.shape[axis])
     if signed is not None:
-        session = _native_gather_elements(input.dtype, signed.dtype, axis)
+        session = _native("GatherElements", input.dtype, signed.dtype, axis=axis)
         try:
             return session.run(None, {"input": input, "indices": signed})[0]
         except Fail:  # an index out of bounds
             pass
     return semantics.dml_gather_elements(input, indices, axis, out_of_bounds)
+
+
+def gather_nd(
+    input: np.ndarray,
+    indices: np.ndarray,
+    input_dimension_count: int,
+    indices_dimension_count: int,
+    batch_dimension_count: int,
+    out_of_bounds: str,
+) -> np.ndarray:
+    """DML_GATHER_ND1 with the results of ``semantics.dml_gather_nd``."""
+    op = "DmlGatherNd"
+    semantics.check_types(op, input.dtype, indices.dtype)
+    semantics.check_out_of_bounds(op, out_of_bounds)
+    output_sizes = semantics.gather_nd_output_sizes(
+        input.shape, indices.shape, input_dimension_count, indices_dimension_count, batch_dimension_count
+    )
+    semantics.check_output_elements(op, output_sizes, max_output_elements)
+    # ONNX's GatherND takes INT64 indices only; an unsigned one from 2^31 is out of bounds (no dimension is that
+    # large) and, as INT64, could pass for a negative one.
+    if 0 not in output_sizes and not (indices.dtype.kind == "u" and indices.size and int(indices.max()) >= 2**31):
+        data = input.reshape(input.shape[input.ndim - input_dimension_count :])
+        index = indices.reshape(indices.shape[indices.ndim - indices_dimension_count :]).astype(np.int64, copy=False)
+        session = _native("GatherND", input.dtype, np.dtype(np.int64), batch_dims=batch_dimension_count)
+        try:
+            return session.run(None, {"input": data, "indices": index})[0].reshape(output_sizes)
+        except InvalidArgument:  # an index out of bounds
+            pass
+    return semantics.dml_gather_nd(
+        input, indices, input_dimension_count, indices_dimension_count, batch_dimension_count, out_of_bounds
+    )

@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_gather import semantics
 from onnx_gather.convert import CARRIERS, WHOLE_AXIS, NodeChange, Report, count_ops
 from onnx_gather.graph import DML_OP_TYPES, DOMAIN, Body, Emitter, Names, ValueType, bodies, value_types
-from onnx_gather.lower_directml import MIN_OPSET, directml_gather
+from onnx_gather.lower_directml import MIN_OPSET, directml_gather, directml_gather_nd
 
 # ONNX Runtime's Where has no kernel for these; they are masked as an exact wider or same-width type.
 _WHERE_CARRIERS = {TensorProto.BOOL: TensorProto.UINT8, TensorProto.INT16: TensorProto.INT32,
@@ -196,6 +196,8 @@ class _Lowering:
     def _lower(
         self, work: _Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
     ) -> list[onnx.NodeProto] | None:
+        if node.op_type == "DmlGatherNd":
+            return self._lower_nd(work, types, node, index)
         attributes = self._attributes(work, types, node)
         if attributes is None:
             return None
@@ -247,6 +249,75 @@ class _Lowering:
             emit.unpad(result, -padding, "unpad_output", plan.final)
         self.report.changed.append(NodeChange(work.body.where, node.name, node.op_type, name, f"out_of_bounds={mode}"))
         return emit.nodes
+
+    def _lower_nd(
+        self, work: _Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
+    ) -> list[onnx.NodeProto] | None:
+        """DmlGatherNd as GatherND on the inputs without their irrelevant leading ones."""
+        found = self._nd_attributes(work, types, node)
+        if found is None:
+            return None
+        inc, idc, batch, k, mode = found
+        input_type, indices_type = types[node.input[0]], types[node.input[1]]
+        n = input_type.rank
+        plan = _look_through(work, types, node, n - inc, idc, mode)
+        for used, keep in plan.removals:
+            work.remove(used, keep)
+        name = node.name or self.names.fresh(f"GatherNd_{index}")
+        emit = Emitter(work.body, self.names, name)
+        x = emit.unpad(plan.x, (n - plan.kx) - inc, "unpad_input")
+        i = emit.unpad(plan.i, (n - plan.ki) - idc, "unpad_indices")
+        data_type = plan.carried if plan.carried is not None else input_type.elem_type
+        padding = n - (idc - 1 + inc - batch - k) - plan.unpadded
+        mask = None
+        result = self.names.fresh(f"{name}/output") if padding != 0 or mode == "zero" else plan.final
+        if mode.startswith("directml"):
+            directml_gather_nd(emit, x, i, indices_type.elem_type, inc, batch, k, data_type, mode, result)
+        else:
+            fixed, mask = _fix_tuples(emit, x, i, indices_type.elem_type, batch, k, mode)
+            attributes = {"batch_dims": batch} if batch else {}
+            emit.nodes.append(helper.make_node("GatherND", [x, fixed], [result], name=name, **attributes))
+        if mask is not None:
+            trailing = inc - batch - k  # the mask is one per tuple; the slice each reads broadcasts
+            if trailing:
+                mask = emit.unsqueeze(mask, range(idc - 1, idc - 1 + trailing), "mask_dims")
+            result = _zero_where(emit, mask, result, data_type, None if padding else plan.final)
+        if padding > 0:
+            emit.pad(result, padding, "pad_output", plan.final)
+        elif padding < 0:
+            emit.unpad(result, -padding, "unpad_output", plan.final)
+        self.report.changed.append(NodeChange(work.body.where, node.name, node.op_type, name, f"out_of_bounds={mode}"))
+        return emit.nodes
+
+    def _nd_attributes(
+        self, work: _Body, types: dict[str, ValueType], node: onnx.NodeProto
+    ) -> tuple[int, int, int, int, str] | None:
+        """DmlGatherNd's dimension counts, batch count, tuple length and mode, if valid, else None (reported)."""
+        required = ("input_dimension_count", "indices_dimension_count", "batch_dimension_count", "out_of_bounds")
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        missing = [name for name in required if name not in attributes]
+        input_type, indices_type = types.get(node.input[0]), types.get(node.input[1])
+        reason = None
+        if missing:
+            reason = f"attribute {missing[0]!r} is missing"
+        elif input_type is None or input_type.rank is None or indices_type is None or indices_type.rank is None:
+            reason = f"the rank of input {node.input[0]!r} is unknown (no shape information)"
+        elif not isinstance(indices_type.dims[-1], int):
+            reason = "the length of its index tuples (the last dim of its indices) is unknown"
+        else:
+            n, k = input_type.rank, indices_type.dims[-1]
+            inc, idc, batch = (attributes[name] for name in required[:3])
+            mode = attributes["out_of_bounds"]
+            mode = mode.decode() if isinstance(mode, bytes) else mode
+            if (mode not in semantics.ATTRIBUTE_VALUES or not 1 <= inc <= n or not 1 <= idc <= n
+                    or not 0 <= batch < min(inc, idc) or not 1 <= k <= inc - batch):  # fmt: skip
+                reason = f"its attributes are invalid for rank {n} and tuples of {k}: {attributes}"
+            elif work.body.opset < (12 if batch else MIN_OPSET):
+                reason = f"GatherND{' with batch_dims' if batch else ''} needs opset {12 if batch else 11}"
+            else:
+                return inc, idc, batch, k, mode
+        self._leave(work, node, reason)
+        return None
 
     def _attributes(
         self, work: _Body, types: dict[str, ValueType], node: onnx.NodeProto
@@ -312,7 +383,9 @@ class _Plan:
 def _look_through(
     work: _Body, types: dict[str, ValueType], node: onnx.NodeProto, axis: int, index_dimensions: int, mode: str
 ) -> _Plan:
-    gather = node.op_type == "DmlGather"
+    """What ``to_dml`` put around ``node`` that lowering can take away: the leading ones of the data (at most
+    ``axis`` of them) and of the indices (leaving ``index_dimensions``), the output's, and a carrying Cast pair."""
+    gather, elements = node.op_type == "DmlGather", node.op_type == "DmlGatherElements"
     n = types[node.input[0]].rank
     plan = _Plan(node.input[0], 0, node.input[1], 0, node.output[0])
     pad = work.private_producer(node.input[0])
@@ -320,9 +393,9 @@ def _look_through(
         plan.x, plan.kx = pad.input[0], count
     pad_i = work.private_producer(node.input[1])
     if pad_i is not None and (count := work.leading_ones(pad_i, "Unsqueeze")) is not None:
-        if not gather or n - count >= index_dimensions:
+        if elements or n - count >= index_dimensions:
             plan.i, plan.ki = pad_i.input[0], count
-    if not gather and plan.kx != plan.ki:  # GatherElements needs equal ranks
+    if elements and plan.kx != plan.ki:  # GatherElements needs equal ranks
         plan.x, plan.kx, plan.i, plan.ki = node.input[0], 0, node.input[1], 0
     if gather and plan.kx < index_dimensions - 1:
         # The crop removes ones from inside the standard output: possible with static sizes only.
@@ -352,7 +425,7 @@ def _look_through(
         ):
             plan.carried, plan.x, plan.final = source.elem_type, cast_in.input[0], cast_out.output[0]
             plan.removals += [(cast_in, cast_in.input[0]), (cast_out, cast_out.input[0])]
-    if not gather and not mode.startswith("directml"):  # DirectML reads within the sliced tensor's memory
+    if elements and not mode.startswith("directml"):  # DirectML reads within the sliced tensor's memory
         index_dims = (types.get(plan.i) or types[node.input[1]]).dims
         cut = work.sliced_source(plan.x, plan.i, index_dims, axis - plan.kx)
         if cut is not None:
@@ -455,3 +528,34 @@ def lower(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Report]:
 def to_onnx(model: onnx.ModelProto) -> onnx.ModelProto:
     """Every DmlGather and DmlGatherElements rewritten into standard ONNX with the same results."""
     return lower(model)[0]
+
+
+def _fix_tuples(
+    emit: Emitter, x: str, indices: str, index_type: int, batch: int, k: int, mode: str
+) -> tuple[str, str | None]:
+    """INT64 index tuples GatherND takes with DML's meaning in ``mode`` (``error``, ``clamp``, ``zero``), and for
+    ``zero`` the mask of tuples wholly in bounds."""
+    v = indices if index_type == TensorProto.INT64 else emit.node("Cast", [indices], "as_int64", to=TensorProto.INT64)
+    if index_type == TensorProto.UINT64:  # from 2^63 a value is negative as INT64: keep it out of bounds
+        huge = emit.constant(2**63 - 1, np.int64, "huge")
+        v = emit.node("Where", [emit.node("Less", [v, emit.constant(0, np.int64, "zero")], "wrapped"), huge, v], "v")
+    if mode == "error":
+        return v, None  # the native op refuses out-of-bounds tuples itself
+    sizes = emit.slice(emit.node("Shape", [x], "data_shape"), batch, batch + k, "tuple_sizes")
+    low = emit.node("Neg", [sizes], "low")
+    mask = None
+    if mode == "zero":
+        outside = emit.node("Equal", [emit.node("Less", [v, sizes], "below_size"),
+                                      emit.node("Less", [v, low], "below_low")], "outside")  # fmt: skip
+        flags = emit.node("Cast", [outside], "outside_flags", to=TensorProto.INT32)
+        if emit.opset >= 18:
+            any_outside = emit.node("ReduceMax", [flags, emit.constant([-1], np.int64, "last")], "any", keepdims=0)
+        else:
+            any_outside = emit.node("ReduceMax", [flags], "any", axes=[-1], keepdims=0)
+        mask = emit.node("Not", [emit.node("Cast", [any_outside], "any_bool", to=TensorProto.BOOL)], "in_bounds")
+    # Clamped through DOUBLE: ONNX Runtime 1.31's INT64 Min and Max are wrong beyond the int32 range.
+    double = [emit.node("Cast", [value], f"{step}_double", to=TensorProto.DOUBLE)
+              for value, step in ((v, "v"), (low, "low"), (emit.node("Sub", [sizes, emit.constant(1, np.int64, "one")],
+                                                                      "high"), "high"))]  # fmt: skip
+    clamped = emit.node("Max", [emit.node("Min", [double[0], double[2]], "below_high"), double[1]], "clamp_double")
+    return emit.node("Cast", [clamped], "clamp", to=TensorProto.INT64), mask

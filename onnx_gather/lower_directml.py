@@ -53,19 +53,24 @@ class _Tensor:
         self.count = _reduce(emit, "ReduceProd", shape, "count")  # not Size: ONNX Runtime has no BFLOAT16 Size
 
 
-def _words(emit: Emitter, t: _Tensor, w: str, signed: bool) -> str:
-    """DirectML's axis coordinate of each INT64 index in ``w`` (section 4.3, steps 1 and 2)."""
+def _words(emit: Emitter, t: _Tensor, w: str, size: str, signed: bool) -> str:
+    """DirectML's coordinate of each INT64 index in ``w`` on a dimension of ``size`` (section 4.3, steps 1, 2)."""
     words = emit.node("Mod", [w, t.two32], "low_word")
     if signed:
-        wrapped = emit.node("Mod", [emit.node("Add", [words, t.size], "plus_size"), t.two32], "wrapped")
+        wrapped = emit.node("Mod", [emit.node("Add", [words, size], "plus_size"), t.two32], "wrapped")
         words = emit.node("Where", [emit.node("Less", [w, t.zero], "negative"), wrapped, words], "signed_word")
-    return emit.node("Where", [emit.node("Equal", [t.size, t.one], "size_one"), t.zero, words], "axis_word")
+    return emit.node("Where", [emit.node("Equal", [size, t.one], "size_one"), t.zero, words], "axis_word")
 
 
 def _read(emit: Emitter, t: _Tensor, p: str, words: str, s: str, data_type: int, element_size: int) -> str:
     """What DirectML reads at outer position ``p``, axis coordinate ``words`` and inner position ``s`` (broadcast
     together, then flattened; section 4.3, steps 3 to 5). The data has at least one element."""
     row = emit.node("Add", [emit.node("Mul", [p, t.size], "p_size"), words], "row")
+    return _read_rows(emit, t, row, s, data_type, element_size)
+
+
+def _read_rows(emit: Emitter, t: _Tensor, row: str, s: str, data_type: int, element_size: int) -> str:
+    """What DirectML reads at element offset ``row * inner + s`` (broadcast together, then flattened)."""
     offsets = emit.node("Add", [emit.node("Mul", [row, t.inner], "row_inner"), s], "linear")
     offsets = emit.node("Mod", [emit.node("Reshape", [offsets, t.minus_one], "flat_linear"), t.two32], "offset")
     last = emit.node("Sub", [t.count, t.one], "last")
@@ -132,7 +137,7 @@ def _repair(
     w = emit.node("GatherElements", [flat_v, q], "outside_values", axis=0)
     if index_type == TensorProto.INT32:
         w = emit.node("Cast", [w], "outside_int64", to=TensorProto.INT64)
-    words = _words(emit, t, w, signed)
+    words = _words(emit, t, w, t.size, signed)
     if not gather:  # single elements, at their coordinates in the indices (the data's sizes off the axis)
         p, s = _position(emit, at, t.shape, range(axis)), _position(emit, at, t.shape, range(axis + 1, rank))
         values = _read(emit, t, p, words, s, data_type, element_size)
@@ -157,6 +162,41 @@ def _repair(
     return emit.node("Reshape", [fixed, emit.node("Concat", parts, "output_shape", axis=0)], "directml")
 
 
+def _outside(emit: Emitter, v: str, limit: str, signed: bool) -> tuple[str, str]:
+    """Where ``v`` is out of bounds of ``limit`` (broadcast), and whether anywhere: below -limit (below 0 for unsigned
+    indices, also those that became negative as INT64) or not below limit. Where v is below the low bound it is also
+    below limit: the two tests agree exactly outside."""
+    low = emit.node("Neg", [limit], "low") if signed else emit.constant(0, np.int64, "low")
+    below_size, below_low = emit.node("Less", [v, limit], "below_size"), emit.node("Less", [v, low], "below_low")
+    outside = emit.node("Equal", [below_size, below_low], "outside")
+    # ReduceMax of a byte per index (INT32 before opset 12): over no indices it is 0.
+    flag_type = TensorProto.UINT8 if emit.opset >= 12 else TensorProto.INT32
+    flags = emit.node("Cast", [outside], "outside_flags", to=flag_type)
+    highest = emit.node("ReduceMax", [flags], "any_flag", keepdims=0)
+    return outside, emit.node("Cast", [highest], "any_outside", to=TensorProto.BOOL)
+
+
+def _guarded(
+    emit: Emitter, condition: str, reading: Emitter, t: _Tensor, out_shape: str, exact: Emitter, result: str,
+    native: Emitter, fast: str, data_type: int, output: str,
+) -> None:  # fmt: skip
+    """``output`` = ``If(condition)``: ``reading``'s nodes (``t``, ``out_shape``), then DirectML's reading (``result``
+    of ``exact``, or 0s of ``out_shape`` where the data has no element); else the native op (``fast`` of ``native``)."""
+    zeros = reading.fork()  # no data: every element reads 0
+    value = helper.make_tensor("zero", data_type, [1], [0])
+    zeros_out = zeros.node("ConstantOfShape", [out_shape], "zeros", value=value)
+    read = reading.node(
+        "If", [reading.node("Less", [t.count, t.one], "no_data")], "if_no_data",
+        then_branch=_branch("no_data", zeros.nodes, zeros_out, data_type),
+        else_branch=_branch("repair", exact.nodes, result, data_type),
+    )  # fmt: skip
+    emit.node(
+        "If", [condition], "if_outside", output,
+        then_branch=_branch("directml_reading", reading.nodes, read, data_type),
+        else_branch=_branch("in_bounds", native.nodes, fast, data_type),
+    )  # fmt: skip
+
+
 def directml_gather(
     emit: Emitter, x: str, indices: str, index_type: int, axis: int, rank: int, index_rank: int, gather: bool,
     data_type: int, mode: str, output: str,
@@ -170,40 +210,60 @@ def directml_gather(
     shape = emit.node("Shape", [x], "data_shape")
     size = emit.squeeze(emit.slice(shape, axis, axis + 1, "axis_size"), [0], "size")
     limit = size if index_type != TensorProto.INT32 else emit.node("Cast", [size], "size_int32", to=index_type)
-    # Out of bounds: below -size (below 0 for unsigned indices, also those that became negative as INT64) or not
-    # below size. Where v is below the low bound it is also below size: the two tests agree exactly outside.
-    low = emit.node("Neg", [limit], "low") if signed else emit.constant(0, np.int64, "low")
-    below_size, below_low = emit.node("Less", [v, limit], "below_size"), emit.node("Less", [v, low], "below_low")
-    outside = emit.node("Equal", [below_size, below_low], "outside")
-    # ReduceMax of a byte per index (INT32 before opset 12): over no indices it is 0.
-    flag_type = TensorProto.UINT8 if emit.opset >= 12 else TensorProto.INT32
-    flags = emit.node("Cast", [outside], "outside_flags", to=flag_type)
-    highest = emit.node("ReduceMax", [flags], "any_flag", keepdims=0)
-    condition = emit.node("Cast", [highest], "any_outside", to=TensorProto.BOOL)
-
-    exact = emit.fork()
-    t = _Tensor(exact, x, shape, size, axis, rank)
-    repaired = exact.fork()
-    result = _repair(
-        repaired, t, v, outside, index_type, axis, rank, index_rank, gather, signed, data_type, element_size
-    )
-    nothing = exact.fork()  # no data: every element reads 0
+    outside, condition = _outside(emit, v, limit, signed)
+    reading = emit.fork()
+    t = _Tensor(reading, x, shape, size, axis, rank)
     if gather:
-        parts = [nothing.slice(shape, 0, axis, "before"), nothing.node("Shape", [v], "index_shape"),
-                 nothing.slice(shape, axis + 1, rank, "after")]  # fmt: skip
-        out_shape = nothing.node("Concat", parts, "output_shape", axis=0)
+        parts = [reading.slice(shape, 0, axis, "before"), reading.node("Shape", [v], "index_shape"),
+                 reading.slice(shape, axis + 1, rank, "after")]  # fmt: skip
+        out_shape = reading.node("Concat", parts, "output_shape", axis=0)
     else:
-        out_shape = nothing.node("Shape", [v], "output_shape")
-    zeros = nothing.node("ConstantOfShape", [out_shape], "zeros", value=helper.make_tensor("zero", data_type, [1], [0]))
-    result = exact.node(
-        "If", [exact.node("Less", [t.count, t.one], "no_data")], "if_no_data",
-        then_branch=_branch("no_data", nothing.nodes, zeros, data_type),
-        else_branch=_branch("repair", repaired.nodes, result, data_type),
-    )  # fmt: skip
+        out_shape = reading.node("Shape", [v], "output_shape")
+    exact = emit.fork()
+    result = _repair(exact, t, v, outside, index_type, axis, rank, index_rank, gather, signed, data_type, element_size)
     native = emit.fork()
     fast = native.node("Gather" if gather else "GatherElements", [x, v], "native", axis=axis)
-    emit.node(
-        "If", [condition], "if_outside", output,
-        then_branch=_branch("directml_reading", exact.nodes, result, data_type),
-        else_branch=_branch("in_bounds", native.nodes, fast, data_type),
-    )  # fmt: skip
+    _guarded(emit, condition, reading, t, out_shape, exact, result, native, fast, data_type, output)
+
+
+def directml_gather_nd(
+    emit: Emitter, x: str, indices: str, index_type: int, rank: int, batch: int, k: int, data_type: int, mode: str,
+    output: str,
+) -> None:  # fmt: skip
+    """``output`` = GatherND of ``x`` (of ``rank``) at ``indices`` (tuples of ``k``) with ``batch`` batch dims as
+    DirectML reads it (section 4.3 over each tuple's linear position, in wrapping 32-bit arithmetic)."""
+    element_size = 2 if mode == DIRECTML_16BIT else helper.tensor_dtype_to_np_dtype(data_type).itemsize
+    signed = index_type in (TensorProto.INT32, TensorProto.INT64)
+    v = indices if index_type == TensorProto.INT64 else emit.node("Cast", [indices], "as_int64", to=TensorProto.INT64)
+    shape = emit.node("Shape", [x], "data_shape")
+    # (Not a Slice of the whole shape: ONNX Runtime would warn it cannot fold it into the branches that use it.)
+    sizes = shape if (batch, k) == (0, rank) else emit.slice(shape, batch, batch + k, "tuple_sizes")
+    _, condition = _outside(emit, v, sizes, signed)  # every tuple is read the DirectML way on that branch
+    reading = emit.fork()
+    last_size = reading.squeeze(reading.slice(shape, batch + k - 1, batch + k, "last_size"), [0], "last_tuple_size")
+    t = _Tensor(reading, x, shape, last_size, batch + k - 1, rank)
+    parts = [reading.slice(reading.node("Shape", [v], "v_shape"), 0, -1, "tuple_dims"),
+             reading.slice(shape, batch + k, rank, "trailing")]  # fmt: skip
+    out_shape = reading.node("Concat", parts, "output_shape", axis=0)
+    exact = emit.fork()
+    batches = _reduce(exact, "ReduceProd", exact.slice(shape, 0, batch, "batch_dims"), "batches")
+    as_3d = [exact.unsqueeze(batches, [0], "batches_list"), t.minus_one, exact.constant([k], np.int64, "k")]
+    tuples = exact.node("Reshape", [v, exact.node("Concat", as_3d, "tuples_shape", axis=0)], "tuples")
+    tuple_count = _reduce(exact, "ReduceProd", sizes, "tuple_count")
+    p = exact.node("Reshape", [exact.node("Range", [t.zero, batches, t.one], "batch_range"),
+                               exact.constant([-1, 1], np.int64, "p_shape")], "p")  # fmt: skip
+    rows = exact.node("Mod", [exact.node("Mul", [p, tuple_count], "batch_start"), t.two32], "batch_row")
+    for j in range(k):
+        size = exact.squeeze(exact.slice(shape, batch + j, batch + j + 1, f"size{j}"), [0], f"tuple_size{j}")
+        coordinate = exact.node("Gather", [tuples, exact.constant(j, np.int64, f"j{j}")], f"coordinate{j}", axis=2)
+        stride = _reduce(exact, "ReduceProd", exact.slice(shape, batch + j + 1, batch + k, f"after{j}"), f"stride{j}")
+        step = exact.node("Mul", [_words(exact, t, coordinate, size, signed), stride], f"step{j}")
+        rows = exact.node("Mod", [exact.node("Add", [rows, step], f"row{j}"), t.two32], f"rows{j}")
+    rows = exact.unsqueeze(rows, [2], "rows_3d")
+    s = exact.node("Reshape", [exact.node("Range", [t.zero, t.inner, t.one], "inner_range"),
+                               exact.constant([1, 1, -1], np.int64, "s_shape")], "s")  # fmt: skip
+    values = _read_rows(exact, t, rows, s, data_type, element_size)
+    result = exact.node("Reshape", [values, out_shape], "directml")
+    native = emit.fork()
+    fast = native.node("GatherND", [x, v], "native", **({"batch_dims": batch} if batch else {}))
+    _guarded(emit, condition, reading, t, out_shape, exact, result, native, fast, data_type, output)

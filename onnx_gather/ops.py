@@ -1,4 +1,4 @@
-"""DmlGather and DmlGatherElements as ONNX Runtime custom operators, through onnxruntime-extensions.
+"""DmlGather, DmlGatherElements and DmlGatherNd as ONNX Runtime custom operators, through onnxruntime-extensions.
 
 The bridge aborts the whole process when an exception escapes an op's function, and turns every
 result into a Python list unless it is handed an array. So this module installs its own invocation
@@ -64,13 +64,26 @@ class _Operator:
         return self.function(*feed, **arguments)
 
 
+def _count(input: np.ndarray, indices: np.ndarray, attributes: dict) -> int:
+    """How many out-of-bounds index values (coordinates, for GatherND) a DML node meets; 0 where its shapes are
+    invalid (the op itself says why)."""
+    if "batch_dimension_count" not in attributes:
+        axis = attributes["axis"]
+        return semantics.count_out_of_bounds(indices, input.shape[axis]) if 0 <= axis < input.ndim else 0
+    counts = (attributes["input_dimension_count"], attributes["indices_dimension_count"])
+    try:
+        semantics.gather_nd_output_sizes(input.shape, indices.shape, *counts, attributes["batch_dimension_count"])
+    except semantics.GatherError:
+        return 0
+    return semantics.count_out_of_bounds_nd(input, indices, *counts, attributes["batch_dimension_count"])
+
+
 def _traced(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """``function`` that also counts, under the node's name, the out-of-bounds indices it meets."""
 
     def traced(input: np.ndarray, indices: np.ndarray, node: str, **attributes: object) -> np.ndarray:
-        axis = attributes["axis"]
-        if _state.out_of_bounds is not None and 0 <= axis < input.ndim:
-            _state.out_of_bounds[node] += semantics.count_out_of_bounds(indices, input.shape[axis])
+        if _state.out_of_bounds is not None:
+            _state.out_of_bounds[node] += _count(input, indices, attributes)
         return function(input, indices, **attributes)
 
     return traced
@@ -90,6 +103,16 @@ _BASE_OPERATORS = (
         "DmlGatherElements",
         kernels.gather_elements,
         {"axis": PyCustomOpDef.dt_int64, "out_of_bounds": PyCustomOpDef.dt_string},
+    ),
+    _Operator(
+        "DmlGatherNd",
+        kernels.gather_nd,
+        {
+            "input_dimension_count": PyCustomOpDef.dt_int64,
+            "indices_dimension_count": PyCustomOpDef.dt_int64,
+            "batch_dimension_count": PyCustomOpDef.dt_int64,
+            "out_of_bounds": PyCustomOpDef.dt_string,
+        },
     ),
 )
 # The same ops with a ``node`` attribute naming the DML node they stand for, for counting out-of-bounds
@@ -184,7 +207,7 @@ def set_max_output_elements(limit: int) -> None:
 
 
 def session_options() -> onnxruntime.SessionOptions:
-    """New ``onnxruntime.SessionOptions`` with DmlGather and DmlGatherElements registered."""
+    """New ``onnxruntime.SessionOptions`` with DmlGather, DmlGatherElements and DmlGatherNd registered."""
     return register(onnxruntime.SessionOptions())
 
 

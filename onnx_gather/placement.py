@@ -6,9 +6,9 @@ Measured with ONNX Runtime 1.24.4 and DirectML 1.15.4 (tests/test_directml.py ch
 * a data type the device has runs on DirectML, BOOL as UINT8, at every opset, with INT32 or INT64 indices;
 * BFLOAT16 and STRING gathers are not registered for DirectML: ONNX Runtime's CPU provider runs them, with its own
   semantics (an out-of-bounds index is an error there), and so does a data type the device lacks;
-* a tensor of more than 8 dimensions (data, indices or output), or GatherElements indices that differ from the
-  data off the axis: the provider takes the node all the same and fails, when the session is created if the shapes
-  are static, else when it runs. CPU fallback does not rescue it.
+* a tensor of more than 8 dimensions (data, indices or output), GatherElements indices that differ from the
+  data off the axis, or a GatherND whose output is a scalar: the provider takes the node all the same and fails,
+  when the session is created if the shapes are static, else when it runs. CPU fallback does not rescue it.
 """
 
 from __future__ import annotations
@@ -33,21 +33,31 @@ NOT_REGISTERED = frozenset({_T.BFLOAT16, _T.STRING})  # no DirectML kernel: ONNX
 
 @dataclass(frozen=True)
 class FeatureLevel:
-    """What one DirectML feature level accepts for DML_GATHER and DML_GATHER_ELEMENTS."""
+    """What one DirectML feature level accepts for its gather operators."""
 
     name: str
     dimension_count: int | None  # exactly this many dimensions, or None for 1 to 8
     data_types: frozenset[int]
     index_types: frozenset[int]
-    gather_elements: bool
 
 
 FEATURE_LEVELS = {
-    "1.0": FeatureLevel("1.0", 4, _BASE_DATA, frozenset({_T.UINT32}), False),
-    "2.1": FeatureLevel("2.1", 4, _DATA_2_1, frozenset({_T.UINT32}), True),
-    "3.0": FeatureLevel("3.0", None, _DATA_2_1, _ALL_INDICES, True),
-    "4.1": FeatureLevel("4.1", None, _DATA_2_1 | {_T.DOUBLE, _T.INT64, _T.UINT64}, _ALL_INDICES, True),
+    "1.0": FeatureLevel("1.0", 4, _BASE_DATA, frozenset({_T.UINT32})),
+    "2.1": FeatureLevel("2.1", 4, _DATA_2_1, frozenset({_T.UINT32})),
+    "3.0": FeatureLevel("3.0", None, _DATA_2_1, _ALL_INDICES),
+    # DML_GATHER_ND's pages list no 64-bit data; DirectML 1.15.4 runs it (measured), as the other two.
+    "4.1": FeatureLevel("4.1", None, _DATA_2_1 | {_T.DOUBLE, _T.INT64, _T.UINT64}, _ALL_INDICES),
 }
+# The feature level each operator came with.
+_INTRODUCED = {"DML_GATHER": "1.0", "DML_GATHER_ELEMENTS": "2.1", "DML_GATHER_ND": "2.1", "DML_GATHER_ND1": "3.0"}
+
+
+def dml_operator(op_type: str, batch: int = 0) -> str:
+    """The DirectML operator of a gather, standard (``GatherND``) or DML form (``DmlGatherNd``)."""
+    base = op_type.removeprefix("Dml")
+    if base in ("GatherND", "GatherNd"):
+        return "DML_GATHER_ND1" if batch else "DML_GATHER_ND"
+    return "DML_GATHER_ELEMENTS" if base == "GatherElements" else "DML_GATHER"
 
 
 def dml_type_name(elem_type: int) -> str:
@@ -58,11 +68,12 @@ def dml_type_name(elem_type: int) -> str:
     return name if name == onnx_name else f"{name} (ONNX {onnx_name})"
 
 
-def judge(level: FeatureLevel, op_type: str, n: int, data_type: int, index_type: int) -> str | None:
+def judge(level: FeatureLevel, op_type: str, n: int, data_type: int, index_type: int, batch: int = 0) -> str | None:
     """None if ``level`` accepts the DML node (``n`` dimensions at least, padded up to a fixed count), else why not."""
-    dml = op_type if op_type.startswith("Dml") else f"Dml{op_type}"
-    if dml == "DmlGatherElements" and not level.gather_elements:
-        return f"DML_GATHER_ELEMENTS needs feature level 2.1 (this is {level.name})"
+    operator = dml_operator(op_type, batch)
+    introduced = _INTRODUCED[operator]
+    if list(FEATURE_LEVELS).index(level.name) < list(FEATURE_LEVELS).index(introduced):
+        return f"{operator} needs feature level {introduced} (this is {level.name})"
     if level.dimension_count is not None and n > level.dimension_count:
         return f"{n} dimensions; feature level {level.name} takes exactly {level.dimension_count}"
     if _AS_DML.get(data_type, data_type) not in level.data_types:
@@ -72,10 +83,10 @@ def judge(level: FeatureLevel, op_type: str, n: int, data_type: int, index_type:
     return None
 
 
-def needed_level(op_type: str, n: int, data_type: int, index_type: int) -> str | None:
+def needed_level(op_type: str, n: int, data_type: int, index_type: int, batch: int = 0) -> str | None:
     """The lowest feature level that accepts the DML node, or None if none does."""
-    return next((name for name, level in FEATURE_LEVELS.items() if judge(level, op_type, n, data_type, index_type)
-                 is None), None)  # fmt: skip
+    return next((name for name, level in FEATURE_LEVELS.items()
+                 if judge(level, op_type, n, data_type, index_type, batch) is None), None)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -86,22 +97,25 @@ class Placement:
     reason: str
 
 
-def place(op_type: str, data: ValueType, indices: ValueType, axis: int, level: FeatureLevel) -> Placement:
+def place(
+    op_type: str, data: ValueType, indices: ValueType, axis: int, level: FeatureLevel, out_rank: int
+) -> Placement:
     """Where the provider, on a device of feature ``level``, puts ``op_type`` of ``data`` at ``indices`` (known ranks;
-    ``axis`` non-negative)."""
+    ``axis`` non-negative) with an output of ``out_rank``."""
     cpu = "ONNX Runtime's CPU provider runs it, where an out-of-bounds index is an error"
     if data.elem_type in NOT_REGISTERED:
         return Placement("CPU", f"{dml_type_name(data.elem_type)} gathers are not registered for DirectML; {cpu}")
     if _AS_DML.get(data.elem_type, data.elem_type) not in level.data_types:
         lacks = f"a device of feature level {level.name} lacks {dml_type_name(data.elem_type)} data"
         return Placement("CPU", f"{lacks}; {cpu}")
-    out_rank = data.rank + indices.rank - 1 if op_type == "Gather" else data.rank
     ranks = {"data": data.rank, "indices": indices.rank, "output": out_rank}
     over = [f"{role} {rank}" for role, rank in ranks.items() if rank > MAX_DIMENSION_COUNT]
     when = "when the session is created (static shapes) or when it runs (dynamic ones)"
     if over:
         return Placement("fails", f"more than {MAX_DIMENSION_COUNT} dimensions ({', '.join(over)}): the provider "
                                   f"takes the node and fails {when} (80070057)")  # fmt: skip
+    if op_type == "GatherND" and out_rank == 0:
+        return Placement("fails", f"its output is a scalar: the provider takes the node and fails {when} (80070057)")
     if op_type == "GatherElements":
         pairs = [(d, a, b) for d, (a, b) in enumerate(zip(data.dims, indices.dims, strict=True)) if d != axis]
         differ = [d for d, a, b in pairs if isinstance(a, int) and isinstance(b, int) and a != b]

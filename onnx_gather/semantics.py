@@ -179,9 +179,15 @@ def _directml_read(input: np.ndarray, axis: int, words: np.ndarray, element_size
     axis (1 where ``words`` broadcasts): the element at the linear offset, in wrapping 32-bit arithmetic, clamped
     to the tensor's memory rounded up to 4 bytes, where the padding reads 0 (section 4.3, steps 3 to 5)."""
     outer = int(np.prod(input.shape[:axis], dtype=np.int64))
-    size, inner = input.shape[axis], int(np.prod(input.shape[axis + 1 :], dtype=np.int64))
-    offsets = np.arange(outer, dtype=np.uint64).reshape(-1, 1, 1) * np.uint64(size) + words
-    offsets = (offsets * np.uint64(inner) + np.arange(inner, dtype=np.uint64).reshape(1, 1, -1)) & _MASK32
+    rows = np.arange(outer, dtype=np.uint64).reshape(-1, 1, 1) * np.uint64(input.shape[axis]) + words
+    return _read_rows(input, rows, int(np.prod(input.shape[axis + 1 :], dtype=np.int64)), element_size)
+
+
+def _read_rows(input: np.ndarray, rows: np.ndarray, inner: int, element_size: int) -> np.ndarray:
+    """What DirectML reads at element offsets ``rows * inner + s``, s along the last axis of ``rows`` (of size 1,
+    broadcast to ``inner``, or ``inner`` itself): wrapping at 2^32, clamped to the tensor's memory rounded up to 4
+    bytes, whose padding reads 0."""
+    offsets = ((rows & _MASK32) * np.uint64(inner) + np.arange(inner, dtype=np.uint64)) & _MASK32
     flat = input.reshape(-1)
     if flat.size == 0:  # nothing to read: DirectML leaves the output as its memory was (unpredictable); 0 here
         return np.zeros(offsets.shape, input.dtype)
@@ -259,3 +265,122 @@ def dml_gather_elements(
     if out_of_bounds == "zero":
         result[out_of_range] = 0
     return result
+
+
+def gather_nd_output_sizes(
+    input_sizes: Sequence[int],
+    indices_sizes: Sequence[int],
+    input_dimension_count: int,
+    indices_dimension_count: int,
+    batch_dimension_count: int,
+) -> tuple[int, ...]:
+    """The output sizes of DML_GATHER_ND1, validating the shapes and attributes (docs/semantics.md section 3b).
+
+    Of the N sizes, the last ``input_dimension_count`` of the input and ``indices_dimension_count`` of the indices
+    count (the rest must be 1s); the first ``batch_dimension_count`` of those are batches, equal in both; the
+    indices' last size k is the tuple length. ``C = indices[:-1] + input[batch + k:]``, right-aligned to N.
+    """
+    op = "DmlGatherNd"
+    n = _check_dimension_counts(op, input_sizes, indices_sizes)
+    for name, count, sizes in (("input", input_dimension_count, input_sizes),
+                               ("indices", indices_dimension_count, indices_sizes)):  # fmt: skip
+        if not 1 <= count <= n:
+            raise GatherError(f"{op}: {name}_dimension_count {count} is out of range [1, {n}]")
+        if any(size != 1 for size in sizes[: n - count]):
+            raise GatherError(
+                f"{op}: {name} sizes {tuple(sizes)} with {name}_dimension_count {count} have leading sizes "
+                f"{tuple(sizes[: n - count])}; the {n - count} irrelevant leading sizes must be 1"
+            )
+    data, index = tuple(input_sizes[n - input_dimension_count :]), tuple(indices_sizes[n - indices_dimension_count :])
+    batch = batch_dimension_count
+    if not 0 <= batch < min(len(data), len(index)):
+        raise GatherError(
+            f"{op}: batch_dimension_count {batch} is out of range [0, {min(len(data), len(index))}) for "
+            f"input_dimension_count {len(data)} and indices_dimension_count {len(index)}"
+        )
+    if data[:batch] != index[:batch]:
+        raise GatherError(f"{op}: the batch sizes differ: input {data[:batch]}, indices {index[:batch]}")
+    k = index[-1]
+    if not 1 <= k <= len(data) - batch:
+        raise GatherError(
+            f"{op}: index tuples of {k} coordinates (the indices' last size) do not fit the input's "
+            f"{len(data) - batch} dimensions after {batch} batch dimensions (1 to {len(data) - batch})"
+        )
+    sizes = (*index[:-1], *data[batch + k :])
+    if len(sizes) > n:
+        raise GatherError(f"{op}: output sizes {sizes} have {len(sizes)} dimensions, more than the dimension count {n}")
+    return (1,) * (n - len(sizes)) + sizes
+
+
+def _tuple_view(
+    input: np.ndarray, indices: np.ndarray, input_dimension_count: int, indices_dimension_count: int, batch: int
+) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """The input as (B, T..., inner) and the index tuples as (B, M, k): B the batch, T the tuple dims."""
+    data = input.shape[input.ndim - input_dimension_count :]
+    index = indices.shape[indices.ndim - indices_dimension_count :]
+    k = index[-1]
+    tuple_dims = data[batch : batch + k]
+    batches = int(np.prod(data[:batch], dtype=np.int64))
+    inner = int(np.prod(data[batch + k :], dtype=np.int64))
+    return input.reshape(batches, *tuple_dims, inner), indices.reshape(batches, -1, k), tuple_dims
+
+
+def count_out_of_bounds_nd(
+    input: np.ndarray, indices: np.ndarray, input_dimension_count: int, indices_dimension_count: int, batch: int
+) -> int:
+    """How many coordinates of the index tuples lie outside ``[-size, size)`` of their dimension."""
+    _, tuples, dims = _tuple_view(input, indices, input_dimension_count, indices_dimension_count, batch)
+    return sum(count_out_of_bounds(tuples[..., j], size) for j, size in enumerate(dims))
+
+
+def dml_gather_nd(
+    input: np.ndarray,
+    indices: np.ndarray,
+    input_dimension_count: int,
+    indices_dimension_count: int,
+    batch_dimension_count: int,
+    out_of_bounds: str = "directml",
+) -> np.ndarray:
+    """DML_GATHER_ND1: ``out[b..., i..., s...] = input[b..., fix(indices[b..., i..., :]), s...]`` (section 3b).
+
+    ``input`` and ``indices`` have the same dimension count N (1 to 8); the output has N dimensions and the input's
+    type. ``batch_dimension_count`` 0 is DML_GATHER_ND.
+    """
+    op = "DmlGatherNd"
+    input, indices = np.asarray(input), np.asarray(indices)
+    check_types(op, input.dtype, indices.dtype)
+    output_sizes = gather_nd_output_sizes(
+        input.shape, indices.shape, input_dimension_count, indices_dimension_count, batch_dimension_count
+    )
+    check_out_of_bounds(op, out_of_bounds)
+    view, tuples, dims = _tuple_view(input, indices, input_dimension_count, indices_dimension_count,
+                                     batch_dimension_count)  # fmt: skip
+    batches, inner = view.shape[0], view.shape[-1]
+    if out_of_bounds.startswith("directml"):
+        # The tuple's linear position within its batch, then the batch's, in wrapping 32-bit arithmetic.
+        rows = np.arange(batches, dtype=np.uint64).reshape(-1, 1)
+        rows = rows * np.uint64(int(np.prod(dims, dtype=np.int64))) & _MASK32
+        for j, size in enumerate(dims):
+            stride = int(np.prod(dims[j + 1 :], dtype=np.int64))
+            rows = (rows + _axis_words(tuples[..., j], size) * np.uint64(stride)) & _MASK32
+        read = _read_rows(input, rows[..., None], inner, _element_size(input, out_of_bounds))
+        return read.reshape(output_sizes)
+    fixed, outside = zip(*(fix_indices(op, tuples[..., j], size, "clamp") for j, size in enumerate(dims)), strict=True)
+    if out_of_bounds == "error" and any(o.any() for o in outside):
+        j = next(j for j, o in enumerate(outside) if o.any())
+        tuple_at = np.unravel_index(int(np.flatnonzero(outside[j])[0]), indices.shape[:-1])
+        position = (*(int(p) for p in tuple_at), j)
+        size = dims[j]
+        raise GatherError(
+            f"{op}: index {indices[position]} at indices position {position} is out of bounds for input dimension "
+            f"{input.ndim - input_dimension_count + batch_dimension_count + j} of size {size} (valid range "
+            f"{f'[0, {size - 1}]' if indices.dtype.kind == 'u' else f'[{-size}, {size - 1}]'})"
+        )
+    batch_ids = np.arange(batches).reshape(-1, 1)
+    if 0 in view.shape[1:-1]:  # an empty tuple dimension: nothing to read; clamped reads give 0
+        result = np.zeros((*tuples.shape[:2], inner), input.dtype)
+    else:
+        result = np.asarray(view[(batch_ids, *fixed)])
+    if out_of_bounds == "zero":
+        result[np.any(outside, axis=0)] = 0
+    return result.reshape(output_sizes)

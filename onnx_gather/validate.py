@@ -22,6 +22,12 @@ _DML_ATTRIBUTES = {
         "out_of_bounds": AttributeProto.STRING,
     },
     "DmlGatherElements": {"axis": AttributeProto.INT, "out_of_bounds": AttributeProto.STRING},
+    "DmlGatherNd": {
+        "input_dimension_count": AttributeProto.INT,
+        "indices_dimension_count": AttributeProto.INT,
+        "batch_dimension_count": AttributeProto.INT,
+        "out_of_bounds": AttributeProto.STRING,
+    },
 }
 
 
@@ -91,12 +97,17 @@ def _check_dml(node: onnx.NodeProto, data: ValueType | None) -> str | None:
     rank = data.rank if data is not None else None
     if len(node.input) != 2 or len(node.output) != 1:
         return "it needs exactly two inputs (input, indices) and one output"
-    if rank is not None:
-        axis = present["axis"].i
-        if not 0 <= axis < rank:
-            return f"axis {axis} is out of range [0, {rank}) for input {node.input[0]!r} of rank {rank}"
-        if "index_dimensions" in present and not 0 <= present["index_dimensions"].i <= rank:
-            return f"index_dimensions {present['index_dimensions'].i} is out of range [0, {rank}]"
+    if rank is None:
+        return None
+    if "axis" in present and not 0 <= present["axis"].i < rank:
+        return f"axis {present['axis'].i} is out of range [0, {rank}) for input {node.input[0]!r} of rank {rank}"
+    if "index_dimensions" in present and not 0 <= present["index_dimensions"].i <= rank:
+        return f"index_dimensions {present['index_dimensions'].i} is out of range [0, {rank}]"
+    counts = [present[name].i for name in ("input_dimension_count", "indices_dimension_count") if name in present]
+    if any(not 1 <= count <= rank for count in counts):
+        return f"input and indices dimension counts {counts} must be in [1, {rank}] for input of rank {rank}"
+    if counts and not 0 <= present["batch_dimension_count"].i < min(counts):
+        return f"batch_dimension_count {present['batch_dimension_count'].i} is out of range [0, {min(counts)})"
     return None
 
 

@@ -1,10 +1,10 @@
 """Conformance against real DirectML: random standard gathers, packed many to a model, run on DirectML, compared bit
 for bit with ``onnx_gather.semantics`` and with the custom ops in ONNX Runtime.
 
-Each case is one ONNX ``Gather`` or ``GatherElements`` node with its own data and indices as graph inputs (never
-initializers, which ONNX Runtime could fold on the CPU). Its expected value comes from the DML form the converter
-makes of it: data and indices padded with leading ones to ``N``, the axis moved by as many, ``index_dimensions``
-the indices' rank.
+Each case is one ONNX ``Gather``, ``GatherElements`` or ``GatherND`` node with its own data and indices as graph
+inputs (never initializers, which ONNX Runtime could fold on the CPU). Its expected value comes from the DML form the
+converter makes of it: data and indices padded with leading ones to ``N``, the axis moved by as many,
+``index_dimensions`` the indices' rank (GatherND: the dimension counts the two ranks, the batch count batch_dims).
 """
 
 from __future__ import annotations
@@ -43,12 +43,14 @@ def type_name(dtype: np.dtype) -> str:
 
 @dataclass(frozen=True)
 class Case:
-    """One standard gather: ``op`` with ``axis`` as written on the node (possibly negative)."""
+    """One standard gather: ``op`` with ``axis`` as written on the node (possibly negative); for GatherND,
+    ``axis`` is 0 and ``batch`` its batch_dims."""
 
     op: str
     data: np.ndarray
     indices: np.ndarray
     axis: int
+    batch: int = 0
 
     @property
     def size(self) -> int:
@@ -57,7 +59,11 @@ class Case:
 
     @property
     def out_of_bounds(self) -> int:
-        """How many index values lie outside ``[-size, size)``."""
+        """How many index values (GatherND: tuple coordinates) lie outside ``[-size, size)`` of their dimension."""
+        if self.op == "GatherND":
+            return semantics.count_out_of_bounds_nd(
+                self.data, self.indices, self.data.ndim, self.indices.ndim, self.batch
+            )
         return semantics.count_out_of_bounds(self.indices, self.size)
 
     @property
@@ -67,7 +73,8 @@ class Case:
         return bool(((wide < INT32_MIN) | (wide > INT32_MAX)).any())
 
     def describe(self) -> str:
-        return (f"{self.op} axis {self.axis}, {type_name(self.data.dtype)} data {self.data.shape}, "
+        how = f"batch_dims {self.batch}" if self.op == "GatherND" else f"axis {self.axis}"
+        return (f"{self.op} {how}, {type_name(self.data.dtype)} data {self.data.shape}, "
                 f"{self.indices.dtype.name} indices {self.indices.shape}")  # fmt: skip
 
 
@@ -77,7 +84,14 @@ def expected(case: Case, out_of_bounds: str = "directml") -> np.ndarray:
     carried = data.view(np.uint8) if data.dtype == np.bool_ else data  # a gather moves BOOL as bytes
     r, q = data.ndim, indices.ndim
     axis = case.axis % r
-    if case.op == "Gather":
+    if case.op == "GatherND":
+        b, k = case.batch, indices.shape[-1]
+        shape = indices.shape[:-1] + data.shape[b + k :]
+        n = max(r, q, len(shape))
+        padded_data = carried.reshape((1,) * (n - r) + data.shape)
+        padded_indices = indices.reshape((1,) * (n - q) + indices.shape)
+        result = semantics.dml_gather_nd(padded_data, padded_indices, r, q, b, out_of_bounds)
+    elif case.op == "Gather":
         n = max(r, q, r + q - 1)
         padded_data = carried.reshape((1,) * (n - r) + data.shape)
         padded_indices = indices.reshape((1,) * (n - q) + indices.shape)
@@ -151,15 +165,44 @@ def random_case(rng: np.random.Generator, out_of_bounds: bool, beyond_int32: boo
     return Case(op, _data(rng, data_shape, dtype), indices, written_axis)
 
 
-def random_cases(seed: int, count: int, out_of_bounds: float = 0.0, beyond_int32: float = 0.0) -> list[Case]:
-    """``count`` cases; the fractions ``out_of_bounds`` and ``beyond_int32`` (int64 values outside int32) of them
-    hold out-of-bounds indices."""
+def random_nd_case(rng: np.random.Generator, out_of_bounds: bool, beyond_int32: bool = False) -> Case:
+    """A random GatherND: data ranks 1 to 6, batch_dims 0 to 2, every tuple length, the 12 data types, INT64 indices
+    (all GatherND takes), N up to 8."""
+    dtype = list(DATA_TYPES.values())[rng.integers(len(DATA_TYPES))]
+    while True:
+        r = int(rng.integers(1, 7))
+        batch = int(rng.integers(0, min(r, 3)))
+        k = int(rng.integers(1, r - batch + 1))
+        data_shape = _shape(rng, r, 4)
+        index_shape = (*data_shape[:batch], *_shape(rng, int(rng.integers(0, 3)), 3), k)
+        out_rank = len(index_shape) - 1 + r - batch - k
+        if max(r, len(index_shape), out_rank) <= semantics.MAX_DIMENSION_COUNT and out_rank > 0:
+            break  # (a scalar output: ONNX Runtime's DirectML provider fails on it, docs/semantics.md section 6)
+    sizes = np.array(data_shape[batch : batch + k])
+    indices = (rng.random(index_shape) * 2 * sizes - sizes).astype(np.int64)  # each coordinate in [-size, size)
+    if out_of_bounds:
+        flat, dims = indices.reshape(-1, k), np.broadcast_to(sizes, indices.reshape(-1, k).shape)
+        count = int(rng.integers(1, flat.size + 1)) if rng.random() < 0.5 else 1
+        for where in rng.choice(flat.size, count, replace=False):
+            row, j = divmod(int(where), k)
+            flat[row, j] = _index_values(rng, 1, int(dims[row, j]), np.int64, beyond_int32)[0]
+        if beyond_int32 and not ((flat < INT32_MIN) | (flat > INT32_MAX)).any():
+            flat[0, 0] = 2**32 + 1
+    return Case("GatherND", _data(rng, data_shape, dtype), indices, 0, batch)
+
+
+def random_cases(
+    seed: int, count: int, out_of_bounds: float = 0.0, beyond_int32: float = 0.0, nd: bool = False
+) -> list[Case]:
+    """``count`` cases (GatherND ones if ``nd``, else Gather and GatherElements); the fractions ``out_of_bounds``
+    and ``beyond_int32`` (int64 values outside int32) of them hold out-of-bounds indices."""
     rng = np.random.default_rng(seed)
+    make = random_nd_case if nd else random_case
     cases = []
     for k in range(count):
         beyond = k < round(count * beyond_int32)
         outside = beyond or k < round(count * (out_of_bounds + beyond_int32))
-        cases.append(random_case(rng, outside, beyond))
+        cases.append(make(rng, outside, beyond))
     order = rng.permutation(count)
     return [cases[k] for k in order]
 
@@ -169,8 +212,11 @@ def case_model(cases: Sequence[Case]) -> onnx.ModelProto:
     nodes, inputs, outputs = [], [], []
     for k, case in enumerate(cases):
         data_type = helper.np_dtype_to_tensor_dtype(case.data.dtype)
+        attributes = (
+            ({"batch_dims": case.batch} if case.batch else {}) if case.op == "GatherND" else {"axis": case.axis}
+        )
         nodes.append(helper.make_node(case.op, [f"data_{k}", f"indices_{k}"], [f"output_{k}"], f"case_{k}",
-                                      axis=case.axis))  # fmt: skip
+                                      **attributes))  # fmt: skip
         inputs += [
             helper.make_tensor_value_info(f"data_{k}", data_type, case.data.shape),
             helper.make_tensor_value_info(
