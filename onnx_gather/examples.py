@@ -1,4 +1,4 @@
-"""The worked examples of DirectML's documentation (docs/semantics.md, sections 2 and 3), as data."""
+"""The worked examples of DirectML's documentation (docs/semantics.md, sections 2, 3 and 3b), as data."""
 
 from __future__ import annotations
 
@@ -77,5 +77,21 @@ EXAMPLES = (
         _f32([[1, 2, 3], [4, 5, 6], [7, 8, 9]]),
         _u32([[1, 2, 0], [2, 0, 0]]),
         _f32([[4, 8, 3], [7, 2, 3]]),
+    ),
+    Example(
+        "DML_GATHER_ND1 example 1: 1D remapping",
+        "DmlGatherNd",
+        {"input_dimension_count": 2, "indices_dimension_count": 2, "batch_dimension_count": 0},
+        _f32([[0, 1], [2, 3]]),
+        _u32([[1], [0]]),
+        _f32([[2, 3], [0, 1]]),
+    ),
+    Example(
+        "DML_GATHER_ND1 example 2: 2D remapping with batch count",
+        "DmlGatherNd",
+        {"input_dimension_count": 3, "indices_dimension_count": 3, "batch_dimension_count": 1},
+        _f32([[[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8, 9], [10, 11]]]]),
+        _u32([[[[0, 0], [1, 1]], [[1, 1], [0, 0]], [[0, 1], [1, 0]]]]),
+        _f32([[[[0, 3], [7, 4], [9, 10]]]]),
     ),
 )

@@ -547,12 +547,11 @@ def _fix_tuples(
     if mode == "zero":
         outside = emit.node("Equal", [emit.node("Less", [v, sizes], "below_size"),
                                       emit.node("Less", [v, low], "below_low")], "outside")  # fmt: skip
-        flags = emit.node("Cast", [outside], "outside_flags", to=TensorProto.INT32)
-        if emit.opset >= 18:
-            any_outside = emit.node("ReduceMax", [flags, emit.constant([-1], np.int64, "last")], "any", keepdims=0)
-        else:
-            any_outside = emit.node("ReduceMax", [flags], "any", axes=[-1], keepdims=0)
-        mask = emit.node("Not", [emit.node("Cast", [any_outside], "any_bool", to=TensorProto.BOOL)], "in_bounds")
+        # An Or over the k coordinates (not a ReduceMax: ONNX Runtime 1.31 gives an empty one the wrong shape).
+        coordinates = [emit.node("Gather", [outside, emit.constant(j, np.int64, f"j{j}")], f"outside{j}", axis=-1)
+                       for j in range(k)]  # fmt: skip
+        any_outside = functools.reduce(lambda a, b: emit.node("Or", [a, b], "any_outside"), coordinates)
+        mask = emit.node("Not", [any_outside], "in_bounds")
     # Clamped through DOUBLE: ONNX Runtime 1.31's INT64 Min and Max are wrong beyond the int32 range.
     double = [emit.node("Cast", [value], f"{step}_double", to=TensorProto.DOUBLE)
               for value, step in ((v, "v"), (low, "low"), (emit.node("Sub", [sizes, emit.constant(1, np.int64, "one")],

@@ -169,10 +169,14 @@ def _outside(emit: Emitter, v: str, limit: str, signed: bool) -> tuple[str, str]
     low = emit.node("Neg", [limit], "low") if signed else emit.constant(0, np.int64, "low")
     below_size, below_low = emit.node("Less", [v, limit], "below_size"), emit.node("Less", [v, low], "below_low")
     outside = emit.node("Equal", [below_size, below_low], "outside")
-    # ReduceMax of a byte per index (INT32 before opset 12): over no indices it is 0.
-    flag_type = TensorProto.UINT8 if emit.opset >= 12 else TensorProto.INT32
-    flags = emit.node("Cast", [outside], "outside_flags", to=flag_type)
-    highest = emit.node("ReduceMax", [flags], "any_flag", keepdims=0)
+    # ReduceMax of a byte per index, 0 over no indices; before opset 12, which has no UINT8 ReduceMax, ReduceSum of
+    # INT32 flags (an empty INT32 ReduceMax is -2^31, which would read as "some index is outside").
+    if emit.opset >= 12:
+        flags = emit.node("Cast", [outside], "outside_flags", to=TensorProto.UINT8)
+        highest = emit.node("ReduceMax", [flags], "any_flag", keepdims=0)
+    else:
+        flags = emit.node("Cast", [outside], "outside_flags", to=TensorProto.INT32)
+        highest = emit.node("ReduceSum", [flags], "any_flag", keepdims=0)
     return outside, emit.node("Cast", [highest], "any_outside", to=TensorProto.BOOL)
 
 

@@ -1,4 +1,4 @@
-"""ONNX's own backend test cases that hold a Gather or GatherElements, through to_dml and back."""
+"""ONNX's own backend test cases that hold a Gather, GatherElements or GatherND, through to_dml and back."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from conftest import assert_all_identical, run_model
 
 import onnx_gather
+from onnx_gather.convert import GATHER_OPS
 from onnx_gather.graph import bodies
 
 with warnings.catch_warnings():
@@ -19,10 +20,10 @@ with warnings.catch_warnings():
     CASES = [
         case
         for case in collect_testcases()
-        if any(n.op_type in ("Gather", "GatherElements") and n.domain in ("", "ai.onnx")
+        if any(n.op_type in GATHER_OPS and n.domain in ("", "ai.onnx")
                for body in bodies(case.model) for n in body.nodes)
     ]  # fmt: skip
-DIRECT = [case for case in CASES if case.name.startswith(("test_gather_", "test_gather_elements_"))]
+DIRECT = [case for case in CASES if case.name.startswith(("test_gather_", "test_gather_elements_", "test_gathernd_"))]
 
 
 def _feeds(case) -> dict[str, np.ndarray]:
@@ -31,7 +32,7 @@ def _feeds(case) -> dict[str, np.ndarray]:
 
 
 def test_the_cases_are_found():
-    assert len(DIRECT) == 7
+    assert len(DIRECT) == 10  # 4 Gather, 3 GatherElements, 3 GatherND (one with batch_dims)
     assert len(CASES) > 50
 
 
@@ -39,7 +40,7 @@ def test_the_cases_are_found():
 def test_gather_case_gives_its_expected_outputs_in_dml_form_and_lowered(case):
     _, expected = case.data_sets[0]
     converted = onnx_gather.to_dml(case.model)
-    assert not any(n.op_type in ("Gather", "GatherElements") for n in converted.graph.node)
+    assert not any(n.op_type in GATHER_OPS for n in converted.graph.node)
     assert_all_identical(run_model(converted, _feeds(case), custom_ops=True), expected)
     assert_all_identical(run_model(onnx_gather.to_onnx(converted), _feeds(case)), expected)
 

@@ -198,3 +198,69 @@ def test_every_gather_of_a_chain_converts_and_lowers_whatever_inference_knows(ch
     assert lowering.left == [] and len(lowering.changed) == gathers
     assert not any(n.domain == DOMAIN for n in lowered.graph.node)
     assert_all_identical(run_model(lowered, feeds), expected)
+
+
+@st.composite
+def gather_nd_graphs(draw):
+    """A standard GatherND (opsets 11 to 13, batch_dims, every tuple length, symbolic dims now and then) with
+    indices in bounds, some negative."""
+    elem = draw(st.sampled_from(ELEMENT_TYPES))
+    r = draw(st.integers(1, 5))
+    batch = draw(st.integers(0, min(r - 1, 2)))
+    opset = draw(st.sampled_from([12, 13, 17] if batch else [11, 12, 13, 17]))
+    k = draw(st.integers(1, r - batch))
+    data_shape = [draw(st.integers(1, 3)) for _ in range(r)]
+    index_shape = [*data_shape[:batch], *(draw(st.integers(0, 3)) for _ in range(draw(st.integers(0, 2)))), k]
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    sizes = np.array(data_shape[batch : batch + k])
+    indices = np.floor(rng.random(index_shape) * 2 * sizes - sizes).astype(np.int64)
+    node = h.make_node("GatherND", ["x", "i"], ["y"], name="the_gather", **({"batch_dims": batch} if batch else {}))
+    graph = h.make_graph(
+        [node], "random",
+        [h.make_tensor_value_info("x", elem, _dims(draw, data_shape, "d")),
+         h.make_tensor_value_info("i", T.INT64, [*_dims(draw, index_shape[:-1], "q"), k])],
+        [h.make_tensor_value_info("y", elem, None)],
+    )  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=8)
+    return model, {"x": _data(rng, data_shape, elem), "i": indices}
+
+
+@SETTINGS
+@given(gather_nd_graphs(), st.sampled_from(["directml", "clamp", "zero", "error"]))
+def test_converted_and_lowered_gather_nd_give_the_native_outputs(graph, mode):
+    model, feeds = graph
+    expected = run_model(model, feeds)
+    converted, report = convert(model, out_of_bounds=mode)
+    assert report.left == [] and [c.op_type for c in report.changed] == ["GatherND"]
+    carried = model.graph.input[0].type.tensor_type.elem_type == T.FLOAT16
+    assert_all_identical(run_model(converted, feeds, custom_ops=True), expected, canonical_nans=carried)
+    lowered, lowering = lower(converted)
+    assert lowering.left == [] and not any(n.domain == DOMAIN for n in lowered.graph.node)
+    # The lowered zero mode's Where makes FLOAT16 NaN payloads canonical (README, Known deviations).
+    assert_all_identical(run_model(lowered, feeds), expected, canonical_nans=carried and mode == "zero")
+    if mode == "error":  # the round trip gives back the original node
+        assert [n.op_type for n in lowered.graph.node] == ["GatherND"]
+
+
+@SETTINGS
+@given(gather_nd_graphs(), st.sampled_from(["directml", "clamp", "zero", "error"]), st.integers(0, 2**32 - 1))
+def test_lowered_dml_gather_nd_equals_the_custom_op_out_of_bounds(graph, mode, seed):
+    model, feeds = graph
+    indices = feeds["i"].copy()
+    assume(indices.size)
+    rng = np.random.default_rng(seed)
+    flat = indices.reshape(-1)
+    flat[rng.integers(flat.size)] = rng.choice([3, -4, 7, 10**6, -(10**6), 2**32 - 1, 2**40, -(2**63)])
+    feeds = {**feeds, "i": indices}
+    converted = onnx_gather.to_dml(model, out_of_bounds=mode)  # directml-16bit where FLOAT16 travels as FLOAT32
+    lowered, lowering = lower(converted)
+    assert lowering.left == []
+    try:
+        expected = run_model(converted, feeds, custom_ops=True)
+    except GatherError:
+        assert mode == "error"
+        with pytest.raises(Exception, match=r"(?i)invalid index|out of|indices"):
+            run_model(lowered, feeds)
+        return
+    carried = model.graph.input[0].type.tensor_type.elem_type == T.FLOAT16  # NaN payloads made canonical by the op
+    assert_all_identical(run_model(lowered, feeds), expected, canonical_nans=carried)

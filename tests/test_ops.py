@@ -1,4 +1,4 @@
-"""DmlGather and DmlGatherElements as custom ops inside ONNX Runtime."""
+"""DmlGather, DmlGatherElements and DmlGatherNd as custom ops inside ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -33,6 +33,40 @@ def test_every_data_and_index_type_is_registered(data_dtype, index_dtype):
     assert_identical(gathered, data[[2, 0, 1, 2]])
     elements = run_dml("DmlGatherElements", data, indices, axis=0)
     assert_identical(elements, np.array([[8, 1, 6, 11]]).astype(data_dtype))
+    tuples = np.array([[2, 3], [0, 1]], index_dtype)
+    nd = run_dml("DmlGatherNd", data, tuples, input_dimension_count=2, indices_dimension_count=2,
+                 batch_dimension_count=0)  # fmt: skip
+    assert_identical(nd, np.array([[11, 1]]).astype(data_dtype).reshape(1, 2))
+
+
+ND = {"input_dimension_count": 3, "indices_dimension_count": 3, "batch_dimension_count": 1}
+
+
+@pytest.mark.parametrize("mode", ["directml", "clamp", "zero"])
+def test_gather_nd_modes_in_onnxruntime_equal_the_semantics(mode):
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    indices = np.array([[[0, 5], [2, 3]], [[2, -9], [-1, -4]]], np.int64)
+    output = run_dml("DmlGatherNd", data, indices, out_of_bounds=mode, **ND)
+    assert_identical(output, onnx_gather.dml_gather_nd(data, indices, 3, 3, 1, mode))
+
+
+def test_gather_nd_error_mode_raises_from_run():
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    with pytest.raises(GatherError, match=r"^DmlGatherNd: index 5 at indices position \(0, 0, 1\) is out of bounds"):
+        run_dml("DmlGatherNd", data, np.array([[[0, 5]], [[1, 1]]]), out_of_bounds="error", **ND)
+
+
+def test_gather_nd_on_a_large_case_equals_the_semantics():
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((4, 64, 32, 16)).astype(np.float32)
+    inside = rng.integers(-32, 32, (1, 4, 500, 2))  # padded to the input's 4 dimensions
+    outside = inside.copy()
+    outside[0, 0, 7, 1] = 40  # one out of bounds: the op falls back to the reference for this run
+    for indices in (inside, outside):
+        output = run_dml("DmlGatherNd", data, indices, input_dimension_count=4, indices_dimension_count=3,
+                         batch_dimension_count=1, out_of_bounds="directml")  # fmt: skip
+        assert output.shape == (1, 4, 500, 16)
+        assert_identical(output, onnx_gather.dml_gather_nd(data, indices, 4, 3, 1))
 
 
 OUT_OF_BOUNDS = np.array([[7, -7, 5, -6, 2]], np.int64)  # axis size 6: 7 and -7 are out of bounds

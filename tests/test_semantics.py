@@ -8,16 +8,47 @@ from conftest import assert_identical
 
 from onnx_gather import semantics
 from onnx_gather.examples import EXAMPLES
-from onnx_gather.semantics import GatherError, dml_gather, dml_gather_elements, gather_output_sizes
+from onnx_gather.semantics import GatherError, dml_gather, dml_gather_elements, dml_gather_nd, gather_output_sizes
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.title)
 def test_documented_example(example):
-    if example.op_type == "DmlGather":
-        output = dml_gather(example.input, example.indices, **example.attributes)
-    else:
-        output = dml_gather_elements(example.input, example.indices, **example.attributes)
+    function = {"DmlGather": dml_gather, "DmlGatherElements": dml_gather_elements, "DmlGatherNd": dml_gather_nd}
+    output = function[example.op_type](example.input, example.indices, **example.attributes)
     assert_identical(output, example.output)
+
+
+ND_DATA = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        # Tuple (0, 5) past the end of its row of 4: DirectML reads on, at offset 0 * 4 + 5, into the next row.
+        ("directml", [[5.0, 11.0], [15.0, 12.0]]),
+        ("clamp", [[3.0, 11.0], [20.0, 12.0]]),
+        ("zero", [[0.0, 11.0], [0.0, 12.0]]),
+    ],
+)
+def test_gather_nd_out_of_bounds_modes(mode, expected):
+    # Batch dim 1 (size 2), tuples of 2 into (3, 4): the second batch's (2, -9) wraps around to
+    # (12 + 2 * 4 + (2^32 - 9 + 4)) mod 2^32 = 15; clamped per coordinate, it is (2, -4): 20.
+    indices = np.array([[[0, 5], [2, 3]], [[2, -9], [0, 0]]], np.int64)
+    output = dml_gather_nd(ND_DATA, indices, 3, 3, 1, mode)
+    assert_identical(output, np.array([expected], np.float32))
+
+
+def test_gather_nd_error_mode_names_the_coordinate_and_its_dimension():
+    indices = np.array([[[0, 1], [2, -5]]], np.int64)
+    with pytest.raises(GatherError, match=r"index -5 at indices position \(0, 1, 1\) is out of bounds for input "
+                                          r"dimension 2 of size 4 \(valid range \[-4, 3\]\)$"):  # fmt: skip
+        dml_gather_nd(ND_DATA[:1], indices, 3, 3, 1, "error")
+
+
+def test_gather_nd_sizes_are_right_aligned_with_leading_ones():
+    assert semantics.gather_nd_output_sizes((1, 1, 3, 4), (1, 1, 5, 1), 2, 2, 0) == (1, 1, 5, 4)
+    assert semantics.gather_nd_output_sizes((3, 4, 5, 6, 7), (1, 1, 1, 2, 3), 5, 3, 0) == (1, 1, 2, 6, 7)
+    assert semantics.gather_nd_output_sizes((3, 4), (1, 2), 2, 1, 0) == (1, 1)  # a scalar, padded
 
 
 def test_openvino_gather_1_example_has_the_documented_output_shape():
@@ -177,6 +208,34 @@ VALIDATION_ERRORS = {
     "unknown out_of_bounds mode": (
         lambda: dml_gather(np.zeros(3), np.zeros(1, np.int64), 0, 1, out_of_bounds="wrap"),
         r"out_of_bounds 'wrap' is unknown \(expected one of: directml, clamp, zero, error\)",
+    ),
+    "gather nd dimension count out of range": (
+        lambda: dml_gather_nd(np.zeros((2, 3)), np.zeros((1, 2), np.int64), 3, 1, 0),
+        r"^DmlGatherNd: input_dimension_count 3 is out of range \[1, 2\]",
+    ),
+    "gather nd leading input sizes not 1": (
+        lambda: dml_gather_nd(np.zeros((2, 3)), np.zeros((1, 1), np.int64), 1, 1, 0),
+        r"input sizes \(2, 3\) with input_dimension_count 1 have leading sizes \(2,\); the 1 irrelevant",
+    ),
+    "gather nd batch count out of range": (
+        lambda: dml_gather_nd(np.zeros((2, 3)), np.zeros((2, 1), np.int64), 2, 2, 2),
+        r"batch_dimension_count 2 is out of range \[0, 2\)",
+    ),
+    "gather nd batch sizes differ": (
+        lambda: dml_gather_nd(np.zeros((2, 3)), np.zeros((3, 1), np.int64), 2, 2, 1),
+        r"the batch sizes differ: input \(2,\), indices \(3,\)",
+    ),
+    "gather nd tuples too long": (
+        lambda: dml_gather_nd(np.zeros((2, 3)), np.zeros((1, 3), np.int64), 2, 1, 0),
+        r"index tuples of 3 coordinates \(the indices' last size\) do not fit the input's 2 dimensions",
+    ),
+    "gather nd empty tuples": (
+        lambda: dml_gather_nd(np.zeros((2, 3)), np.zeros((4, 0), np.int64), 2, 2, 0),
+        r"index tuples of 0 coordinates",
+    ),
+    "gather nd output too large for N": (
+        lambda: dml_gather_nd(np.zeros((1, 3)), np.zeros((2, 2), np.int64), 1, 2, 0),
+        r"index tuples of 2 coordinates|output sizes",
     ),
     "out of bounds in error mode": (
         lambda: dml_gather_elements(np.zeros(3), np.array([0, 3]), 0, out_of_bounds="error"),
