@@ -272,7 +272,7 @@ class _Lowering:
         mask = None
         result = self.names.fresh(f"{name}/output") if padding != 0 or mode == "zero" else plan.final
         if mode.startswith("directml"):
-            directml_gather_nd(emit, x, i, indices_type.elem_type, inc, batch, k, data_type, mode, result)
+            directml_gather_nd(emit, x, i, indices_type.elem_type, inc, idc, batch, k, data_type, mode, result)
         else:
             fixed, mask = _fix_tuples(emit, x, i, indices_type.elem_type, batch, k, mode)
             attributes = {"batch_dims": batch} if batch else {}

@@ -16,6 +16,8 @@ range).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -231,43 +233,59 @@ def directml_gather(
 
 
 def directml_gather_nd(
-    emit: Emitter, x: str, indices: str, index_type: int, rank: int, batch: int, k: int, data_type: int, mode: str,
-    output: str,
+    emit: Emitter, x: str, indices: str, index_type: int, rank: int, index_rank: int, batch: int, k: int,
+    data_type: int, mode: str, output: str,
 ) -> None:  # fmt: skip
-    """``output`` = GatherND of ``x`` (of ``rank``) at ``indices`` (tuples of ``k``) with ``batch`` batch dims as
-    DirectML reads it (section 4.3 over each tuple's linear position, in wrapping 32-bit arithmetic)."""
+    """``output`` = GatherND of ``x`` (of ``rank``) at ``indices`` (of ``index_rank``, tuples of ``k``) with ``batch``
+    batch dims as DirectML reads it: the native op on the tuples with the out-of-bounds ones set to 0, and the
+    slices of those read at each tuple's linear position (section 4.3, in wrapping 32-bit arithmetic) and
+    scattered in."""
     element_size = 2 if mode == DIRECTML_16BIT else helper.tensor_dtype_to_np_dtype(data_type).itemsize
     signed = index_type in (TensorProto.INT32, TensorProto.INT64)
     v = indices if index_type == TensorProto.INT64 else emit.node("Cast", [indices], "as_int64", to=TensorProto.INT64)
     shape = emit.node("Shape", [x], "data_shape")
     # (Not a Slice of the whole shape: ONNX Runtime would warn it cannot fold it into the branches that use it.)
     sizes = shape if (batch, k) == (0, rank) else emit.slice(shape, batch, batch + k, "tuple_sizes")
-    _, condition = _outside(emit, v, sizes, signed)  # every tuple is read the DirectML way on that branch
+    outside, condition = _outside(emit, v, sizes, signed)
     reading = emit.fork()
     last_size = reading.squeeze(reading.slice(shape, batch + k - 1, batch + k, "last_size"), [0], "last_tuple_size")
     t = _Tensor(reading, x, shape, last_size, batch + k - 1, rank)
-    parts = [reading.slice(reading.node("Shape", [v], "v_shape"), 0, -1, "tuple_dims"),
-             reading.slice(shape, batch + k, rank, "trailing")]  # fmt: skip
+    trailing = reading.slice(shape, batch + k, rank, "trailing")
+    parts = [reading.slice(reading.node("Shape", [v], "v_shape"), 0, -1, "tuple_dims"), trailing]
     out_shape = reading.node("Concat", parts, "output_shape", axis=0)
+    fast_path = emit.fork()
+    fast = fast_path.node("GatherND", [x, v], "native", **({"batch_dims": batch} if batch else {}))
     exact = emit.fork()
-    batches = _reduce(exact, "ReduceProd", exact.slice(shape, 0, batch, "batch_dims"), "batches")
-    as_3d = [exact.unsqueeze(batches, [0], "batches_list"), t.minus_one, exact.constant([k], np.int64, "k")]
-    tuples = exact.node("Reshape", [v, exact.node("Concat", as_3d, "tuples_shape", axis=0)], "tuples")
+    if index_rank == 1:  # a single tuple (no batch dims): as a list of one, the output reshaped at the end
+        v, outside = (exact.unsqueeze(value, [0], f"{step}_list") for value, step in ((v, "v"), (outside, "outside")))
+    # Which tuples have a coordinate outside, where they are, and what they hold.
+    tuple_outside = functools.reduce(
+        lambda a, b: exact.node("Or", [a, b], "tuple_outside"),
+        (exact.node("Gather", [outside, exact.constant(j, np.int64, f"j{j}")], f"outside{j}", axis=-1)
+         for j in range(k)),
+    )  # fmt: skip
+    at = exact.node("NonZero", [tuple_outside], "outside_at")  # (index rank - 1, M)
+    coordinates = exact.node("Transpose", [at], "outside_coordinates")  # (M, index rank - 1)
+    bad = exact.node("GatherND", [v, coordinates], "outside_tuples")  # (M, k)
+    safe = exact.node("Where", [exact.unsqueeze(tuple_outside, [-1], "outside_column"), t.zero, v], "safe_tuples")
+    native = exact.node("GatherND", [x, safe], "native", **({"batch_dims": batch} if batch else {}))
+    # Each bad tuple's linear position: its batch's, times the tuples per batch, plus its own.
+    v_shape = exact.node("Shape", [v], "indices_shape")
     tuple_count = _reduce(exact, "ReduceProd", sizes, "tuple_count")
-    p = exact.node("Reshape", [exact.node("Range", [t.zero, batches, t.one], "batch_range"),
-                               exact.constant([-1, 1], np.int64, "p_shape")], "p")  # fmt: skip
-    rows = exact.node("Mod", [exact.node("Mul", [p, tuple_count], "batch_start"), t.two32], "batch_row")
+    rows = exact.node("Mod", [exact.node("Mul", [_position(exact, at, v_shape, range(batch)), tuple_count],
+                                         "batch_start"), t.two32], "batch_row")  # fmt: skip
     for j in range(k):
         size = exact.squeeze(exact.slice(shape, batch + j, batch + j + 1, f"size{j}"), [0], f"tuple_size{j}")
-        coordinate = exact.node("Gather", [tuples, exact.constant(j, np.int64, f"j{j}")], f"coordinate{j}", axis=2)
+        coordinate = exact.node("Gather", [bad, exact.constant(j, np.int64, f"k{j}")], f"coordinate{j}", axis=1)
         stride = _reduce(exact, "ReduceProd", exact.slice(shape, batch + j + 1, batch + k, f"after{j}"), f"stride{j}")
         step = exact.node("Mul", [_words(exact, t, coordinate, size, signed), stride], f"step{j}")
         rows = exact.node("Mod", [exact.node("Add", [rows, step], f"row{j}"), t.two32], f"rows{j}")
-    rows = exact.unsqueeze(rows, [2], "rows_3d")
     s = exact.node("Reshape", [exact.node("Range", [t.zero, t.inner, t.one], "inner_range"),
-                               exact.constant([1, 1, -1], np.int64, "s_shape")], "s")  # fmt: skip
-    values = _read_rows(exact, t, rows, s, data_type, element_size)
-    result = exact.node("Reshape", [values, out_shape], "directml")
-    native = emit.fork()
-    fast = native.node("GatherND", [x, v], "native", **({"batch_dims": batch} if batch else {}))
-    _guarded(emit, condition, reading, t, out_shape, exact, result, native, fast, data_type, output)
+                               exact.constant([1, -1], np.int64, "s_shape")], "s")  # fmt: skip
+    values = _read_rows(exact, t, exact.unsqueeze(rows, [1], "rows_column"), s, data_type, element_size)
+    slices = exact.node("Concat", [t.minus_one, trailing], "slices_shape", axis=0)
+    values = exact.node("Reshape", [values, slices], "slices")
+    result = exact.node("ScatterND", [native, coordinates, values], "directml" if index_rank > 1 else "repaired")
+    if index_rank == 1:
+        result = exact.node("Reshape", [result, out_shape], "directml")
+    _guarded(emit, condition, reading, t, out_shape, exact, result, fast_path, fast, data_type, output)

@@ -224,6 +224,28 @@ def test_every_case_in_range_and_out_of_bounds_is_bit_identical_on_directml_the_
         assert outcome.lowered_matches, f"the lowered graph differs from the semantics: {outcome.case.describe()}"
 
 
+def test_every_gather_nd_case_is_bit_identical_on_directml_the_semantics_ops_and_lowering(directml):
+    # DML_GATHER_ND1 as ONNX Runtime's DirectML provider makes it of ONNX GatherND: batch_dims 0 to 2, every tuple
+    # length, the 12 data types; ONNX's GatherND takes INT64 indices only.
+    cases = conformance.random_cases(SEED + 3, 600, out_of_bounds=0.4, beyond_int32=0.1, nd=True)
+    run = conformance.run(directml, cases)
+    assert {conformance.type_name(o.case.data.dtype) for o in run.outcomes} == set(conformance.DATA_TYPES)
+    assert {o.case.batch for o in run.outcomes} == {0, 1, 2}
+    assert {o.case.indices.shape[-1] for o in run.outcomes} == set(range(1, 7))
+    assert {o.case.data.ndim for o in run.outcomes} == set(range(1, 7))
+    assert any((o.case.indices < 0).any() for o in run.outcomes)
+    assert sum(bool(o.case.out_of_bounds) for o in run.outcomes) == 300
+    assert sum(o.case.beyond_int32 for o in run.outcomes) == 60
+    SUMMARIES.append(
+        f"GatherND conformance, seed {SEED + 3}, out_of_bounds=directml: {len(cases)} cases on real DirectML "
+        f"({run.directml_seconds:.1f} s there), 0 excluded\n" + conformance.table(run)
+    )
+    for outcome in run.outcomes:
+        assert outcome.matches, f"DirectML differs from the semantics: {outcome.case.describe()}"
+        assert outcome.ops_match, f"the custom ops differ from the semantics: {outcome.case.describe()}"
+        assert outcome.lowered_matches, f"the lowered graph differs from the semantics: {outcome.case.describe()}"
+
+
 def test_the_stand_in_modes_differ_from_directml_out_of_bounds(directml):
     cases = conformance.random_cases(SEED + 1, 250, out_of_bounds=1.0)
     results = conformance.run_directml(directml, cases)
@@ -244,9 +266,10 @@ def test_directml_is_deterministic(directml):
 # --- where the DirectML provider puts a gather: check's verdicts against the real provider -------------------------
 
 
-def _one_gather(op, data_type, data_dims, index_dims, axis=0, opset=13, index_type=T.INT64):
+def _one_gather(op, data_type, data_dims, index_dims, axis=0, opset=13, index_type=T.INT64, batch=0):
+    attributes = {"axis": axis} if axis is not None else {"batch_dims": batch}
     graph = h.make_graph(
-        [h.make_node(op, ["data", "indices"], ["y"], name="g", axis=axis)], "placement",
+        [h.make_node(op, ["data", "indices"], ["y"], name="g", **attributes)], "placement",
         [h.make_tensor_value_info("data", data_type, data_dims),
          h.make_tensor_value_info("indices", index_type, index_dims)],
         [h.make_value_info("y", h.make_tensor_type_proto(data_type, None))],
@@ -270,6 +293,13 @@ PLACEMENT_CASES = {
         "fails",
     ),
     "GatherElements, dynamic dims": (_one_gather("GatherElements", T.FLOAT, ["a", 5], ["a", 2], axis=1), "DirectML"),
+    "INT64 GatherND, batch_dims 1": (
+        _one_gather("GatherND", T.INT64, [2, 3, 4], [2, 5, 1], axis=None, batch=1),
+        "DirectML",
+    ),
+    "BFLOAT16 GatherND": (_one_gather("GatherND", T.BFLOAT16, [3, 4], [2, 2], axis=None), "CPU"),
+    "GatherND to a scalar": (_one_gather("GatherND", T.FLOAT, [3, 4], [2], axis=None), "fails"),
+    "GatherND of 9 dimensions": (_one_gather("GatherND", T.FLOAT, [2] * 9, [1, 1], axis=None), "fails"),
 }
 
 

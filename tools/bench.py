@@ -21,15 +21,17 @@ import onnx
 import onnxruntime
 
 import onnx_gather
+from onnx_gather.convert import DML_OP
 from onnx_gather.directml import conformance
 from onnx_gather.graph import single_node_model, value_types
 
-# name, op, data shape, indices shape (standard ONNX), axis
+# name, op, data shape, indices shape (standard ONNX), axis (GatherND: batch_dims; its tuples have 1 coordinate)
 CASES = [
     ("Gather 4000x1000 axis 0, 4000 indices", "Gather", (4000, 1000), (4000,), 0),
     ("Gather 64x512x64 axis 1, 256 indices", "Gather", (64, 512, 64), (256,), 1),
     ("GatherElements 2000x2000 axis 0", "GatherElements", (2000, 2000), (2000, 2000), 0),
     ("GatherElements 2000x2000 axis 1", "GatherElements", (2000, 2000), (2000, 2000), 1),
+    ("GatherND 8x512x256, batch 1, 8x1024 tuples", "GatherND", (8, 512, 256), (8, 1024, 1), 1),
     ("Gather 8x16 axis 0, 2 indices (tiny)", "Gather", (8, 16), (2,), 0),
 ]
 
@@ -65,17 +67,25 @@ def _typed(model, feeds):
 def _sessions(op: str, data: np.ndarray, indices: np.ndarray, axis: int):
     """Sessions and feeds: the native op; the DML op (DML form as docs/semantics.md section 6); the lowered routes."""
     feeds = {"input": data, "indices": indices}
-    original = _typed(single_node_model(op, data.dtype, indices.dtype, domain="", axis=axis), feeds)
+    attribute = {"batch_dims": axis} if op == "GatherND" else {"axis": axis}
+    original = _typed(single_node_model(op, data.dtype, indices.dtype, domain="", **attribute), feeds)
     assert value_types(original)
     sessions = {"native": (_plain(original), feeds)}
-    if op == "Gather":
+    if op == "GatherND":
+        out_rank = indices.ndim - 1 + data.ndim - axis - indices.shape[-1]
+        n = max(data.ndim, indices.ndim, out_rank)
+        dml_data = data.reshape((1,) * (n - data.ndim) + data.shape)
+        dml_indices = indices.reshape((1,) * (n - indices.ndim) + indices.shape)
+        attributes = {"input_dimension_count": data.ndim, "indices_dimension_count": indices.ndim,
+                      "batch_dimension_count": axis}  # fmt: skip
+    elif op == "Gather":
         n = max(data.ndim, indices.ndim, data.ndim + indices.ndim - 1)
         dml_data = data.reshape((1,) * (n - data.ndim) + data.shape)
         dml_indices = indices.reshape((1,) * (n - indices.ndim) + indices.shape)
         attributes = {"axis": axis + n - data.ndim, "index_dimensions": indices.ndim}
     else:
         dml_data, dml_indices, attributes = data, indices, {"axis": axis}
-    model = single_node_model(f"Dml{op}", data.dtype, indices.dtype, out_of_bounds="directml", **attributes)
+    model = single_node_model(DML_OP[op], data.dtype, indices.dtype, out_of_bounds="directml", **attributes)
     sessions["op"] = (onnx_gather.InferenceSession(model, _options()), {"input": dml_data, "indices": dml_indices})
     for mode in MODES:
         lowered = onnx_gather.to_onnx(onnx_gather.to_dml(original, out_of_bounds=mode))
@@ -107,7 +117,12 @@ def measure(op: str, data_shape, indices_shape, axis: int, runs: int) -> dict[st
     routes = {name: (lambda s=session, f=feeds: s.run(None, f)) for name, (session, feeds) in sessions.items()}
     outside = {"input": data, "indices": _outside(indices, data_shape[axis])}
     directml = sessions["lowered directml"][0]
-    reference = conformance.expected(conformance.Case(op, data, outside["indices"], axis))
+    case = (
+        conformance.Case(op, data, outside["indices"], 0, axis)
+        if op == "GatherND"
+        else conformance.Case(op, data, outside["indices"], axis)
+    )
+    reference = conformance.expected(case)
     assert directml.run(None, outside)[0].tobytes() == reference.tobytes(), "lowered directml disagrees"
     routes["lowered directml outside"] = lambda: directml.run(None, outside)
     routes["copies"] = lambda: (data.copy(), indices.copy(), expected.copy())
