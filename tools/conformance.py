@@ -1,6 +1,7 @@
 """Run the real-DirectML conformance harness by hand: random gathers on DirectML, the semantics and the custom ops.
 
 python tools/conformance.py [--seed N] [--count N] [--out-of-bounds F] [--beyond-int32 F] [--mode clamp] [--show K]
+                            [--nd]
 
 Prints the per-type table (cases in range, out of bounds and with int64 values beyond int32, and how many DirectML
 matches bit for bit), the time DirectML took, and the first K mismatching cases with their values. Exits 1 when
@@ -35,8 +36,9 @@ def main() -> int:
     parser.add_argument("--beyond-int32", type=float, default=0.1, help="fraction with int64 values beyond int32")
     parser.add_argument("--mode", choices=OUT_OF_BOUNDS_MODES, default=OUT_OF_BOUNDS_MODES[0])
     parser.add_argument("--show", type=int, default=3, help="print this many mismatching cases")
+    parser.add_argument("--nd", action="store_true", help="GatherND cases (else Gather and GatherElements)")
     args = parser.parse_args()
-    cases = conformance.random_cases(args.seed, args.count, args.out_of_bounds, args.beyond_int32)
+    cases = conformance.random_cases(args.seed, args.count, args.out_of_bounds, args.beyond_int32, args.nd)
     start = time.perf_counter()
     with Runner() as runner:
         run = conformance.run(runner, cases, args.mode)
