@@ -22,6 +22,7 @@ from onnx_gather.directml import layout as directml_layout
 from onnx_gather.directml import worker
 from onnx_gather.graph import DML_OP_TYPES, DOMAIN, bodies
 from onnx_gather.lower import to_onnx
+from onnx_gather.ranks import Observation
 
 
 @dataclass
@@ -93,12 +94,19 @@ def traced(model: onnx.ModelProto) -> onnx.ModelProto:
     return result
 
 
+def _observation(model: Model, feeds: Mapping[str, np.ndarray]) -> Observation:
+    """Ranks shape inference cannot tell come from a run on the very inputs the backend runs."""
+    return Observation(feeds=dict(feeds), folder=model.path.parent)
+
+
 class PyOp(Backend):
     name = "pyop"
     description = "to_dml(model) with the custom ops in ONNX Runtime: DirectML's semantics, the reference"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
-        converted = traced(to_dml(model.proto, out_of_bounds=self.out_of_bounds))
+        converted = traced(
+            to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds))
+        )
         session = ops.InferenceSession(converted.SerializeToString(), _options(model))
         with ops.count_out_of_bounds() as counts:
             outputs = session.run(None, dict(feeds))
@@ -121,7 +129,7 @@ class Lowered(Backend):
     description = "to_onnx(to_dml(model)): DirectML's semantics in standard ONNX, ONNX Runtime CPU"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
-        lowered = to_onnx(to_dml(model.proto, out_of_bounds=self.out_of_bounds))
+        lowered = to_onnx(to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds)))
         session = onnxruntime.InferenceSession(
             lowered.SerializeToString(), _options(model), providers=["CPUExecutionProvider"]
         )

@@ -120,21 +120,28 @@ class _Converter:
         self.types = value_types(model)
         self.report = Report()
         self.unknown: dict[str, str] = {}  # value -> why its rank stays unknown
-        self.observed: dict[str, str] = {}  # value -> the run its rank was observed in
+        self.observed: dict[str, str] = {}  # value -> what of its shape one run told
+        self.observed_run = ""  # that run's inputs
         if observation is not None:
             self._observe(observation)
 
     def _observe(self, observation: Observation) -> None:
-        """Ranks shape inference could not tell, for the main graph's gathers, from one run of the model."""
-        wanted = []
+        """Ranks shape inference could not tell, for the main graph's gathers, from one run of the model; for
+        GatherND's indices also the tuple length (their last dim), which fixes the output's rank."""
+        wanted, tuples = [], set()
         for body in bodies(self.model):
             types = self.types.get(body.scope, {})
             for node in body.nodes:
                 if node.domain not in ("", "ai.onnx") or node.op_type not in GATHER_OPS:
                     continue
                 for name in node.input[:2]:
-                    if not name or (types.get(name) is not None and types[name].rank is not None):
+                    known = types.get(name)
+                    tuple_length = node.op_type == "GatherND" and name == node.input[1]
+                    if not name or (known is not None and known.rank is not None and not (
+                            tuple_length and (not known.dims or not isinstance(known.dims[-1], int)))):  # fmt: skip
                         continue
+                    if tuple_length:
+                        tuples.add(name)
                     if body.container is not self.model.graph:
                         self.unknown[name] = f"it is inside {body.where}, where a run cannot observe it"
                     elif (branch := branch_dependence(self.model.graph, name, types)) is not None:
@@ -146,8 +153,11 @@ class _Converter:
         found = observe(self.model, wanted, observation)
         for name in wanted:
             if name in found.types:
-                self.types[0][name] = found.types[name]
-                self.observed[name] = f"observed in a run of ONNX Runtime on {found.inputs}"
+                seen = found.types[name]  # the dims of this run: only the rank (and a tuple length) hold for all
+                last = seen.dims[-1:] if name in tuples else ()
+                self.types[0][name] = ValueType(seen.elem_type, (None,) * (seen.rank - len(last)) + last)
+                self.observed[name] = "rank and tuple length" if name in tuples else "rank"
+                self.observed_run = found.inputs
             else:
                 self.unknown[name] = found.failure
 
@@ -198,8 +208,9 @@ class _Converter:
         observed = [value for value in node.input[:2] if value in self.observed]
         ranks = ""
         if observed:  # one run observed them all
-            roles = " and ".join(f"{'data' if value == node.input[0] else 'indices'} {value!r}" for value in observed)
-            ranks = f"rank of {roles} {self.observed[observed[0]]}"
+            roles = " and ".join(f"{'data' if value == node.input[0] else 'indices'} {value!r} ({self.observed[value]})"
+                                 for value in observed)  # fmt: skip
+            ranks = f"{roles} observed in a run of ONNX Runtime on {self.observed_run}"
         self.report.changed.append(NodeChange(
             body.where, node.name, node.op_type, name, f"N={plan.n}", plan.n, plan.data.elem_type,
             plan.indices.elem_type, note, ranks, plan.data, plan.indices, plan.axis, plan.batch, plan.out_rank,

@@ -35,7 +35,7 @@ class Observation:
 
 @dataclass
 class Observed:
-    """What one run told: the types (ranks, no dims) of the values asked for, or why there are none."""
+    """What one run told: the types (with this run's dims) of the values asked for, or why there are none."""
 
     types: dict[str, ValueType] = field(default_factory=dict)
     inputs: str = ""  # the inputs the run used, e.g. "images 1x3x1x1 (generated)"
@@ -103,7 +103,7 @@ def observe(model: onnx.ModelProto, names: Iterable[str], observation: Observati
         failure = f"a run of ONNX Runtime on {described} failed: {message}" + (f"; {hint}" if hint else "")
         return Observed(inputs=described, failure=failure)
     types = {
-        name: ValueType(helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), (None,) * np.ndim(a))
+        name: ValueType(helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.shape(a))
         for name, a in zip(names, arrays, strict=True)
     }
     return Observed(types, described)

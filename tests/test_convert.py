@@ -206,7 +206,7 @@ def test_unknown_rank_stays_standard_with_the_reason():
     )
     converted, report = convert(model, observation=Observation(shapes={"x": (5, 3)}))
     assert report.changed[0].ranks == (
-        "rank of data 'x' observed in a run of ONNX Runtime on x 5x3 (generated), i 2 (generated)"
+        "data 'x' (rank) observed in a run of ONNX Runtime on x 5x3 (generated), i 2 (generated)"
     )
     x, i = RNG.standard_normal((5, 3)).astype(np.float32), np.array([4, -1])
     assert_all_identical(run_model(converted, {"x": x, "i": i}, custom_ops=True), [x[i]])

