@@ -1,4 +1,4 @@
-"""Fuzz the custom ops: random DML nodes (attribute values and types, element types, shapes, index values)
+"""Fuzz the three custom ops: random DML nodes (attribute values and types, element types, shapes, index values)
 built into models and run in ONNX Runtime. Run by hand: python tools/fuzz.py [--examples 10000] [--seed 0]
 
 The process must never abort, and every failure must be a clean Python exception with a message: a session
@@ -45,9 +45,16 @@ counts: collections.Counter = collections.Counter()
 findings: list[str] = []
 
 
+OPS = ["DmlGather", "DmlGatherElements", "DmlGatherNd"]
+_COUNTS = ("input_dimension_count", "indices_dimension_count", "batch_dimension_count")
+
+
 def _attribute_values(draw, op: str) -> dict:
     """Attributes, now and then of a wrong type, missing, or one too many."""
-    attributes = {"axis": draw(st.integers(-3, 9) | st.sampled_from([2**40, -(2**40)]))}
+    if op == "DmlGatherNd":
+        attributes = {name: draw(st.integers(-2, 10) | st.sampled_from([2**40, -(2**40)])) for name in _COUNTS}
+    else:
+        attributes = {"axis": draw(st.integers(-3, 9) | st.sampled_from([2**40, -(2**40)]))}
     if op == "DmlGather":
         attributes["index_dimensions"] = draw(st.integers(-2, 10))
     attributes["out_of_bounds"] = draw(st.sampled_from(MODES))
@@ -55,10 +62,30 @@ def _attribute_values(draw, op: str) -> dict:
     if twist == 0:
         attributes.pop(draw(st.sampled_from(sorted(attributes))))
     elif twist == 1:
-        attributes["axis"] = draw(st.sampled_from(["0", 1.5, [0, 1]]))
+        attributes[sorted(attributes)[0]] = draw(st.sampled_from(["0", 1.5, [0, 1]]))
     elif twist == 2:
         attributes["extra"] = 1
     return attributes
+
+
+@st.composite
+def well_formed_nd(draw):
+    """A DmlGatherNd DirectML would take: batch dims, tuples of every length, padding ones, indices in and out."""
+    element, index = draw(st.sampled_from(ELEMENT_TYPES[:10])), draw(st.sampled_from(INDEX_TYPES[:4]))
+    r = draw(st.integers(1, 5))
+    batch = draw(st.integers(0, r - 1))
+    k = draw(st.integers(1, r - batch))
+    data = [draw(st.integers(0, 3)) for _ in range(r)]
+    index_dims = [*data[:batch], *(draw(st.integers(0, 3)) for _ in range(draw(st.integers(0, 2)))), k]
+    out_rank = len(index_dims) - 1 + r - batch - k
+    n = max(r, len(index_dims), out_rank, 1) + draw(st.integers(0, 1))
+    if n > 8:
+        n, index_dims = r, [*data[:batch], k]  # keep it within 8 dimensions
+    shape, index_shape = [1] * (n - r) + data, [1] * (n - len(index_dims)) + index_dims
+    attributes = dict(zip(_COUNTS, (r, len(index_dims), batch), strict=True))
+    attributes["out_of_bounds"] = draw(st.sampled_from(MODES[:3]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    return "DmlGatherNd", element, index, shape, index_shape, attributes, rng
 
 
 @st.composite
@@ -82,7 +109,7 @@ def well_formed(draw):
 
 @st.composite
 def hostile(draw):
-    op = draw(st.sampled_from(["DmlGather", "DmlGatherElements"]))
+    op = draw(st.sampled_from(OPS))
     element, index = draw(st.sampled_from(ELEMENT_TYPES)), draw(st.sampled_from(INDEX_TYPES))
     rank = draw(st.integers(0, 9))
     shape = [draw(st.integers(0, 4)) for _ in range(rank)]
@@ -141,13 +168,18 @@ def check(case) -> None:
         findings.append(f"result differs from the reference ({expected!r:.200}) for {case[:6]}")
 
 
+_REFERENCES = {
+    "DmlGather": (onnx_gather.dml_gather, ("axis", "index_dimensions", "out_of_bounds")),
+    "DmlGatherElements": (onnx_gather.dml_gather_elements, ("axis", "out_of_bounds")),
+    "DmlGatherNd": (onnx_gather.dml_gather_nd, (*_COUNTS, "out_of_bounds")),
+}
+
+
 def _reference(op, feeds, attributes):
-    declared = ("axis", "index_dimensions", "out_of_bounds") if op == "DmlGather" else ("axis", "out_of_bounds")
+    function, declared = _REFERENCES[op]
     attributes = {name: value for name, value in attributes.items() if name in declared}  # the bridge drops others
     try:
-        if op == "DmlGather":
-            return onnx_gather.dml_gather(feeds["input"], feeds["indices"], **attributes)
-        return onnx_gather.dml_gather_elements(feeds["input"], feeds["indices"], **attributes)
+        return function(feeds["input"], feeds["indices"], **attributes)
     except Exception as error:
         return error
 
@@ -160,7 +192,7 @@ def _check_reference_fails(op, feeds, attributes, message, case) -> None:
 def run(examples: int, random_seed: int) -> int:
     @seed(random_seed)
     @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(well_formed() | hostile())
+    @given(well_formed() | well_formed_nd() | hostile())
     def fuzz(case) -> None:
         counts["examples"] += 1
         check(case)
