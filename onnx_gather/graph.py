@@ -229,11 +229,15 @@ def _function_types(
 class Emitter:
     """Builds standard nodes into a list, in the form the default opset in force takes."""
 
-    def __init__(self, body: Body, names: Names, prefix: str) -> None:
+    def __init__(self, body: Body, names: Names, prefix: str, share_constants: bool = False) -> None:
         self.opset = body.opset
         self.names = names
         self.prefix = prefix
         self.nodes: list[onnx.NodeProto] = []
+        # With ``share_constants``, a constant made before is used again (by type, shape and bytes). A fork starts
+        # with a copy: its subgraph sees what came before it, and what it makes stays inside. (The converter does not
+        # share: lowering takes away the helpers only one node uses.)
+        self._constants: dict[tuple, str] | None = {} if share_constants else None
 
     def node(
         self, op_type: str, inputs: Sequence[str], step: str, output: str | None = None, domain: str = "", **attributes
@@ -248,11 +252,19 @@ class Emitter:
         """An emitter of the same opset, names and prefix with a node list of its own (for a subgraph)."""
         other = copy.copy(self)
         other.nodes = []
+        other._constants = None if self._constants is None else dict(self._constants)
         return other
 
     def constant(self, values: object, dtype: np.dtype | type, step: str) -> str:
-        tensor = numpy_helper.from_array(np.asarray(values, dtype=dtype), self.names.fresh(f"{self.prefix}/{step}"))
-        return self.node("Constant", [], step, value=tensor)
+        array = np.asarray(values, dtype=dtype)
+        key = (array.dtype.str, array.shape, array.tobytes())
+        if self._constants is not None and key in self._constants:
+            return self._constants[key]
+        tensor = numpy_helper.from_array(array, self.names.fresh(f"{self.prefix}/{step}"))
+        output = self.node("Constant", [], step, value=tensor)
+        if self._constants is not None:
+            self._constants[key] = output
+        return output
 
     def _axes_op(self, op_type: str, value: str, axes: Sequence[int], step: str, output: str | None) -> str:
         if self.opset >= 13:

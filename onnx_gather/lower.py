@@ -212,7 +212,7 @@ class _Lowering:
             work.remove(used, keep)
 
         name = node.name or self.names.fresh(f"{node.op_type[3:]}_{index}")
-        emit = Emitter(work.body, self.names, name)
+        emit = Emitter(work.body, self.names, name, share_constants=True)
         n, a = input_type.rank, axis - plan.kx
         i = emit.unpad(plan.i, (n - plan.ki) - index_dimensions, "unpad_indices") if gather else plan.i
         data_type = plan.carried if plan.carried is not None else input_type.elem_type
@@ -264,7 +264,7 @@ class _Lowering:
         for used, keep in plan.removals:
             work.remove(used, keep)
         name = node.name or self.names.fresh(f"GatherNd_{index}")
-        emit = Emitter(work.body, self.names, name)
+        emit = Emitter(work.body, self.names, name, share_constants=True)
         x = emit.unpad(plan.x, (n - plan.kx) - inc, "unpad_input")
         i = emit.unpad(plan.i, (n - plan.ki) - idc, "unpad_indices")
         data_type = plan.carried if plan.carried is not None else input_type.elem_type
