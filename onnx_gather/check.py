@@ -73,7 +73,10 @@ def check(
     (custom ops already in the model) by what the feature level accepts."""
     level = FEATURE_LEVELS[feature_level]
     _, report = convert(model, observation=observation)
-    verdicts = [_standard(change, feature_level) for change in (*report.changed, *report.left)]
+    order = {(body.where, node.name): k for k, (body, node) in enumerate(
+        (body, node) for body in bodies(model) for node in body.nodes)}  # fmt: skip
+    changes = sorted((*report.changed, *report.left), key=lambda c: order.get((c.where, c.node), len(order)))
+    verdicts = [_standard(change, feature_level) for change in changes]
     types = value_types(model)
     for body in bodies(model):
         scope = types.get(body.scope, {})
