@@ -89,7 +89,8 @@ class Layout:
 
 def wine_environment(prefix: Path, **extra: str) -> dict[str, str]:
     """The environment for a Wine program in ``prefix``: quiet, and never offering to install Mono or Gecko."""
-    quiet = {"WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml="}
+    # No Mono or Gecko installer; and no winedbg, which would wait on a crashed process until the time limit.
+    quiet = {"WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml=;winedbg.exe=d"}
     return {**os.environ, "WINEPREFIX": str(prefix), **quiet, **extra}
 
 
