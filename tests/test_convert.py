@@ -405,3 +405,24 @@ def test_lowered_directml_reading_in_every_opset_it_supports(opset, op, shape, i
     assert_identical(actual, expected)
     if data.size == 0:
         assert not actual.any()
+
+
+def test_dml_outputs_are_typed_with_their_symbolic_dims_and_lowering_needs_no_inference():
+    # The VITS case: GatherElements on computed indices, axis -1, its output feeding a Gather.
+    model = _model(
+        [h.make_node("ArgMax", ["x"], ["picked"], name="pick", axis=-1, keepdims=1),
+         h.make_node("GatherElements", ["x", "picked"], ["best"], name="take", axis=-1),
+         h.make_node("Gather", ["best", "rows"], ["y"], name="rows_of", axis=0)],
+        [h.make_tensor_value_info("x", T.FLOAT, ["frames", 4]), h.make_tensor_value_info("rows", T.INT64, [2])],
+        [h.make_value_info("y", h.make_tensor_type_proto(T.FLOAT, None))],
+    )  # fmt: skip
+    converted = onnx_gather.to_dml(model)
+    graph = converted.graph
+    typed = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+             for v in (*graph.value_info, *graph.output)}  # fmt: skip
+    assert typed["best"] == ["frames", 1]
+    assert typed["y"] == [2, 1]  # the output declared no shape: it gets the one the DML form was made for
+    lowered, report = lower(converted)
+    assert report.left == [] and len(report.changed) == 2
+    x, rows = RNG.standard_normal((5, 4)).astype(np.float32), np.array([4, 0])
+    assert_all_identical(run_model(lowered, {"x": x, "rows": rows}), run_model(model, {"x": x, "rows": rows}))
