@@ -27,11 +27,6 @@ class Verdict:
     status: str
     reason: str
 
-    @property
-    def accepted(self) -> bool:
-        """Whether the node runs, on DirectML or on the CPU provider, without failing."""
-        return self.status in ("DirectML", "CPU")
-
 
 def _describe(op_type: str, n: int, data_type: int, index_type: int, batch: int = 0) -> str:
     dml = dml_operator(op_type, batch)
