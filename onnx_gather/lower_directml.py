@@ -8,10 +8,10 @@ the tensor's memory rounded up to 4 bytes, whose padding reads 0. Offsets stay b
 fewer than 2^31 elements, DirectML's own limit. Data of no elements reads 0 everywhere.
 
 Every pass over a whole tensor is one ONNX Runtime runs fast: the test is two ``Less`` and a byte reduction, the
-repair a ``NonZero``, a ``ScatterND`` of the zeroed indices and one ``ScatterND`` (``ScatterElements`` for Gather's
-slices) of the repaired elements. No ``Where`` or ``Min`` touches the data (``Where`` changes FLOAT16 NaN payloads)
-and no INT64 ``Min``, ``Clip`` or ``ReduceMax`` sees an index (ONNX Runtime 1.31 gets them wrong beyond the int32
-range).
+repair a ``NonZero``, a ``ScatterElements`` zeroing the bad indices (a ``Where`` on GatherND's tuples) and one
+``ScatterND`` (``ScatterElements`` for Gather's slices) of the repaired elements. No ``Where`` or ``Min`` touches the
+data (``Where`` changes FLOAT16 NaN payloads) and no INT64 ``Min``, ``Clip`` or ``ReduceMax`` sees an index (ONNX
+Runtime 1.31 gets them wrong beyond the int32 range). GatherND repairs whole tuples the same way.
 """
 
 from __future__ import annotations
