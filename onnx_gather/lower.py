@@ -239,16 +239,7 @@ class _Lowering:
             if trailing:
                 mask = emit.unsqueeze(mask, range(index_dimensions, index_dimensions + trailing), "mask_dims")
             result = _zero_where(emit, mask, result, data_type, None if reshaped else plan.final)
-        if plan.crop_to is not None:
-            emit.node(
-                "Reshape", [result, emit.constant(plan.crop_to, np.int64, "output_sizes")], "crop_output", plan.final
-            )
-        elif padding > 0:
-            emit.pad(result, padding, "pad_output", plan.final)
-        elif padding < 0:
-            emit.unpad(result, -padding, "unpad_output", plan.final)
-        self.report.changed.append(NodeChange(work.body.where, node.name, node.op_type, name, f"out_of_bounds={mode}"))
-        return emit.nodes
+        return self._finish(emit, work, node, name, mode, result, padding, plan)
 
     def _lower_nd(
         self, work: _Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
@@ -282,7 +273,18 @@ class _Lowering:
             if trailing:
                 mask = emit.unsqueeze(mask, range(idc - 1, idc - 1 + trailing), "mask_dims")
             result = _zero_where(emit, mask, result, data_type, None if padding else plan.final)
-        if padding > 0:
+        return self._finish(emit, work, node, name, mode, result, padding, plan)
+
+    def _finish(
+        self, emit: Emitter, work: _Body, node: onnx.NodeProto, name: str, mode: str, result: str, padding: int,
+        plan: _Plan,
+    ) -> list[onnx.NodeProto]:  # fmt: skip
+        """``result`` into ``plan.final``: cropped, or with ``padding`` leading ones added (or taken away); reported."""
+        if plan.crop_to is not None:
+            emit.node(
+                "Reshape", [result, emit.constant(plan.crop_to, np.int64, "output_sizes")], "crop_output", plan.final
+            )
+        elif padding > 0:
             emit.pad(result, padding, "pad_output", plan.final)
         elif padding < 0:
             emit.unpad(result, -padding, "unpad_output", plan.final)

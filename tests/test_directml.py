@@ -195,6 +195,13 @@ def test_an_error_inside_the_with_block_still_ends_everything():
 # --- conformance ----------------------------------------------------------------------------------------------------
 
 
+def _assert_all_bit_identical(run: conformance.Run) -> None:
+    for outcome in run.outcomes:
+        assert outcome.matches, f"DirectML differs from the semantics: {outcome.case.describe()}"
+        assert outcome.ops_match, f"the custom ops differ from the semantics: {outcome.case.describe()}"
+        assert outcome.lowered_matches, f"the lowered graph differs from the semantics: {outcome.case.describe()}"
+
+
 def test_every_case_in_range_and_out_of_bounds_is_bit_identical_on_directml_the_semantics_ops_and_lowering(
     directml,
 ):
@@ -218,10 +225,7 @@ def test_every_case_in_range_and_out_of_bounds_is_bit_identical_on_directml_the_
         f"({run.directml_seconds:.1f} s there, {1000 * run.directml_seconds / len(cases):.1f} s per 1,000 cases; "
         f"{seconds:.1f} s with the custom ops and the lowered graph), 0 excluded\n" + conformance.table(run)
     )
-    for outcome in run.outcomes:
-        assert outcome.matches, f"DirectML differs from the semantics: {outcome.case.describe()}"
-        assert outcome.ops_match, f"the custom ops differ from the semantics: {outcome.case.describe()}"
-        assert outcome.lowered_matches, f"the lowered graph differs from the semantics: {outcome.case.describe()}"
+    _assert_all_bit_identical(run)
 
 
 def test_every_gather_nd_case_is_bit_identical_on_directml_the_semantics_ops_and_lowering(directml):
@@ -240,10 +244,7 @@ def test_every_gather_nd_case_is_bit_identical_on_directml_the_semantics_ops_and
         f"GatherND conformance, seed {SEED + 3}, out_of_bounds=directml: {len(cases)} cases on real DirectML "
         f"({run.directml_seconds:.1f} s there), 0 excluded\n" + conformance.table(run)
     )
-    for outcome in run.outcomes:
-        assert outcome.matches, f"DirectML differs from the semantics: {outcome.case.describe()}"
-        assert outcome.ops_match, f"the custom ops differ from the semantics: {outcome.case.describe()}"
-        assert outcome.lowered_matches, f"the lowered graph differs from the semantics: {outcome.case.describe()}"
+    _assert_all_bit_identical(run)
 
 
 def test_the_stand_in_modes_differ_from_directml_out_of_bounds(directml):
