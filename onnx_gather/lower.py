@@ -296,21 +296,15 @@ class _Lowering:
     ) -> tuple[int, int, int, int, str] | None:
         """DmlGatherNd's dimension counts, batch count, tuple length and mode, if valid, else None (reported)."""
         required = ("input_dimension_count", "indices_dimension_count", "batch_dimension_count", "out_of_bounds")
-        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        missing = [name for name in required if name not in attributes]
+        attributes, mode, reason = _read_attributes(types, node, required)
         input_type, indices_type = types.get(node.input[0]), types.get(node.input[1])
-        reason = None
-        if missing:
-            reason = f"attribute {missing[0]!r} is missing"
-        elif input_type is None or input_type.rank is None or indices_type is None or indices_type.rank is None:
+        if reason is None and indices_type.rank is None:
             reason = f"the rank of input {node.input[0]!r} is unknown (no shape information)"
-        elif not isinstance(indices_type.dims[-1], int):
+        elif reason is None and not isinstance(indices_type.dims[-1], int):
             reason = "the length of its index tuples (the last dim of its indices) is unknown"
-        else:
+        elif reason is None:
             n, k = input_type.rank, indices_type.dims[-1]
             inc, idc, batch = (attributes[name] for name in required[:3])
-            mode = attributes["out_of_bounds"]
-            mode = mode.decode() if isinstance(mode, bytes) else mode
             if (mode not in semantics.ATTRIBUTE_VALUES or not 1 <= inc <= n or not 1 <= idc <= n
                     or not 0 <= batch < min(inc, idc) or not 1 <= k <= inc - batch):  # fmt: skip
                 reason = f"its attributes are invalid for rank {n} and tuples of {k}: {attributes}"
@@ -327,19 +321,10 @@ class _Lowering:
         """``axis``, ``index_dimensions`` and ``out_of_bounds``, if present and valid, else None (reported)."""
         gather = node.op_type == "DmlGather"
         required = ("axis", "index_dimensions", "out_of_bounds") if gather else ("axis", "out_of_bounds")
-        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        missing = [name for name in required if name not in attributes]
-        input_type, indices_type = types.get(node.input[0]), types.get(node.input[1])
-        reason = None
-        if missing:
-            reason = f"attribute {missing[0]!r} is missing"
-        elif input_type is None or input_type.rank is None or indices_type is None:
-            reason = f"the rank of input {node.input[0]!r} is unknown (no shape information)"
-        else:
+        attributes, mode, reason = _read_attributes(types, node, required)
+        if reason is None:
             axis, index_dimensions = attributes["axis"], attributes.get("index_dimensions", 0)
-            mode = attributes["out_of_bounds"]
-            mode = mode.decode() if isinstance(mode, bytes) else mode
-            n = input_type.rank
+            n = types[node.input[0]].rank
             if mode not in semantics.ATTRIBUTE_VALUES or not 0 <= axis < n or not 0 <= index_dimensions <= n:
                 reason = f"its attributes are invalid for rank {n}: {attributes}"
             elif mode.startswith("directml") and work.body.opset < MIN_OPSET:
@@ -350,6 +335,23 @@ class _Lowering:
                 return axis, index_dimensions, mode
         self._leave(work, node, reason)
         return None
+
+
+def _read_attributes(
+    types: dict[str, ValueType], node: onnx.NodeProto, required: tuple[str, ...]
+) -> tuple[dict, str, str | None]:
+    """A DML node's attributes and its ``out_of_bounds`` mode, and why it cannot be lowered where one of
+    ``required`` is missing or its input's rank is unknown (None where it can)."""
+    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    mode = attributes.get("out_of_bounds", "")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    missing = [name for name in required if name not in attributes]
+    input_type, indices_type = types.get(node.input[0]), types.get(node.input[1])
+    if missing:
+        return attributes, mode, f"attribute {missing[0]!r} is missing"
+    if input_type is None or input_type.rank is None or indices_type is None:
+        return attributes, mode, f"the rank of input {node.input[0]!r} is unknown (no shape information)"
+    return attributes, mode, None
 
 
 def _complete(types: dict[str, ValueType], node: onnx.NodeProto) -> None:
