@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
+import onnx
 
 from onnx_gather import backends, demo, inputs, model_io, ops, report
 from onnx_gather.check import check, summary
@@ -155,8 +156,19 @@ def _observation(args: argparse.Namespace) -> Observation:
     )  # fmt: skip
 
 
+def _read_files(model_path: str | Path, model: onnx.ModelProto, inputs_file: str | None = None) -> list[Path]:
+    """The files a command reads: the model, its external data files, the --inputs file."""
+    return [Path(model_path), *model_io.data_files(model, model_path), *([Path(inputs_file)] if inputs_file else [])]
+
+
+def _check_saved_model(args: argparse.Namespace, model: onnx.ModelProto, reads: list[Path]) -> None:
+    for path in model_io.saved_files(model, args.output, args.model):
+        model_io.check_output(path, "-o/--output", reads)
+
+
 def _convert(args: argparse.Namespace) -> int:
     model = model_io.load(args.model)
+    _check_saved_model(args, model, _read_files(args.model, model, args.inputs))
     result, report = convert(model, args.dimension_count, args.out_of_bounds, _observation(args), args.keep_cpu_gathers)
     model_io.save(result, args.output, args.model)
     _print_report(report, "Converted", args.model, args.output)
@@ -165,6 +177,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _lower(args: argparse.Namespace) -> int:
     model = model_io.load(args.model)
+    _check_saved_model(args, model, _read_files(args.model, model))
     result, report = lower(model)
     model_io.save(result, args.output, args.model)
     _print_report(report, "Lowered", args.model, args.output)
@@ -204,6 +217,8 @@ def _describe(name: str, array: np.ndarray) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     model = backends.Model(Path(args.model), model_io.load(args.model))
+    if args.outputs:
+        model_io.check_output(args.outputs, "--outputs", _read_files(args.model, model.proto, args.inputs))
     backend = backends.create(args.backend, args.device_id, args.out_of_bounds)
     reason = backend.unavailable()
     if reason is not None:
@@ -239,6 +254,34 @@ def _model_paths(names: list[str]) -> list[Path]:
     return paths
 
 
+def _load_models(paths: list[Path]) -> tuple[list[backends.Model], dict[Path, str]]:
+    """The models that load, and why each other one was refused; a single model that does not load is bad input."""
+    models, refused = [], {}
+    for path in paths:
+        try:
+            models.append(backends.Model(path, model_io.load(path)))
+        except model_io.ModelError as error:
+            if len(paths) == 1:
+                raise
+            refused[path] = str(error)
+    return models, refused
+
+
+def _check_parity_outputs(args: argparse.Namespace, models: list[backends.Model], refused: dict[Path, str]) -> None:
+    reads = [*refused, *([Path(args.inputs)] if args.inputs else [])]
+    for model in models:
+        reads += _read_files(model.path, model.proto)
+    given: dict[str, str] = {}
+    for flag, path in (("--report", args.report), ("--markdown", args.markdown), ("--save-inputs", args.save_inputs)):
+        if not path:
+            continue
+        model_io.check_output(path, flag, reads)
+        for other, other_path in given.items():
+            if model_io.same_file(Path(path), Path(other_path)):
+                raise UsageError(f"{flag} {path}: is also the {other} file; give each its own path")
+        given[flag] = path
+
+
 def _parity(args: argparse.Namespace) -> int:
     names = [name.strip() for name in args.backends.split(",") if name.strip()]
     for name in (*names, args.reference):
@@ -246,7 +289,8 @@ def _parity(args: argparse.Namespace) -> int:
     paths = _model_paths(args.models)
     if len(paths) > 1 and (args.inputs or args.save_inputs):
         raise UsageError("--inputs and --save-inputs take a single model")
-    models = [backends.Model(path, model_io.load(path)) for path in paths]
+    models, refused = _load_models(paths)
+    _check_parity_outputs(args, models, refused)
     runs = []
     for number, model in enumerate(models, start=1):
         if len(models) > 1:
@@ -261,17 +305,27 @@ def _parity(args: argparse.Namespace) -> int:
             _hint(args, model)[2:],
         ))  # fmt: skip
         print(report.text(runs[-1]) + "\n")
-    passed = all(run.report["passed"] for run in runs)
-    if len(runs) > 1:
-        print(f"{sum(run.report['passed'] for run in runs)} of {len(runs)} models passed.")
+    for path, reason in refused.items():
+        print(f"{path}: refused: {reason}\n")
+    passed = all(run.report["passed"] for run in runs) and not refused
+    if len(paths) > 1:
+        print(f"{sum(run.report['passed'] for run in runs)} of {len(paths)} models passed.")
         for run in runs:
             print(f"  {'passed' if run.report['passed'] else 'FAILED'}  {run.report['model']}")
+        for path in refused:
+            print(f"  refused {path}")
     if args.report:
-        document = runs[0].report if len(runs) == 1 else {"models": [r.report for r in runs], "passed": passed}
+        reports = [run.report for run in runs] + [_refused_report(path, reason) for path, reason in refused.items()]
+        document = reports[0] if len(paths) == 1 else {"models": reports, "passed": passed}
         model_io.write_bytes(args.report, json.dumps(document, indent=2).encode())
     if args.markdown:
-        model_io.write_bytes(args.markdown, report.markdown(runs).encode())
+        model_io.write_bytes(args.markdown, report.markdown(runs, refused).encode())
     return 0 if passed else 1
+
+
+def _refused_report(path: Path, reason: str) -> dict:
+    """A model of a folder that could not be loaded: in the JSON report, with why."""
+    return {"model": str(path), "refused": reason, "passed": False}
 
 
 def _setup_directml(args: argparse.Namespace) -> int:

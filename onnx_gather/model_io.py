@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -17,6 +17,10 @@ from onnx_gather.validate import InvalidModel, validate
 
 class ModelError(ValueError):
     """A model file that cannot be read or written, with a one-line message naming the file and the problem."""
+
+
+class OutputError(ValueError):
+    """An output path that must not or cannot be written, with a one-line message naming the flag and the path."""
 
 
 def _external_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
@@ -86,28 +90,83 @@ def load(path: str | os.PathLike) -> onnx.ModelProto:
     return model
 
 
+def data_files(model: onnx.ModelProto, path: str | os.PathLike) -> list[Path]:
+    """The external data files that the model read from ``path`` uses."""
+    folder = Path(path).parent
+    return [folder / location for location in sorted(_check_external_data(model, folder, Path(path)))]
+
+
+def _data_names(locations: Sequence[str], path: Path) -> dict[str, str]:
+    """Copied data files are named after the model they serve, so that no other model's file is overwritten."""
+    if len(locations) == 1:
+        return {locations[0]: f"{path.name}.data"}
+    return {location: f"{path.name}.{number}.data" for number, location in enumerate(locations, start=1)}
+
+
+def saved_files(model: onnx.ModelProto, path: str | os.PathLike, source: str | os.PathLike) -> list[Path]:
+    """Every file ``save(model, path, source)`` writes: the copied external data files, then the model."""
+    path, source = Path(path), Path(source)
+    if path.parent.resolve() == source.parent.resolve():
+        return [path]
+    locations = sorted(_check_external_data(model, source.parent, source))
+    return [path.parent / name for name in _data_names(locations, path).values()] + [path]
+
+
 def save(model: onnx.ModelProto, path: str | os.PathLike, source: str | os.PathLike) -> None:
     """Write ``model`` to ``path`` atomically, its external data files copied from next to ``source`` where needed.
 
     ONNX Runtime looks for external data relative to the model file, so when ``path`` is in another folder
-    the files go there too (each written atomically); a model in the same folder shares them.
+    the files go there too (each written atomically), named after ``path`` (``out.onnx.data``; the model's
+    locations are rewritten to match), so that another model's data file of the same name is never replaced.
+    A model in the same folder as ``source`` shares its files.
     """
     path, source = Path(path), Path(source)
-    folder, source_folder = path.parent, source.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    if folder.resolve() != source_folder.resolve():
-        for location in sorted(_check_external_data(model, source_folder, source)):
-            target = folder / location
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomically(target, lambda file, location=location: _copy(source_folder / location, file))
+    if path.parent.resolve() != source.parent.resolve():
+        locations = sorted(_check_external_data(model, source.parent, source))
+        names = _data_names(locations, path)
+        for location, name in names.items():
+            _write_atomically(path.parent / name, lambda file, location=location: _copy(source.parent / location, file))
+        for tensor in _external_tensors(model):
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    entry.value = names[entry.value]
     write_bytes(path, model.SerializeToString())
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically: a reader sees the old file or the whole new one."""
+    _write_atomically(Path(path), lambda file: file.write(data))
+
+
+def check_output(path: str | os.PathLike, flag: str, inputs: Iterable[str | os.PathLike] = ()) -> None:
+    """Refuse, before any work, an output path that cannot be written or that is one of ``inputs``.
+
+    Raises OutputError naming ``flag``: a folder, a missing folder, a folder this user cannot write, something
+    that is not a regular file, or an input (the same file, also through symbolic or hard links).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(path, lambda file: file.write(data))
+    folder = path.absolute().parent
+    if path.is_dir():
+        raise OutputError(f"{flag} {path}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise OutputError(f"{flag} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{flag} {path}: cannot write in folder {folder} (permission denied)")
+    if path.exists() and not path.is_file():
+        raise OutputError(f"{flag} {path}: exists and is not a regular file")
+    for source in inputs:
+        if same_file(path, Path(source)):
+            raise OutputError(f"{flag} {path}: is the input {source}; writing it would destroy it, choose another path")
+
+
+def same_file(first: Path, second: Path) -> bool:
+    """The same file: the same path once links are resolved, or the same inode (a hard link)."""
+    if os.path.realpath(first) == os.path.realpath(second):
+        return True
+    try:
+        return os.path.samefile(first, second)  # hard links
+    except OSError:  # one of them does not exist
+        return False
 
 
 def _copy(source: Path, file: BinaryIO) -> None:
@@ -115,10 +174,21 @@ def _copy(source: Path, file: BinaryIO) -> None:
         shutil.copyfileobj(data, file, length=16 * 1024 * 1024)
 
 
+def _file_mode() -> int:
+    """What a new file gets under the process's umask (which can only be read by setting it)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def _write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write through a temporary file in the same folder, renamed over ``path`` only once complete."""
+    """Write through a temporary file in the same folder, renamed over ``path`` only once complete.
+
+    The file gets the mode the umask gives a new file, as any tool's output does (a temporary file is 0600).
+    """
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(handle, _file_mode())
         with os.fdopen(handle, "wb") as file:
             write(file)
             file.flush()

@@ -18,8 +18,8 @@ class Comparison:
 
     equal: bool  # same type, shape and bytes
     within_tolerance: bool  # |actual - reference| <= atol + rtol * |reference| everywhere, NaN meeting NaN
-    max_abs: float  # over the positions where both are finite
-    max_rel: float  # the same, relative to a nonzero reference
+    max_abs: float | None  # over the positions where both are finite; None for STRING and BOOL outputs
+    max_rel: float | None  # the same, relative to a nonzero reference
     mismatches: int  # positions outside the tolerance (all of them when the shapes or types differ)
     first_mismatch: list[int] | None
     note: str = ""  # what differs when the comparison cannot be made position by position
@@ -40,9 +40,14 @@ def _integer_difference(reference: np.ndarray, actual: np.ndarray) -> np.ndarray
 
 def compare(reference: np.ndarray, actual: np.ndarray, atol: float, rtol: float) -> Comparison:
     """Compare ``actual`` with ``reference`` position by position."""
-    if reference.shape != actual.shape or reference.dtype != actual.dtype:
+    textual = reference.dtype.kind in "OUS" and actual.dtype.kind in "OUS"  # runtimes hold strings differently
+    if reference.shape != actual.shape or (reference.dtype != actual.dtype and not textual):
         note = f"{actual.dtype.name} {actual.shape} where the reference has {reference.dtype.name} {reference.shape}"
         return Comparison(False, False, 0.0, 0.0, max(reference.size, actual.size), None, note)
+    if reference.dtype.kind not in "fiu":  # STRING and BOOL: equal or not, never numbers
+        bad = np.argwhere(reference.astype(object) != actual.astype(object))
+        first = [int(i) for i in bad[0]] if len(bad) else None
+        return Comparison(not len(bad), not len(bad), None, None, len(bad), first)
     magnitude = np.abs(reference.astype(np.float64))
     if reference.dtype.kind == "f":
         ref, act = reference.astype(np.float64), actual.astype(np.float64)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+
 from onnx_gather.parity import Parity
 
 
@@ -13,7 +16,9 @@ def _verdict(comparison: dict, note: str) -> str:
     return "within tolerance" if comparison["within_tolerance"] else "DIFFERENT"
 
 
-def _number(value: float) -> str:
+def _number(value: float | None) -> str:
+    if value is None:  # a STRING or BOOL output: compared for equality only
+        return ""
     return "0" if value == 0 else f"{value:.3g}"
 
 
@@ -124,8 +129,8 @@ def _markdown_table(rows: list[list[str]], header: list[str]) -> list[str]:
     return [line(header), "|" + "---|" * len(header), *(line(row) for row in rows)]
 
 
-def markdown(runs: list[Parity]) -> str:
-    """One or several reports as Markdown."""
+def markdown(runs: list[Parity], refused: Mapping[Path, str] | None = None) -> str:
+    """One or several reports as Markdown; ``refused``: models that could not be loaded, with why."""
     sections = []
     for parity in runs:
         report = parity.report
@@ -140,4 +145,6 @@ def markdown(runs: list[Parity]) -> str:
         if "hint" in report:
             section += ["", f"Hint: {report['hint']}."]
         sections.append("\n".join(section))
+    for path, reason in (refused or {}).items():
+        sections.append(f"## `{path}`\n\n**Refused:** {reason}")
     return "# Parity\n\n" + "\n\n".join(sections) + "\n"

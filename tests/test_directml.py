@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -161,13 +162,30 @@ def test_missing_inputs_are_named():
 
 def test_a_request_past_its_time_limit_ends_wine_and_xvfb():
     require_directml()
-    runner = Runner(timeout=0.05)
+    runner = Runner(timeout=0.5)
     runner.start()
     pids, folder = _children(runner)
-    with pytest.raises(RunnerError, match=r"no answer within 0.05 s; Wine and Xvfb were ended"):
-        runner.load(_gather_model(50))
+    os.kill(runner._wine.pid, signal.SIGSTOP)  # stopped, it cannot answer however fast the machine is
+    with pytest.raises(RunnerError, match=r"no answer within 0.5 s; Wine and Xvfb were ended"):
+        runner.load(_gather_model())
     _assert_ended(pids, folder)
     assert not runner.running
+
+
+def test_a_runner_that_dies_during_a_run_is_reported_at_once_with_how_it_ended():
+    # The crash path, on every machine: the runner is stopped (so it cannot answer first), then killed. With a
+    # time limit of 600 s, "ended unexpectedly" (not "no answer within 600 s") shows the error came at once.
+    require_directml()
+    with Runner(timeout=600) as runner:
+        loaded = runner.load(_gather_model())
+        pids, folder = _children(runner)
+        os.kill(runner._wine.pid, signal.SIGSTOP)
+        killer = threading.Timer(0.5, os.kill, (runner._wine.pid, signal.SIGKILL))
+        killer.start()
+        with pytest.raises(RunnerError, match=r"run: the runner ended unexpectedly \(killed by SIGKILL\); Wine and"):
+            runner.run(loaded, FEEDS)
+        killer.join()
+        _assert_ended(pids, folder)
 
 
 def test_a_runner_that_died_is_reported_and_the_next_load_starts_a_new_one():

@@ -165,6 +165,62 @@ def test_several_models_in_a_folder(tmp_path, capsys):
     assert "2 of 2 models passed." in captured.out
 
 
+def test_a_folder_with_a_model_that_cannot_be_loaded_reports_it_as_refused_and_runs_the_others(tmp_path, capsys):
+    folder = tmp_path / "zoo"
+    folder.mkdir()
+    _ids_model(folder, "a.onnx")
+    (folder / "broken.onnx").write_text("not a model")
+    _ids_model(folder, "c.onnx")
+    report, markdown = tmp_path / "r.json", tmp_path / "r.md"
+    arguments = ["parity", str(folder), "--backends", "pyop,cpu", "--report", str(report), "--markdown", str(markdown)]
+    assert main(arguments) == 1
+    printed = capsys.readouterr().out
+    assert "2 of 3 models passed." in printed and f"  refused {folder / 'broken.onnx'}" in printed
+    document = json.loads(report.read_text())
+    assert document["passed"] is False
+    assert [(r["model"], r["passed"]) for r in document["models"]] == [
+        (str(folder / "a.onnx"), True), (str(folder / "c.onnx"), True), (str(folder / "broken.onnx"), False)
+    ]  # fmt: skip
+    assert "not a readable ONNX model" in document["models"][2]["refused"]
+    assert "**Refused:**" in markdown.read_text()
+
+
+def test_compare_strings_and_booleans_for_equality_never_as_numbers():
+    words = np.array([["a", "b"], ["c", "d"]], dtype=object)
+    same = compare(words, words.copy(), 1e-5, 1e-5)
+    assert same.equal and same.within_tolerance and same.mismatches == 0 and same.max_abs is None
+    other = np.array([["a", "b"], ["c", "x"]], dtype=object)
+    differ = compare(words, other, 1e-5, 1e-5)
+    assert (differ.equal, differ.within_tolerance, differ.mismatches, differ.first_mismatch) == (False, False, 1, [1, 1])
+    assert compare(words, other.astype(str), 1e-5, 1e-5).first_mismatch == [1, 1]  # strings held as numpy unicode
+    flags = np.array([True, False, True])
+    assert compare(flags, flags.copy(), 0, 0).equal
+    flipped = compare(flags, np.array([True, True, True]), 1.0, 1.0)  # no tolerance makes False equal True
+    assert (flipped.within_tolerance, flipped.mismatches, flipped.first_mismatch) == (False, 1, [1])
+
+
+def test_parity_on_a_model_with_string_and_bool_outputs(tmp_path, capsys):
+    graph = h.make_graph(
+        [h.make_node("Gather", ["words", "i"], ["picked"], name="pick_words", axis=0),
+         h.make_node("Greater", ["x", "zero"], ["positive"], name="sign")],
+        "strings",
+        [h.make_tensor_value_info("words", T.STRING, [3]), h.make_tensor_value_info("i", T.INT64, [2]),
+         h.make_tensor_value_info("x", T.FLOAT, [3])],
+        [h.make_tensor_value_info("picked", T.STRING, [2]), h.make_tensor_value_info("positive", T.BOOL, [3])],
+        initializer=[h.make_tensor("zero", T.FLOAT, [], [0.0])],
+    )  # fmt: skip
+    path = tmp_path / "strings.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, words=np.array(["one", "two", "three"]), i=np.array([2, 0]), x=np.array([1.0, -2.0, 0.0], np.float32))
+    report = tmp_path / "r.json"
+    assert main(["parity", str(path), "--backends", "pyop,cpu,lowered", "--inputs", str(inputs),
+                 "--report", str(report)]) == 0  # fmt: skip
+    outputs = json.loads(report.read_text())["outputs"]
+    assert all(c["equal"] and c["max_abs"] is None for by in outputs.values() for c in by.values())
+    assert "picked    cpu      bit-identical" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

@@ -192,16 +192,3 @@ def test_minilm_fused_by_onnxruntime_gets_the_ranks_shape_inference_lacks_from_a
     assert len(document["out_of_bounds"]) == 4
     assert cli.main(["convert", str(fused), "-o", str(tmp_path / "dml.onnx"), "--int-range", "0:2"]) == 0
     assert "(rank) observed in a run of ONNX Runtime on input_ids 1x1 (generated)" in capsys.readouterr().out
-
-
-def test_text2tashkeel_crashes_windows_onnxruntime_under_wine_and_the_runner_says_so_at_once():
-    # Its DynamicQuantizeLSTM (CPU provider, Windows build) dies on an illegal instruction under Wine. Without
-    # winedbg (turned off for the runner) the crash ends the runner at once instead of hanging to the time limit.
-    require_directml()
-    from onnx_gather.directml.worker import Runner, RunnerError
-
-    path, _ = _load("text2tashkeel", "rawi_v3.int8.onnx")
-    with Runner(timeout=120) as runner:
-        loaded = runner.load(path, fallback=True)
-        with pytest.raises(RunnerError, match=r"the runner ended unexpectedly.*illegal instruction"):
-            runner.run(loaded, {"input": RNG.integers(0, 236, (2, 24))})

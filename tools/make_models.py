@@ -21,9 +21,14 @@ def sample_model() -> onnx.ModelProto:
     """
     rng = np.random.default_rng(2026)
     vocabulary, width, length = 32, 8, 6
-    table = numpy_helper.from_array(rng.standard_normal((vocabulary, width)).astype(np.float32), "embedding_table")
+    # Multiples of 1/16 and 1/4 with few significant bits: every product and sum of the scores is exact in FLOAT32,
+    # so any backend, summing in any order with or without fused multiply-add, on any CPU, gets the same bits.
+    embeddings = (rng.integers(-64, 64, (vocabulary, width)) / 16).astype(np.float32)
+    score_weights = (rng.integers(-8, 8, (width, 1)) / 4).astype(np.float32)
+    assert len(np.unique(embeddings @ score_weights)) == vocabulary, "distinct scores: no ties in TopK"
+    table = numpy_helper.from_array(embeddings, "embedding_table")
     positions = numpy_helper.from_array(rng.standard_normal((width, length)).astype(np.float16), "position_table")
-    weights = numpy_helper.from_array(rng.standard_normal((width, 1)).astype(np.float32), "score_weights")
+    weights = numpy_helper.from_array(score_weights, "score_weights")
     k = numpy_helper.from_array(np.array([length], np.int64), "k")
     nodes = [
         h.make_node("Gather", ["embedding_table", "token_ids"], ["embeddings"], name="embed", axis=0),

@@ -177,11 +177,25 @@ class Runner:
             ready = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]
             chunk = os.read(fd, 1 << 16) if ready else b""
             if not chunk:
-                reason = "the runner ended unexpectedly" if ready else f"no answer within {seconds:g} s"
+                if ready:
+                    reason = f"the runner ended unexpectedly ({self._how_it_ended()})"
+                else:
+                    reason = f"no answer within {seconds:g} s"
                 detail = self._log_tail()
                 self._end()
                 raise RunnerError(f"DirectML {what}: {reason}; Wine and Xvfb were ended{detail}")
             self._buffer += chunk
+
+    def _how_it_ended(self) -> str:
+        """The runner's exit status once its output has closed: the signal that ended it, or its exit code."""
+        assert self._wine is not None
+        try:
+            code = self._wine.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            return "it closed its output"
+        if code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit code {code}"
 
     def _log_tail(self) -> str:
         try:

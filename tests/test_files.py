@@ -1,0 +1,142 @@
+"""Nothing a user has is destroyed: outputs that are inputs are refused, output paths are checked before any work,
+copied external data never replaces another model's, and files get the mode the umask says."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import onnx
+import pytest
+from conftest import assert_all_identical, run_model
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+from onnx_gather.cli import main
+
+
+def _model(folder, name="model.onnx", data="model.onnx.data", seed=1):
+    """A Gather from a 64 KB table kept as external data in ``data`` (inline when ``data`` is None)."""
+    table = numpy_helper.from_array(np.random.default_rng(seed).random((256, 64), np.float32), "table")
+    graph = h.make_graph(
+        [h.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0)],
+        "lookup",
+        [h.make_tensor_value_info("ids", T.INT64, [3])],
+        [h.make_tensor_value_info("rows", T.FLOAT, [3, 64])],
+        initializer=[table],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    if data is None:
+        onnx.save(model, path)
+    else:
+        onnx.save(model, path, save_as_external_data=True, location=data, size_threshold=0)
+    return path
+
+
+FEEDS = {"ids": np.array([0, 255, 7])}
+
+
+def _digests(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _links(tmp_path, model):
+    """The model itself, a symbolic link to it, and a hard link to it."""
+    (tmp_path / "symbolic.onnx").symlink_to(model)
+    os.link(model, tmp_path / "hard.onnx")
+    return [model, tmp_path / "symbolic.onnx", tmp_path / "hard.onnx"]
+
+
+@pytest.mark.parametrize("command", ["convert", "lower"])
+@pytest.mark.parametrize("link", ["same path", "symbolic link", "hard link"])
+def test_an_output_that_is_the_input_model_is_refused_before_any_work(tmp_path, capsys, command, link):
+    model = _model(tmp_path)
+    output = _links(tmp_path, model)[["same path", "symbolic link", "hard link"].index(link)]
+    before = _digests(tmp_path)
+    assert main([command, str(model), "-o", str(output)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # nothing was converted
+    assert f"-o/--output {output}: is the input {model}; writing it would destroy it" in captured.err
+    assert _digests(tmp_path) == before
+
+
+def test_an_output_that_is_the_input_models_data_file_is_refused(tmp_path, capsys):
+    model = _model(tmp_path)
+    before = _digests(tmp_path)
+    assert main(["convert", str(model), "-o", str(tmp_path / "model.onnx.data")]) == 2
+    assert "-o/--output" in capsys.readouterr().err and _digests(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("flag", "command"),
+    [("--report", "parity"), ("--markdown", "parity"), ("--save-inputs", "parity"), ("--outputs", "run")],
+)
+def test_a_report_or_outputs_file_that_is_an_input_is_refused(tmp_path, capsys, flag, command):
+    model = _model(tmp_path, data=None)
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, **FEEDS)
+    before = _digests(tmp_path)
+    backend = ["--backend", "cpu"] if command == "run" else ["--backends", "cpu"]
+    for target in (model, inputs):
+        assert main([command, str(model), *backend, "--inputs", str(inputs), flag, str(target)]) == 2
+        assert f"{flag} {target}: is the input {target}" in capsys.readouterr().err
+    assert _digests(tmp_path) == before
+
+
+def test_two_report_files_on_one_path_are_refused(tmp_path, capsys):
+    model = _model(tmp_path, data=None)
+    report = tmp_path / "r.json"
+    assert main(["parity", str(model), "--backends", "cpu", "--report", str(report), "--markdown", str(report)]) == 2
+    assert f"--markdown {report}: is also the --report file" in capsys.readouterr().err
+    assert not report.exists()
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [("folder", "is a folder; give a file name"), ("missing/r.json", "folder {tmp}/missing does not exist")],
+)
+@pytest.mark.parametrize("flag", ["--report", "--markdown", "--save-inputs"])
+def test_output_paths_are_checked_before_the_work(tmp_path, capsys, flag, where, message):
+    models = tmp_path / "models"
+    _model(models, "a.onnx", "a.onnx.data")
+    (tmp_path / "folder").mkdir()
+    target = tmp_path / where
+    arguments = ["parity", str(models / "a.onnx"), "--backends", "cpu", flag, str(target)]
+    assert main(arguments) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no model ran
+    assert f"{flag} {target}: {message.format(tmp=tmp_path)}" in captured.err
+    assert not (tmp_path / "missing").exists()
+
+
+def test_converting_two_models_into_one_folder_keeps_each_models_data(tmp_path):
+    first = _model(tmp_path / "one", seed=1)
+    second = _model(tmp_path / "two", seed=2)  # both call their data model.onnx.data
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["convert", str(first), "-o", str(out / "first.onnx")]) == 0
+    assert main(["convert", str(second), "-o", str(out / "second.onnx")]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["first.onnx", "first.onnx.data", "second.onnx", "second.onnx.data"]
+    assert_all_identical(run_model(out / "first.onnx", FEEDS, custom_ops=True), run_model(first, FEEDS))
+    assert_all_identical(run_model(out / "second.onnx", FEEDS, custom_ops=True), run_model(second, FEEDS))
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_written_files_get_the_mode_the_umask_says(tmp_path, umask):
+    model = _model(tmp_path / "in")
+    out = tmp_path / "out"
+    out.mkdir()
+    previous = os.umask(umask)
+    try:
+        assert main(["convert", str(model), "-o", str(out / "dml.onnx")]) == 0
+        assert main(["lower", str(out / "dml.onnx"), "-o", str(out / "lowered.onnx")]) == 0
+        assert main(["parity", str(model), "--backends", "cpu", "--report", str(out / "r.json")]) == 0
+    finally:
+        os.umask(previous)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    # lowered.onnx, in the same folder, shares dml.onnx.data
+    assert modes == {name: 0o666 & ~umask for name in ("dml.onnx", "dml.onnx.data", "lowered.onnx", "r.json")}
