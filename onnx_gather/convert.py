@@ -27,6 +27,7 @@ from onnx import TensorProto, helper
 
 from onnx_gather import semantics
 from onnx_gather.graph import DOMAIN, Body, Emitter, Names, ValueType, bodies, value_types
+from onnx_gather.order import sort_topologically
 from onnx_gather.placement import FEATURE_LEVELS, FeatureLevel, place
 from onnx_gather.ranks import Observation, branch_dependence, observe
 
@@ -432,6 +433,7 @@ def convert(
         raise ValueError(f"keep_on_cpu must be a feature level ({', '.join(FEATURE_LEVELS)}), got {keep_on_cpu!r}")
     result = onnx.ModelProto()
     result.CopyFrom(model)
+    sort_topologically(result)
     level = None if keep_on_cpu is None else FEATURE_LEVELS[keep_on_cpu]
     converter = _Converter(result, count, out_of_bounds, observation, level)
     converter.report.before = count_ops(model)

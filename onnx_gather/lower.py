@@ -26,6 +26,7 @@ from onnx_gather import semantics
 from onnx_gather.convert import CARRIERS, WHOLE_AXIS, NodeChange, Report, count_ops
 from onnx_gather.graph import DML_OP_TYPES, DOMAIN, Body, Emitter, Names, ValueType, bodies, value_types
 from onnx_gather.lower_directml import MIN_OPSET, directml_gather, directml_gather_nd
+from onnx_gather.order import sort_topologically
 
 # ONNX Runtime's Where has no kernel for these; they are masked as an exact wider or same-width type.
 _WHERE_CARRIERS = {TensorProto.BOOL: TensorProto.UINT8, TensorProto.INT16: TensorProto.INT32,
@@ -522,6 +523,7 @@ def lower(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Report]:
     """``to_onnx`` with a report of what was lowered and what could not be."""
     result = onnx.ModelProto()
     result.CopyFrom(model)
+    sort_topologically(result)
     lowering = _Lowering(result)
     lowering.report.before = count_ops(model)
     lowering.run()

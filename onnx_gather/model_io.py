@@ -12,6 +12,7 @@ from typing import BinaryIO
 import onnx
 
 from onnx_gather.graph import bodies
+from onnx_gather.order import sort_topologically
 from onnx_gather.validate import InvalidModel, validate
 
 
@@ -64,7 +65,7 @@ def _check_external_data(model: onnx.ModelProto, folder: Path, path: Path) -> se
 
 
 def load(path: str | os.PathLike) -> onnx.ModelProto:
-    """Read a model, leaving its external data on disk (checked, never loaded)."""
+    """Read a model, leaving its external data on disk (checked, never loaded), its nodes in topological order."""
     path = Path(path)
     if not path.exists():
         raise ModelError(f"{path}: no such file")
@@ -83,6 +84,7 @@ def load(path: str | os.PathLike) -> onnx.ModelProto:
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise ModelError(f"{path}: not an ONNX model (no graph)")
     _check_external_data(model, path.parent, path)
+    sort_topologically(model)  # ONNX Runtime runs nodes listed in any order; so does every command
     try:
         validate(model)
     except InvalidModel as error:

@@ -1,8 +1,9 @@
 """Checks that a model is well formed before any command works on it, so that bad input fails with one line
 that names the node, instead of somewhere deep inside a runtime.
 
-1. Every value a node or a graph output uses is defined before it: a graph input, an initializer, an earlier
-   node's output, or (in a subgraph) a value of an enclosing graph defined before the node that holds it.
+1. Every value a node or a graph output uses is defined: a graph input, an initializer, a node's output, or (in
+   a subgraph) a value of an enclosing graph, wherever it is listed (ONNX Runtime sorts the nodes); and no node
+   depends on its own output (a cycle).
 2. Every standard Gather and GatherElements has an axis within the rank of its data, where the rank is known.
 3. Every DML node has exactly its attributes, of the right types, with valid values.
 """
@@ -14,6 +15,7 @@ from onnx import AttributeProto
 
 from onnx_gather import semantics
 from onnx_gather.graph import DML_OP_TYPES, DOMAIN, ValueType, bodies, subgraphs, value_types
+from onnx_gather.order import orders
 
 _DML_ATTRIBUTES = {
     "DmlGather": {
@@ -45,25 +47,33 @@ def _check_definitions(model: onnx.ModelProto) -> None:
     while stack:
         current, outer, where = stack.pop()
         defined = set(outer) | {v.name for v in current.input} | {t.name for t in current.initializer}
+        defined.update(name for node in current.node for name in node.output)
         defined.add("")  # an optional input left out
         for node in current.node:
             for name in node.input:
                 if name not in defined:
-                    raise InvalidModel(f"{where}: {_node_name(node)} uses {name!r}, which nothing defines before it")
+                    raise InvalidModel(f"{where}: {_node_name(node)} uses {name!r}, which nothing defines")
             for attribute_name, subgraph in subgraphs(node):
                 stack.append((subgraph, frozenset(defined), f"subgraph {attribute_name!r} of {_node_name(node)}"))
-            defined.update(node.output)
         for value in current.output:
             if value.name not in defined:
                 raise InvalidModel(f"{where}: output {value.name!r} is not produced by anything")
     for function in model.functions:
-        defined = set(function.input) | {""}
+        defined = set(function.input) | {""} | {name for node in function.node for name in node.output}
         for node in function.node:
             missing = [name for name in node.input if name not in defined]
             if missing:
                 where = f"function '{function.domain}.{function.name}'"
-                raise InvalidModel(f"{where}: {_node_name(node)} uses {missing[0]!r}, which nothing defines before it")
-            defined.update(node.output)
+                raise InvalidModel(f"{where}: {_node_name(node)} uses {missing[0]!r}, which nothing defines")
+
+
+def _check_cycles(model: onnx.ModelProto) -> None:
+    for order in orders(model):
+        if order.cyclic:
+            nodes = order.body.nodes
+            cycle = order.cycle()
+            names = " -> ".join(_node_name(nodes[p]) for p in (*cycle, cycle[0]))
+            raise InvalidModel(f"{order.body.where}: {_node_name(nodes[cycle[0]])} depends on its own output: {names}")
 
 
 def _check_gather(node: onnx.NodeProto, data: ValueType | None) -> str | None:
@@ -114,6 +124,7 @@ def _check_dml(node: onnx.NodeProto, data: ValueType | None) -> str | None:
 def validate(model: onnx.ModelProto) -> None:
     """Raise InvalidModel, naming the node, if ``model`` is not well formed (see the module's rules)."""
     _check_definitions(model)
+    _check_cycles(model)
     types = value_types(model)
     for body in bodies(model):
         scope = types.get(body.scope, {})

@@ -22,7 +22,9 @@ CASES = {
     "random_bytes.onnx": "not a readable ONNX model",
     "truncated.onnx": "not a readable ONNX model",
     "text.onnx": "not a readable ONNX model",
-    "undefined_input.onnx": "node 'the_gather' (Gather) uses 'ghost', which nothing defines before it",
+    "undefined_input.onnx": "node 'the_gather' (Gather) uses 'ghost', which nothing defines",
+    "cycle.onnx": "node 'the_gather' (Gather) depends on its own output: node 'the_gather' (Gather) -> "
+    "node 'shift' (Add) -> node 'pick' (ArgMax) -> node 'the_gather' (Gather)",
     "axis_out_of_range.onnx": "node 'the_gather' (Gather): axis 5 is out of range for data 'x' of rank 2",
     "dml_unknown_attribute.onnx": "node 'the_gather' (DmlGather): attribute 'mode' is unknown",
     "dml_missing_attribute.onnx": "node 'the_gather' (DmlGatherElements): attribute 'out_of_bounds' is missing",

@@ -82,6 +82,15 @@ def main() -> None:
         "text.onnx": b"This is not a model.\nIt is a text file with a model's name.\n",
         "undefined_input.onnx": _model([_gather(inputs=("x", "ghost"))], [X], [Y]).SerializeToString(),
         "axis_out_of_range.onnx": _model([_gather(axis=5)], [X, I], [Y]).SerializeToString(),
+        "cycle.onnx": _model(
+            [
+                _gather(inputs=("x", "j")),
+                h.make_node("ArgMax", ["y"], ["k"], name="pick", axis=1, keepdims=0),
+                h.make_node("Add", ["k", "i"], ["j"], name="shift"),
+            ],
+            [X, I],
+            [Y],
+        ).SerializeToString(),
         "dml_unknown_attribute.onnx": _model(
             [_gather(op="DmlGather", domain="onnx_gather", index_dimensions=1, out_of_bounds="clamp", mode=1)],
             [X, h.make_tensor_value_info("i", T.INT64, [1, 2])],
