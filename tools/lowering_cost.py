@@ -1,0 +1,113 @@
+"""What lowering costs a real model, run by hand: python tools/lowering_cost.py [--repeat 5] [MODEL ...]
+
+Per model (by default every third-party model tests/third_party holds, see tools/fetch_models.py): its nodes
+(subgraphs included) and the median time ONNX Runtime takes to create a session of it, for the original (ONNX
+Runtime's native kernels), its DML form (the custom ops) and its lowered form, side by side in the same run, with
+the ratios of the lowered form to the original, and the warnings ONNX Runtime printed while creating the lowered
+form's session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+import onnxruntime
+
+import onnx_gather
+from onnx_gather import model_io
+from onnx_gather.convert import convert
+from onnx_gather.graph import bodies
+from onnx_gather.lower import lower
+
+THIRD_PARTY = Path(__file__).resolve().parent.parent / "tests" / "third_party"
+
+
+def _nodes(model: onnx.ModelProto) -> int:
+    return sum(len(body.nodes) for body in bodies(model))
+
+
+def _session_seconds(path: Path, custom_ops: bool, repeat: int) -> float:
+    """The median of ``repeat`` session creations (one thread: as the tests and most servers create them)."""
+    times = []
+    for _ in range(repeat):
+        options = onnx_gather.session_options() if custom_ops else onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        start = time.perf_counter()
+        onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _warnings_of(path: Path) -> list[str]:
+    """What ONNX Runtime writes to stderr (its warnings) while creating a session of ``path``."""
+    with tempfile.TemporaryFile() as captured:
+        saved = os.dup(2)
+        os.dup2(captured.fileno(), 2)
+        try:
+            onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        return [line for line in captured.read().decode(errors="replace").splitlines() if line.strip()]
+
+
+def measure(path: Path, mode: str, repeat: int, folder: Path) -> tuple[list[str], list[str]]:
+    """One row of the table, and the warnings the lowered form's session printed."""
+    original = model_io.load(path)
+    converted, conversion = convert(original, out_of_bounds=mode)
+    lowered, _ = lower(converted)
+    forms = {"dml": converted, "lowered": lowered}
+    paths = {"original": path}
+    for name, model in forms.items():
+        paths[name] = folder / f"{path.stem}.{name}.onnx"
+        model_io.save(model, paths[name], path)
+    nodes = {"original": _nodes(original), "dml": _nodes(converted), "lowered": _nodes(lowered)}
+    seconds = {name: _session_seconds(paths[name], name == "dml", repeat) for name in paths}
+    gathers = len(conversion.changed)
+    per_gather = (nodes["lowered"] - nodes["original"]) / gathers if gathers else 0.0
+    row = [
+        path.name, str(gathers), str(nodes["original"]), str(nodes["dml"]), str(nodes["lowered"]),
+        f"{per_gather:.1f}", f"{1000 * seconds['original']:.0f}", f"{1000 * seconds['dml']:.0f}",
+        f"{1000 * seconds['lowered']:.0f}", f"{seconds['lowered'] / seconds['original']:.2f}",
+    ]  # fmt: skip
+    return row, _warnings_of(paths["lowered"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", type=Path, help="models (default: tests/third_party/*/*.onnx)")
+    parser.add_argument("--repeat", type=int, default=5, help="session creations per form (the median is shown)")
+    parser.add_argument("--mode", default="directml", help="out_of_bounds of the DML form (default directml)")
+    args = parser.parse_args()
+    paths = args.models or sorted(THIRD_PARTY.glob("*/*.onnx"))
+    if not paths:
+        sys.exit(f"no models: run python tools/fetch_models.py first, or name some ({THIRD_PARTY} is empty)")
+    header = ["model", "gathers", "nodes", "dml", "lowered", "added/gather", "ms orig", "ms dml", "ms lowered", "x"]
+    rows, warned = [], {}
+    with tempfile.TemporaryDirectory() as folder:
+        for path in paths:
+            row, warnings = measure(path, args.mode, args.repeat, Path(folder))
+            rows.append(row)
+            if warnings:
+                warned[path.name] = warnings
+            print(f"measured {path}", file=sys.stderr, flush=True)
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    for row in (header, *rows):
+        print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
+    print(f"(session creation: median of {args.repeat}, one thread; x = lowered / original; out_of_bounds={args.mode})")
+    for name, warnings in warned.items():
+        print(f"{name}: {len(warnings)} lines on stderr while creating the lowered session, first: {warnings[0]}")
+    if not warned:
+        print("No model's lowered form printed a warning while its session was created.")
+
+
+if __name__ == "__main__":
+    main()
