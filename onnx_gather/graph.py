@@ -226,17 +226,38 @@ def _function_types(
     return types
 
 
+class Initializers:
+    """Constants as initializers of a model's main graph, one per value (by type, shape and bytes), which the main
+    graph and every subgraph of it can use: no Constant node, nothing made twice."""
+
+    def __init__(self, graph: onnx.GraphProto, names: Names) -> None:
+        self._graph, self._names = graph, names
+        self._made: dict[tuple, str] = {}
+
+    def get(self, array: np.ndarray, step: str) -> str:
+        key = (array.dtype.str, array.shape, array.tobytes())
+        if key not in self._made:
+            self._made[key] = self._names.fresh(f"{DOMAIN}/{step}")
+            self._graph.initializer.append(numpy_helper.from_array(array, self._made[key]))
+        return self._made[key]
+
+
 class Emitter:
     """Builds standard nodes into a list, in the form the default opset in force takes."""
 
-    def __init__(self, body: Body, names: Names, prefix: str, share_constants: bool = False) -> None:
+    def __init__(
+        self, body: Body, names: Names, prefix: str, share_constants: bool = False,
+        initializers: Initializers | None = None,
+    ) -> None:  # fmt: skip
         self.opset = body.opset
         self.names = names
         self.prefix = prefix
         self.nodes: list[onnx.NodeProto] = []
-        # With ``share_constants``, a constant made before is used again (by type, shape and bytes). A fork starts
+        # With ``initializers``, constants are initializers (for bodies that see the main graph's). Else, with
+        # ``share_constants``, a Constant node made before is used again (by type, shape and bytes); a fork starts
         # with a copy: its subgraph sees what came before it, and what it makes stays inside. (The converter does not
         # share: lowering takes away the helpers only one node uses.)
+        self._initializers = initializers
         self._constants: dict[tuple, str] | None = {} if share_constants else None
 
     def node(
@@ -257,6 +278,8 @@ class Emitter:
 
     def constant(self, values: object, dtype: np.dtype | type, step: str) -> str:
         array = np.asarray(values, dtype=dtype)
+        if self._initializers is not None:
+            return self._initializers.get(array, step)
         key = (array.dtype.str, array.shape, array.tobytes())
         if self._constants is not None and key in self._constants:
             return self._constants[key]

@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx_gather import semantics
 from onnx_gather.convert import CARRIERS, WHOLE_AXIS, NodeChange, Report, count_ops
-from onnx_gather.graph import DML_OP_TYPES, DOMAIN, Body, Emitter, Names, ValueType, bodies, value_types
+from onnx_gather.graph import DML_OP_TYPES, DOMAIN, Body, Emitter, Initializers, Names, ValueType, bodies, value_types
 from onnx_gather.lower_directml import MIN_OPSET, directml_gather, directml_gather_nd
 from onnx_gather.order import sort_topologically
 
@@ -156,6 +156,7 @@ class _Lowering:
         self.types = value_types(model)
         self.uses = _use_counts(model)
         self.report = Report()
+        self.initializers = Initializers(model.graph, self.names)
 
     def run(self) -> None:
         for body in reversed(bodies(self.model)):
@@ -191,6 +192,14 @@ class _Lowering:
             del body.container.value_info[:]
             body.container.value_info.extend(kept)
 
+    def _emitter(self, body: Body, prefix: str) -> Emitter:
+        """Constants become initializers of the main graph where the body sees them (and the IR version lets
+        initializers stand alone), else shared Constant nodes."""
+        shared = body.scope == 0 and self.model.ir_version >= 4
+        return Emitter(
+            body, self.names, prefix, share_constants=True, initializers=self.initializers if shared else None
+        )
+
     def _leave(self, work: _Body, node: onnx.NodeProto, reason: str) -> None:
         self.report.left.append(NodeChange(work.body.where, node.name, node.op_type, "", reason))
 
@@ -213,7 +222,7 @@ class _Lowering:
             work.remove(used, keep)
 
         name = node.name or self.names.fresh(f"{node.op_type[3:]}_{index}")
-        emit = Emitter(work.body, self.names, name, share_constants=True)
+        emit = self._emitter(work.body, name)
         n, a = input_type.rank, axis - plan.kx
         i = emit.unpad(plan.i, (n - plan.ki) - index_dimensions, "unpad_indices") if gather else plan.i
         data_type = plan.carried if plan.carried is not None else input_type.elem_type
@@ -229,8 +238,9 @@ class _Lowering:
         if directml:
             index_rank = index_dimensions if gather else n - plan.kx
             directml_gather(
-                emit, plan.x, i, indices_type.elem_type, a, n - plan.kx, index_rank, gather, data_type, mode, result
-            )
+                emit, plan.x, input_type.dims[plan.kx :], i, indices_type.elem_type, a, index_rank, gather, data_type,
+                mode, result,
+            )  # fmt: skip
         else:
             emit.nodes.append(
                 helper.make_node("Gather" if gather else "GatherElements", [plan.x, fixed], [result], name=name, axis=a)
@@ -256,7 +266,7 @@ class _Lowering:
         for used, keep in plan.removals:
             work.remove(used, keep)
         name = node.name or self.names.fresh(f"GatherNd_{index}")
-        emit = Emitter(work.body, self.names, name, share_constants=True)
+        emit = self._emitter(work.body, name)
         x = emit.unpad(plan.x, (n - plan.kx) - inc, "unpad_input")
         i = emit.unpad(plan.i, (n - plan.ki) - idc, "unpad_indices")
         data_type = plan.carried if plan.carried is not None else input_type.elem_type
@@ -264,7 +274,8 @@ class _Lowering:
         mask = None
         result = self.names.fresh(f"{name}/output") if padding != 0 or mode == "zero" else plan.final
         if mode.startswith("directml"):
-            directml_gather_nd(emit, x, i, indices_type.elem_type, inc, idc, batch, k, data_type, mode, result)
+            dims = input_type.dims[n - inc :]
+            directml_gather_nd(emit, x, dims, i, indices_type.elem_type, idc, batch, k, data_type, mode, result)
         else:
             fixed, mask = _fix_tuples(emit, x, i, indices_type.elem_type, batch, k, mode)
             attributes = {"batch_dims": batch} if batch else {}

@@ -17,6 +17,8 @@ Runtime 1.31 gets them wrong beyond the int32 range). GatherND repairs whole tup
 from __future__ import annotations
 
 import functools
+import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx
@@ -42,26 +44,101 @@ def _branch(name: str, nodes: list[onnx.NodeProto], out: str, data_type: int) ->
     return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, data_type, None)])
 
 
+class _Data:
+    """The data tensor's dims: constants where the model states them, else read off its shape when it runs."""
+
+    def __init__(self, emit: Emitter, x: str, dims: Sequence[int | str | None]) -> None:
+        self.x, self.rank = x, len(dims)
+        self.dims = tuple(d if isinstance(d, int) else None for d in dims)
+        self.shape = None if None not in self.dims else emit.node("Shape", [x], "data_shape")
+
+    def known(self, start: int, end: int) -> list[int] | None:
+        """``dims[start:end]``, if every one of them is known."""
+        part = self.dims[start:end]
+        return None if None in part else list(part)
+
+    def sizes(self, emit: Emitter, start: int, end: int, step: str) -> str:
+        """``shape[start:end]`` (1-D INT64)."""
+        known = self.known(start, end)
+        if known is not None:
+            return emit.constant(known, np.int64, step)
+        assert self.shape is not None
+        return self.shape if (start, end) == (0, self.rank) else emit.slice(self.shape, start, end, step)
+
+    def product(self, emit: Emitter, start: int, end: int, step: str) -> tuple[str, int | None]:
+        """The product of ``shape[start:end]`` (a scalar), and its value where it is known."""
+        known = self.known(start, end)
+        if known is not None:
+            value = math.prod(known)
+            return emit.constant(value, np.int64, step), value
+        return _reduce(emit, "ReduceProd", self.sizes(emit, start, end, f"{step}_dims"), step), None
+
+    def size(self, emit: Emitter, axis: int, step: str) -> tuple[str, int | None]:
+        """``shape[axis]`` (a scalar), and its value where it is known."""
+        known = self.known(axis, axis + 1)
+        if known is not None:
+            return emit.constant(known[0], np.int64, step), known[0]
+        return emit.squeeze(self.sizes(emit, axis, axis + 1, f"{step}_dims"), [0], step), None
+
+
 class _Tensor:
-    """Shapes and constants of the data tensor the gather reads."""
+    """Sizes and constants of the data tensor a gather reads, along ``axis`` (of size ``size``), made in ``emit``
+    (the reading branch) when first used, so that none is left unused."""
 
-    def __init__(self, emit: Emitter, x: str, shape: str, size: str, axis: int, rank: int) -> None:
-        self.two32 = emit.constant(2**32, np.int64, "two32")
-        self.one, self.zero = emit.constant(1, np.int64, "one"), emit.constant(0, np.int64, "zero")
-        self.minus_one = emit.constant([-1], np.int64, "minus_one")
-        self.x, self.shape, self.size = x, shape, size
-        self.outer = _reduce(emit, "ReduceProd", emit.slice(shape, 0, axis, "outer_dims"), "outer")
-        self.inner = _reduce(emit, "ReduceProd", emit.slice(shape, axis + 1, rank, "inner_dims"), "inner")
-        self.count = _reduce(emit, "ReduceProd", shape, "count")  # not Size: ONNX Runtime has no BFLOAT16 Size
+    def __init__(self, emit: Emitter, data: _Data, axis: int, size: str | None = None) -> None:
+        self._emit, self._axis, self._size = emit, axis, size
+        self.data, self.x = data, data.x
+        known = data.known(axis, axis + 1)
+        self.known_size = None if known is None else known[0]
+        known = data.known(0, data.rank)
+        self.known_count = None if known is None else math.prod(known)
+
+    @functools.cached_property
+    def size(self) -> str:
+        return self._size or self.data.size(self._emit, self._axis, "size")[0]
+
+    def _constant(self, value: object, step: str) -> str:
+        return self._emit.constant(value, np.int64, step)
+
+    @functools.cached_property
+    def two32(self) -> str:
+        return self._constant(2**32, "two32")
+
+    @functools.cached_property
+    def one(self) -> str:
+        return self._constant(1, "one")
+
+    @functools.cached_property
+    def zero(self) -> str:
+        return self._constant(0, "zero")
+
+    @functools.cached_property
+    def minus_one(self) -> str:
+        return self._constant([-1], "minus_one")
+
+    @functools.cached_property
+    def outer(self) -> str:
+        return self.data.product(self._emit, 0, self._axis, "outer")[0]
+
+    @functools.cached_property
+    def inner(self) -> str:
+        return self.data.product(self._emit, self._axis + 1, self.data.rank, "inner")[0]
+
+    @functools.cached_property
+    def count(self) -> str:  # not Size: ONNX Runtime has no BFLOAT16 Size
+        return self.data.product(self._emit, 0, self.data.rank, "count")[0]
 
 
-def _words(emit: Emitter, t: _Tensor, w: str, size: str, signed: bool) -> str:
+def _words(emit: Emitter, t: _Tensor, w: str, size: tuple[str, int | None], signed: bool) -> str:
     """DirectML's coordinate of each INT64 index in ``w`` on a dimension of ``size`` (section 4.3, steps 1, 2)."""
+    size_value, known = size
+    if signed:  # a negative index counts from the end: (w + size) mod 2^32, as (w mod 2^32 + size) mod 2^32 is
+        w = emit.node("Where", [emit.node("Less", [w, t.zero], "negative"),
+                                emit.node("Add", [w, size_value], "plus_size"), w], "signed")  # fmt: skip
     words = emit.node("Mod", [w, t.two32], "low_word")
-    if signed:
-        wrapped = emit.node("Mod", [emit.node("Add", [words, size], "plus_size"), t.two32], "wrapped")
-        words = emit.node("Where", [emit.node("Less", [w, t.zero], "negative"), wrapped, words], "signed_word")
-    return emit.node("Where", [emit.node("Equal", [size, t.one], "size_one"), t.zero, words], "axis_word")
+    if known is not None and known != 1:
+        return words
+    return emit.node("Where", [emit.node("Equal", [size_value, t.one], "size_one"), t.zero, words], "axis_word")
 
 
 def _read(emit: Emitter, t: _Tensor, p: str, words: str, s: str, data_type: int, element_size: int) -> str:
@@ -75,16 +152,23 @@ def _read_rows(emit: Emitter, t: _Tensor, row: str, s: str, data_type: int, elem
     """What DirectML reads at element offset ``row * inner + s`` (broadcast together, then flattened)."""
     offsets = emit.node("Add", [emit.node("Mul", [row, t.inner], "row_inner"), s], "linear")
     offsets = emit.node("Mod", [emit.node("Reshape", [offsets, t.minus_one], "flat_linear"), t.two32], "offset")
-    last = emit.node("Sub", [t.count, t.one], "last")
+    if t.known_count is None:
+        last = emit.node("Sub", [t.count, t.one], "last")
+    else:
+        last = emit.constant(t.known_count - 1, np.int64, "last")
     flat = emit.node("Reshape", [t.x, t.minus_one], "flat")
     values = emit.node("GatherElements", [flat, _minimum(emit, offsets, last, "clamped")], "read", axis=0)
     # Past the last element: the last element again if the memory ends there, else the padding's 0.
+    if t.known_count is not None and t.known_count * element_size % 4 == 0:
+        return values
+    past_last = emit.node("Less", [last, offsets], "past_last")
+    if t.known_count is not None:
+        return _overwrite(emit, values, past_last, data_type)
     size_bytes = emit.constant(element_size, np.int64, "element_size")
     bytes_ = emit.node("Mul", [t.count, size_bytes], "bytes")
     odd_bytes = emit.node("Mod", [bytes_, emit.constant(4, np.int64, "four")], "odd_bytes")
     padded = emit.node("Not", [emit.node("Equal", [odd_bytes, t.zero], "whole_words")], "padded")
-    zeroed = emit.node("And", [emit.node("Less", [last, offsets], "past_last"), padded], "reads_padding")
-    return _overwrite(emit, values, zeroed, data_type)
+    return _overwrite(emit, values, emit.node("And", [past_last, padded], "reads_padding"), data_type)
 
 
 def _overwrite(emit: Emitter, values: str, where: str, data_type: int) -> str:
@@ -111,13 +195,13 @@ def _position(emit: Emitter, at: str, shape: str, dims: range) -> str:
 
 
 def _repair(
-    emit: Emitter, t: _Tensor, v: str, outside: str, index_type: int, axis: int, rank: int, index_rank: int,
+    emit: Emitter, t: _Tensor, v: str, outside: str, index_type: int, axis: int, index_rank: int,
     gather: bool, signed: bool, data_type: int, element_size: int,
 ) -> str:  # fmt: skip
     """The native op on ``v`` with its out-of-bounds values (``outside``) set to 0, and the elements they produced
     overwritten with DirectML's reading. The data has at least one element. The last node writes the output (a
     Reshape there would copy it once more), except for a Gather whose indices are not 1-D."""
-    flat = gather and index_rank != 1
+    flat, rank = gather and index_rank != 1, t.data.rank
     v_shape = emit.node("Shape", [v], "indices_shape")
     if gather:
         outside = emit.node("Reshape", [outside, t.minus_one], "flat_outside") if flat else outside
@@ -139,9 +223,10 @@ def _repair(
     w = emit.node("GatherElements", [flat_v, q], "outside_values", axis=0)
     if index_type == TensorProto.INT32:
         w = emit.node("Cast", [w], "outside_int64", to=TensorProto.INT64)
-    words = _words(emit, t, w, t.size, signed)
+    words = _words(emit, t, w, (t.size, t.known_size), signed)
     if not gather:  # single elements, at their coordinates in the indices (the data's sizes off the axis)
-        p, s = _position(emit, at, t.shape, range(axis)), _position(emit, at, t.shape, range(axis + 1, rank))
+        shape = t.data.sizes(emit, 0, rank, "data_sizes")
+        p, s = _position(emit, at, shape, range(axis)), _position(emit, at, shape, range(axis + 1, rank))
         values = _read(emit, t, p, words, s, data_type, element_size)
         coordinates = emit.node("Transpose", [at], "outside_coordinates")  # (M, rank)
         return emit.node("ScatterND", [native, coordinates, values], "directml")
@@ -152,23 +237,40 @@ def _repair(
                               emit.constant([1, 1, -1], np.int64, "s_shape")], "s")  # fmt: skip
     words = emit.node("Reshape", [words, emit.constant([1, -1, 1], np.int64, "words_shape")], "words_3d")
     values = _read(emit, t, p, words, s, data_type, element_size)
-    parts = [emit.slice(t.shape, 0, axis, "before"), t.minus_one, emit.slice(t.shape, axis + 1, rank, "after")]
-    values = emit.node("Reshape", [values, emit.node("Concat", parts, "spread", axis=0)], "values")
+    before, after = t.data.known(0, axis), t.data.known(axis + 1, rank)
+    if before is not None and after is not None:
+        spread = emit.constant([*before, -1, *after], np.int64, "spread")
+    else:
+        parts = [t.data.sizes(emit, 0, axis, "before"), t.minus_one, t.data.sizes(emit, axis + 1, rank, "after")]
+        spread = emit.node("Concat", parts, "spread", axis=0)
+    values = emit.node("Reshape", [values, spread], "values")
     q = emit.node("Reshape", [q, emit.constant([1] * axis + [-1] + [1] * (rank - axis - 1), np.int64, "q_shape")],
                   "q")  # fmt: skip
     slots = emit.node("Expand", [q, emit.node("Shape", [values], "values_shape")], "slots")
     fixed = emit.node("ScatterElements", [native, slots, values], "directml" if not flat else "repaired", axis=axis)
     if not flat:
         return fixed
-    parts[1] = v_shape
-    return emit.node("Reshape", [fixed, emit.node("Concat", parts, "output_shape", axis=0)], "directml")
+    return emit.node("Reshape", [fixed, _gather_shape(emit, t.data, v_shape, axis)], "directml")
 
 
-def _outside(emit: Emitter, v: str, limit: str, signed: bool) -> tuple[str, str]:
+def _gather_shape(emit: Emitter, data: _Data, v_shape: str, axis: int) -> str:
+    """The output shape of a Gather along ``axis`` with indices of shape ``v_shape``."""
+    parts = [data.sizes(emit, 0, axis, "before"), v_shape, data.sizes(emit, axis + 1, data.rank, "after")]
+    return emit.node("Concat", parts, "output_shape", axis=0)
+
+
+def _outside(
+    emit: Emitter, v: str, limit: str, known: int | list[int] | None, dtype: type, signed: bool
+) -> tuple[str, str]:
     """Where ``v`` is out of bounds of ``limit`` (broadcast), and whether anywhere: below -limit (below 0 for unsigned
     indices, also those that became negative as INT64) or not below limit. Where v is below the low bound it is also
-    below limit: the two tests agree exactly outside."""
-    low = emit.node("Neg", [limit], "low") if signed else emit.constant(0, np.int64, "low")
+    below limit: the two tests agree exactly outside. ``known``: the limits, where the model states them."""
+    if not signed:
+        low = emit.constant(0, np.int64, "low")
+    elif known is not None:
+        low = emit.constant(np.negative(known), dtype, "low")
+    else:
+        low = emit.node("Neg", [limit], "low")
     below_size, below_low = emit.node("Less", [v, limit], "below_size"), emit.node("Less", [v, low], "below_low")
     outside = emit.node("Equal", [below_size, below_low], "outside")
     # ReduceMax of a byte per index, 0 over no indices; before opset 12, which has no UINT8 ReduceMax, ReduceSum of
@@ -183,109 +285,137 @@ def _outside(emit: Emitter, v: str, limit: str, signed: bool) -> tuple[str, str]
 
 
 def _guarded(
-    emit: Emitter, condition: str, reading: Emitter, t: _Tensor, out_shape: str, exact: Emitter, result: str,
-    native: Emitter, fast: str, data_type: int, output: str,
+    emit: Emitter, condition: str, reading: Emitter, t: _Tensor, out_shape: Callable[[Emitter], str],
+    repair: Callable[[Emitter], str], native: Emitter, fast: str, data_type: int, output: str,
 ) -> None:  # fmt: skip
-    """``output`` = ``If(condition)``: ``reading``'s nodes (``t``, ``out_shape``), then DirectML's reading (``result``
-    of ``exact``, or 0s of ``out_shape`` where the data has no element); else the native op (``fast`` of ``native``)."""
-    zeros = reading.fork()  # no data: every element reads 0
+    """``output`` = ``If(condition)``: ``reading``'s nodes (``t``), then DirectML's reading (what ``repair`` makes,
+    or 0s of ``out_shape`` where the data has no element); else the native op (``fast`` of ``native``). Where the
+    model states the data's element count, only the reading that applies is made (no second If)."""
     value = helper.make_tensor("zero", data_type, [1], [0])
-    zeros_out = zeros.node("ConstantOfShape", [out_shape], "zeros", value=value)
-    read = reading.node(
-        "If", [reading.node("Less", [t.count, t.one], "no_data")], "if_no_data",
-        then_branch=_branch("no_data", zeros.nodes, zeros_out, data_type),
-        else_branch=_branch("repair", exact.nodes, result, data_type),
-    )  # fmt: skip
+    if t.known_count != 0:
+        exact = reading.fork()
+        result = repair(exact)
+    if t.known_count is None:  # no data: every element reads 0
+        zeros = reading.fork()
+        zeros_out = zeros.node("ConstantOfShape", [out_shape(zeros)], "zeros", value=value)
+        read = reading.node(
+            "If", [reading.node("Less", [t.count, t.one], "no_data")], "if_no_data",
+            then_branch=_branch("no_data", zeros.nodes, zeros_out, data_type),
+            else_branch=_branch("repair", exact.nodes, result, data_type),
+        )  # fmt: skip
+        then_nodes = reading.nodes
+    elif t.known_count == 0:
+        read = reading.node("ConstantOfShape", [out_shape(reading)], "zeros", value=value)
+        then_nodes = reading.nodes
+    else:
+        read, then_nodes = result, reading.nodes + exact.nodes
     emit.node(
         "If", [condition], "if_outside", output,
-        then_branch=_branch("directml_reading", reading.nodes, read, data_type),
+        then_branch=_branch("directml_reading", then_nodes, read, data_type),
         else_branch=_branch("in_bounds", native.nodes, fast, data_type),
     )  # fmt: skip
 
 
+def _index_dtype(index_type: int) -> type:
+    return np.int32 if index_type == TensorProto.INT32 else np.int64
+
+
 def directml_gather(
-    emit: Emitter, x: str, indices: str, index_type: int, axis: int, rank: int, index_rank: int, gather: bool,
-    data_type: int, mode: str, output: str,
+    emit: Emitter, x: str, dims: Sequence[int | str | None], indices: str, index_type: int, axis: int,
+    index_rank: int, gather: bool, data_type: int, mode: str, output: str,
 ) -> None:  # fmt: skip
-    """``output`` = Gather or GatherElements of ``x`` (of ``rank``) at ``indices`` (of ``index_rank``) along ``axis``
+    """``output`` = Gather or GatherElements of ``x`` (of ``dims``) at ``indices`` (of ``index_rank``) along ``axis``
     as DirectML reads it (``mode`` ``directml``, or ``directml-16bit`` for 16-bit data that travels as FLOAT32)."""
     element_size = 2 if mode == DIRECTML_16BIT else helper.tensor_dtype_to_np_dtype(data_type).itemsize
     signed = index_type in (TensorProto.INT32, TensorProto.INT64)
     # The native ops take INT32 and INT64. Unsigned values from 2^63 are negative as INT64: out of bounds either way.
     v = indices if signed else emit.node("Cast", [indices], "as_int64", to=TensorProto.INT64)
-    shape = emit.node("Shape", [x], "data_shape")
-    size = emit.squeeze(emit.slice(shape, axis, axis + 1, "axis_size"), [0], "size")
-    limit = size if index_type != TensorProto.INT32 else emit.node("Cast", [size], "size_int32", to=index_type)
-    outside, condition = _outside(emit, v, limit, signed)
+    data = _Data(emit, x, dims)
+    size = data.size(emit, axis, "size")
+    limit = size[0]
+    if index_type == TensorProto.INT32:
+        known = size[1]
+        limit = emit.constant(known, np.int32, "size_int32") if known is not None else (
+            emit.node("Cast", [limit], "size_int32", to=index_type))  # fmt: skip
+    outside, condition = _outside(emit, v, limit, size[1], _index_dtype(index_type), signed)
     reading = emit.fork()
-    t = _Tensor(reading, x, shape, size, axis, rank)
-    if gather:
-        parts = [reading.slice(shape, 0, axis, "before"), reading.node("Shape", [v], "index_shape"),
-                 reading.slice(shape, axis + 1, rank, "after")]  # fmt: skip
-        out_shape = reading.node("Concat", parts, "output_shape", axis=0)
-    else:
-        out_shape = reading.node("Shape", [v], "output_shape")
-    exact = emit.fork()
-    result = _repair(exact, t, v, outside, index_type, axis, rank, index_rank, gather, signed, data_type, element_size)
+    t = _Tensor(reading, data, axis, size[0])
+
+    def out_shape(branch: Emitter) -> str:
+        v_shape = branch.node("Shape", [v], "index_shape")
+        return _gather_shape(branch, data, v_shape, axis) if gather else v_shape
+
+    def repair(exact: Emitter) -> str:
+        return _repair(exact, t, v, outside, index_type, axis, index_rank, gather, signed, data_type, element_size)
+
     native = emit.fork()
     fast = native.node("Gather" if gather else "GatherElements", [x, v], "native", axis=axis)
-    _guarded(emit, condition, reading, t, out_shape, exact, result, native, fast, data_type, output)
+    _guarded(emit, condition, reading, t, out_shape, repair, native, fast, data_type, output)
 
 
 def directml_gather_nd(
-    emit: Emitter, x: str, indices: str, index_type: int, rank: int, index_rank: int, batch: int, k: int,
-    data_type: int, mode: str, output: str,
+    emit: Emitter, x: str, dims: Sequence[int | str | None], indices: str, index_type: int, index_rank: int,
+    batch: int, k: int, data_type: int, mode: str, output: str,
 ) -> None:  # fmt: skip
-    """``output`` = GatherND of ``x`` (of ``rank``) at ``indices`` (of ``index_rank``, tuples of ``k``) with ``batch``
+    """``output`` = GatherND of ``x`` (of ``dims``) at ``indices`` (of ``index_rank``, tuples of ``k``) with ``batch``
     batch dims as DirectML reads it: the native op on the tuples with the out-of-bounds ones set to 0, and the
     slices of those read at each tuple's linear position (section 4.3, in wrapping 32-bit arithmetic) and
     scattered in."""
     element_size = 2 if mode == DIRECTML_16BIT else helper.tensor_dtype_to_np_dtype(data_type).itemsize
     signed = index_type in (TensorProto.INT32, TensorProto.INT64)
     v = indices if index_type == TensorProto.INT64 else emit.node("Cast", [indices], "as_int64", to=TensorProto.INT64)
-    shape = emit.node("Shape", [x], "data_shape")
-    # (Not a Slice of the whole shape: ONNX Runtime would warn it cannot fold it into the branches that use it.)
-    sizes = shape if (batch, k) == (0, rank) else emit.slice(shape, batch, batch + k, "tuple_sizes")
-    outside, condition = _outside(emit, v, sizes, signed)
+    data = _Data(emit, x, dims)
+    rank = data.rank
+    sizes = data.sizes(emit, batch, batch + k, "tuple_sizes")
+    outside_at, condition = _outside(emit, v, sizes, data.known(batch, batch + k), np.int64, signed)
     reading = emit.fork()
-    last_size = reading.squeeze(reading.slice(shape, batch + k - 1, batch + k, "last_size"), [0], "last_tuple_size")
-    t = _Tensor(reading, x, shape, last_size, batch + k - 1, rank)
-    trailing = reading.slice(shape, batch + k, rank, "trailing")
-    parts = [reading.slice(reading.node("Shape", [v], "v_shape"), 0, -1, "tuple_dims"), trailing]
-    out_shape = reading.node("Concat", parts, "output_shape", axis=0)
+    t = _Tensor(reading, data, batch + k - 1)
+
+    tuples = v
+
+    def out_shape(branch: Emitter) -> str:
+        tuple_dims = branch.slice(branch.node("Shape", [tuples], "v_shape"), 0, -1, "tuple_dims")
+        return branch.node("Concat", [tuple_dims, data.sizes(branch, batch + k, rank, "trailing")], "output_shape",
+                           axis=0)  # fmt: skip
+
     fast_path = emit.fork()
     fast = fast_path.node("GatherND", [x, v], "native", **({"batch_dims": batch} if batch else {}))
-    exact = emit.fork()
-    if index_rank == 1:  # a single tuple (no batch dims): as a list of one, the output reshaped at the end
-        v, outside = (exact.unsqueeze(value, [0], f"{step}_list") for value, step in ((v, "v"), (outside, "outside")))
-    # Which tuples have a coordinate outside, where they are, and what they hold.
-    tuple_outside = functools.reduce(
-        lambda a, b: exact.node("Or", [a, b], "tuple_outside"),
-        (exact.node("Gather", [outside, exact.constant(j, np.int64, f"j{j}")], f"outside{j}", axis=-1)
-         for j in range(k)),
-    )  # fmt: skip
-    at = exact.node("NonZero", [tuple_outside], "outside_at")  # (index rank - 1, M)
-    coordinates = exact.node("Transpose", [at], "outside_coordinates")  # (M, index rank - 1)
-    bad = exact.node("GatherND", [v, coordinates], "outside_tuples")  # (M, k)
-    safe = exact.node("Where", [exact.unsqueeze(tuple_outside, [-1], "outside_column"), t.zero, v], "safe_tuples")
-    native = exact.node("GatherND", [x, safe], "native", **({"batch_dims": batch} if batch else {}))
-    # Each bad tuple's linear position: its batch's, times the tuples per batch, plus its own.
-    v_shape = exact.node("Shape", [v], "indices_shape")
-    tuple_count = _reduce(exact, "ReduceProd", sizes, "tuple_count")
-    rows = exact.node("Mod", [exact.node("Mul", [_position(exact, at, v_shape, range(batch)), tuple_count],
-                                         "batch_start"), t.two32], "batch_row")  # fmt: skip
-    for j in range(k):
-        size = exact.squeeze(exact.slice(shape, batch + j, batch + j + 1, f"size{j}"), [0], f"tuple_size{j}")
-        coordinate = exact.node("Gather", [bad, exact.constant(j, np.int64, f"k{j}")], f"coordinate{j}", axis=1)
-        stride = _reduce(exact, "ReduceProd", exact.slice(shape, batch + j + 1, batch + k, f"after{j}"), f"stride{j}")
-        step = exact.node("Mul", [_words(exact, t, coordinate, size, signed), stride], f"step{j}")
-        rows = exact.node("Mod", [exact.node("Add", [rows, step], f"row{j}"), t.two32], f"rows{j}")
-    s = exact.node("Reshape", [exact.node("Range", [t.zero, t.inner, t.one], "inner_range"),
-                               exact.constant([1, -1], np.int64, "s_shape")], "s")  # fmt: skip
-    values = _read_rows(exact, t, exact.unsqueeze(rows, [1], "rows_column"), s, data_type, element_size)
-    slices = exact.node("Concat", [t.minus_one, trailing], "slices_shape", axis=0)
-    values = exact.node("Reshape", [values, slices], "slices")
-    result = exact.node("ScatterND", [native, coordinates, values], "directml" if index_rank > 1 else "repaired")
-    if index_rank == 1:
-        result = exact.node("Reshape", [result, out_shape], "directml")
-    _guarded(emit, condition, reading, t, out_shape, exact, result, fast_path, fast, data_type, output)
+
+    def repair(exact: Emitter) -> str:
+        v, outside = tuples, outside_at
+        if index_rank == 1:  # a single tuple (no batch dims): as a list of one, the output reshaped at the end
+            v, outside = exact.unsqueeze(v, [0], "v_list"), exact.unsqueeze(outside, [0], "outside_list")
+        # Which tuples have a coordinate outside, where they are, and what they hold.
+        tuple_outside = functools.reduce(
+            lambda a, b: exact.node("Or", [a, b], "tuple_outside"),
+            (exact.node("Gather", [outside, exact.constant(j, np.int64, f"j{j}")], f"outside{j}", axis=-1)
+             for j in range(k)),
+        )  # fmt: skip
+        at = exact.node("NonZero", [tuple_outside], "outside_at")  # (index rank - 1, M)
+        coordinates = exact.node("Transpose", [at], "outside_coordinates")  # (M, index rank - 1)
+        bad = exact.node("GatherND", [v, coordinates], "outside_tuples")  # (M, k)
+        safe = exact.node("Where", [exact.unsqueeze(tuple_outside, [-1], "outside_column"), t.zero, v], "safe_tuples")
+        native = exact.node("GatherND", [x, safe], "native", **({"batch_dims": batch} if batch else {}))
+        # Each bad tuple's linear position: its batch's, times the tuples per batch, plus its own.
+        v_shape = exact.node("Shape", [v], "indices_shape")
+        tuple_count = data.product(exact, batch, batch + k, "tuple_count")[0]
+        rows = exact.node("Mod", [exact.node("Mul", [_position(exact, at, v_shape, range(batch)), tuple_count],
+                                             "batch_start"), t.two32], "batch_row")  # fmt: skip
+        for j in range(k):
+            size = data.size(exact, batch + j, f"tuple_size{j}")
+            coordinate = exact.node("Gather", [bad, exact.constant(j, np.int64, f"k{j}")], f"coordinate{j}", axis=1)
+            stride = data.product(exact, batch + j + 1, batch + k, f"stride{j}")[0]
+            step = exact.node("Mul", [_words(exact, t, coordinate, size, signed), stride], f"step{j}")
+            rows = exact.node("Mod", [exact.node("Add", [rows, step], f"row{j}"), t.two32], f"rows{j}")
+        s = exact.node("Reshape", [exact.node("Range", [t.zero, t.inner, t.one], "inner_range"),
+                                   exact.constant([1, -1], np.int64, "s_shape")], "s")  # fmt: skip
+        values = _read_rows(exact, t, exact.unsqueeze(rows, [1], "rows_column"), s, data_type, element_size)
+        trailing = data.sizes(exact, batch + k, rank, "trailing")
+        slices = exact.node("Concat", [t.minus_one, trailing], "slices_shape", axis=0)
+        values = exact.node("Reshape", [values, slices], "slices")
+        result = exact.node("ScatterND", [native, coordinates, values], "directml" if index_rank > 1 else "repaired")
+        if index_rank == 1:
+            result = exact.node("Reshape", [result, out_shape(exact)], "directml")
+        return result
+
+    _guarded(emit, condition, reading, t, out_shape, repair, fast_path, fast, data_type, output)
