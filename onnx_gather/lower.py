@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -226,9 +227,12 @@ class _Lowering:
         n, a = input_type.rank, axis - plan.kx
         i = emit.unpad(plan.i, (n - plan.ki) - index_dimensions, "unpad_indices") if gather else plan.i
         data_type = plan.carried if plan.carried is not None else input_type.elem_type
-        directml = mode.startswith("directml")
+        in_bounds = _in_bounds(work.constant(plan.i), input_type.dims[axis : axis + 1])
+        directml = mode.startswith("directml") and not in_bounds
         mask = None
-        if not directml:
+        if in_bounds:  # every mode reads what the native op reads
+            fixed = _native_indices(emit, i, indices_type.elem_type)
+        elif not directml:
             fixed, mask = _fix_indices(emit, plan.x, i, indices_type.elem_type, a, input_type.dims[axis], mode)
         # The DML output is the standard output with leading ones: ``padding`` more than the consumer keeps.
         out_rank = (n - plan.kx) + index_dimensions - 1 if gather else n - plan.kx
@@ -272,12 +276,18 @@ class _Lowering:
         data_type = plan.carried if plan.carried is not None else input_type.elem_type
         padding = n - (idc - 1 + inc - batch - k) - plan.unpadded
         mask = None
-        result = self.names.fresh(f"{name}/output") if padding != 0 or mode == "zero" else plan.final
-        if mode.startswith("directml"):
-            dims = input_type.dims[n - inc :]
+        dims = input_type.dims[n - inc :]
+        in_bounds = _in_bounds(work.constant(plan.i), dims[batch : batch + k])
+        masked = mode == "zero" and not in_bounds
+        result = self.names.fresh(f"{name}/output") if padding != 0 or masked else plan.final
+        if mode.startswith("directml") and not in_bounds:
             directml_gather_nd(emit, x, dims, i, indices_type.elem_type, idc, batch, k, data_type, mode, result)
         else:
-            fixed, mask = _fix_tuples(emit, x, i, indices_type.elem_type, batch, k, mode)
+            if in_bounds:  # every mode reads what the native op reads
+                fixed = i if indices_type.elem_type == TensorProto.INT64 else (
+                    emit.node("Cast", [i], "as_int64", to=TensorProto.INT64))  # fmt: skip
+            else:
+                fixed, mask = _fix_tuples(emit, x, i, indices_type.elem_type, batch, k, mode)
             attributes = {"batch_dims": batch} if batch else {}
             emit.nodes.append(helper.make_node("GatherND", [x, fixed], [result], name=name, **attributes))
         if mask is not None:
@@ -491,6 +501,28 @@ class _Bounds:
         if isinstance(self.static_size, int):
             return self.emit.constant(-self.static_size, self.np_type, "low")
         return self.emit.node("Neg", [self.size], "low")
+
+
+def _in_bounds(indices: np.ndarray | None, sizes: Sequence[int | str | None]) -> bool:
+    """Constant ``indices`` whose every value (every coordinate of a tuple, for several ``sizes``) lies inside its
+    axis, whose size the model states: such a gather is in bounds on every run, whatever the mode says."""
+    if indices is None or indices.dtype.kind not in "iu" or not all(isinstance(size, int) for size in sizes):
+        return False
+    if len(sizes) > 1 and (indices.ndim == 0 or indices.shape[-1] != len(sizes)):
+        return False
+    if indices.dtype == np.uint64 and bool((indices >= 2**63).any()):
+        return False  # beyond every size (and beyond INT64)
+    limits = np.array(sizes, np.int64)
+    low = -limits if indices.dtype.kind == "i" else np.zeros_like(limits)
+    values = indices.astype(np.int64)
+    return bool(np.all((low <= values) & (values < limits)))
+
+
+def _native_indices(emit: Emitter, indices: str, index_type: int) -> str:
+    """Indices as the native ops take them (INT32 or INT64)."""
+    if index_type in (TensorProto.INT32, TensorProto.INT64):
+        return indices
+    return emit.node("Cast", [indices], "as_int64", to=TensorProto.INT64)
 
 
 def _fix_indices(

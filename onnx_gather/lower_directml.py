@@ -202,22 +202,19 @@ def _repair(
     overwritten with DirectML's reading. The data has at least one element. The last node writes the output (a
     Reshape there would copy it once more), except for a Gather whose indices are not 1-D."""
     flat, rank = gather and index_rank != 1, t.data.rank
-    v_shape = emit.node("Shape", [v], "indices_shape")
     if gather:
-        outside = emit.node("Reshape", [outside, t.minus_one], "flat_outside") if flat else outside
-        at = emit.node("NonZero", [outside], "outside_at")  # (1, M)
+        outside_list = emit.node("Reshape", [outside, t.minus_one], "flat_outside") if flat else outside
+        at = emit.node("NonZero", [outside_list], "outside_at")  # (1, M)
         q = emit.node("Reshape", [at, t.minus_one], "outside_positions")
     else:
         at = emit.node("NonZero", [outside], "outside_at")  # (rank, M)
         # Where each sits in the indices, flattened (ScatterElements and GatherElements beat ScatterND and GatherND).
-        q = _position(emit, at, v_shape, range(rank))
+        q = _position(emit, at, emit.node("Shape", [v], "indices_shape"), range(rank))
     flat_v = emit.node("Reshape", [v, t.minus_one], "flat_indices")
-    zero_index = helper.make_tensor("zero", TensorProto.INT32 if index_type == TensorProto.INT32 else TensorProto.INT64,
-                                    [1], [0])  # fmt: skip
-    zeros = emit.node("ConstantOfShape", [emit.node("Shape", [q], "outside_count")], "zero_indices", value=zero_index)
-    safe = emit.node("ScatterElements", [flat_v, q, zeros], "safe_flat", axis=0)
-    if not flat:
-        safe = emit.node("Reshape", [safe, v_shape], "safe_indices")
+    zero_index = emit.constant(0, np.int32 if index_type == TensorProto.INT32 else np.int64, "zero_index")
+    # Indices (not data: exact) with the out-of-bounds ones 0; flat for a Gather whose indices are not 1-D, whose
+    # slices are put back in that form.
+    safe = emit.node("Where", [outside_list, zero_index, flat_v] if flat else [outside, zero_index, v], "safe_indices")
     native = emit.node("Gather" if gather else "GatherElements", [t.x, safe], "native", axis=axis)
 
     w = emit.node("GatherElements", [flat_v, q], "outside_values", axis=0)
@@ -231,10 +228,8 @@ def _repair(
         coordinates = emit.node("Transpose", [at], "outside_coordinates")  # (M, rank)
         return emit.node("ScatterND", [native, coordinates, values], "directml")
     # Slices: every outer and inner position of each out-of-bounds index, (P, M, S), put back along the axis.
-    p = emit.node("Reshape", [emit.node("Range", [t.zero, t.outer, t.one], "outer_range"),
-                              emit.constant([-1, 1, 1], np.int64, "p_shape")], "p")  # fmt: skip
-    s = emit.node("Reshape", [emit.node("Range", [t.zero, t.inner, t.one], "inner_range"),
-                              emit.constant([1, 1, -1], np.int64, "s_shape")], "s")  # fmt: skip
+    p = _positions(emit, t, t.data.known(0, axis), lambda: t.outer, [-1, 1, 1], "p")
+    s = _positions(emit, t, t.data.known(axis + 1, rank), lambda: t.inner, [1, 1, -1], "s")
     words = emit.node("Reshape", [words, emit.constant([1, -1, 1], np.int64, "words_shape")], "words_3d")
     values = _read(emit, t, p, words, s, data_type, element_size)
     before, after = t.data.known(0, axis), t.data.known(axis + 1, rank)
@@ -250,7 +245,19 @@ def _repair(
     fixed = emit.node("ScatterElements", [native, slots, values], "directml" if not flat else "repaired", axis=axis)
     if not flat:
         return fixed
+    v_shape = emit.node("Shape", [v], "indices_shape")
     return emit.node("Reshape", [fixed, _gather_shape(emit, t.data, v_shape, axis)], "directml")
+
+
+def _positions(
+    emit: Emitter, t: _Tensor, dims: list[int] | None, count: Callable[[], str], shape: list[int], step: str
+) -> str:
+    """0, 1, ... up to the product of ``dims`` (``count()``), reshaped to ``shape``: a constant where the model
+    states the dims and they are few, else a Range."""
+    if dims is not None and math.prod(dims) <= 4096:
+        return emit.constant(np.arange(math.prod(dims), dtype=np.int64).reshape(shape), np.int64, step)
+    return emit.node("Reshape", [emit.node("Range", [t.zero, count(), t.one], f"{step}_range"),
+                                 emit.constant(shape, np.int64, f"{step}_shape")], step)  # fmt: skip
 
 
 def _gather_shape(emit: Emitter, data: _Data, v_shape: str, axis: int) -> str:
@@ -407,8 +414,7 @@ def directml_gather_nd(
             stride = data.product(exact, batch + j + 1, batch + k, f"stride{j}")[0]
             step = exact.node("Mul", [_words(exact, t, coordinate, size, signed), stride], f"step{j}")
             rows = exact.node("Mod", [exact.node("Add", [rows, step], f"row{j}"), t.two32], f"rows{j}")
-        s = exact.node("Reshape", [exact.node("Range", [t.zero, t.inner, t.one], "inner_range"),
-                                   exact.constant([1, -1], np.int64, "s_shape")], "s")  # fmt: skip
+        s = _positions(exact, t, data.known(batch + k, rank), lambda: t.inner, [1, -1], "s")
         values = _read_rows(exact, t, exact.unsqueeze(rows, [1], "rows_column"), s, data_type, element_size)
         trailing = data.sizes(exact, batch + k, rank, "trailing")
         slices = exact.node("Concat", [t.minus_one, trailing], "slices_shape", axis=0)

@@ -426,3 +426,35 @@ def test_dml_outputs_are_typed_with_their_symbolic_dims_and_lowering_needs_no_in
     assert report.left == [] and len(report.changed) == 2
     x, rows = RNG.standard_normal((5, 4)).astype(np.float32), np.array([4, 0])
     assert_all_identical(run_model(lowered, {"x": x, "rows": rows}), run_model(model, {"x": x, "rows": rows}))
+
+
+@pytest.mark.parametrize("mode", ["directml", "clamp", "zero", "error"])
+@pytest.mark.parametrize(
+    ("op", "indices", "in_bounds"),
+    [
+        ("Gather", np.array([0, -4, 3], np.int64), True),  # a shape's entries, as exporters read them
+        ("Gather", np.array([1, 4], np.int64), False),
+        ("Gather", np.array([2, 3], np.uint32), True),
+        ("GatherElements", np.array([[0, 3, -1]] * 3, np.int32), True),
+        ("GatherND", np.array([[2, -3], [0, 0]], np.int64), True),
+        ("GatherND", np.array([[2, 3], [0, 0]], np.int64), False),  # 3 is past the second dim
+    ],
+)
+def test_constant_indices_inside_stated_sizes_lower_to_the_native_op_alone(op, indices, in_bounds, mode):
+    data = RNG.integers(-100, 100, (3, 4)).astype(np.float32)
+    constant = h.make_node("Constant", [], ["i"], value=onnx.numpy_helper.from_array(indices))
+    gather = h.make_node(op, ["x", "i"], ["y"], name="g", **({} if op == "GatherND" else {"axis": 1}))
+    model = _model([constant, gather], [h.make_tensor_value_info("x", T.FLOAT, [3, 4])],
+                   [h.make_tensor_value_info("y", T.FLOAT, None)])  # fmt: skip
+    if op == "GatherElements":  # indices of the data's shape off the axis
+        model.graph.node[0].attribute[0].t.CopyFrom(
+            onnx.numpy_helper.from_array(np.array([[0, 3, -1, 1]] * 3, np.int32))
+        )
+    lowered = onnx_gather.to_onnx(onnx_gather.to_dml(model, out_of_bounds=mode))
+    ops = {op_type.split("::")[1] for op_type in _ops(lowered)}
+    if in_bounds:  # no If, no clamp, no mask: the native op (and a Cast for unsigned indices)
+        assert ops <= {op, "Constant", "Cast"}, ops
+    if mode != "error" or in_bounds:
+        (actual,) = run_model(lowered, {"x": data})
+        dml = onnx_gather.to_dml(model, out_of_bounds=mode)
+        assert_identical(actual, run_model(dml, {"x": data}, custom_ops=True)[0])
