@@ -233,13 +233,19 @@ class Initializers:
     def __init__(self, graph: onnx.GraphProto, names: Names) -> None:
         self._graph, self._names = graph, names
         self._made: dict[tuple, str] = {}
+        self.values: dict[str, np.ndarray] = {}  # name -> value, for arithmetic on constants
 
     def get(self, array: np.ndarray, step: str) -> str:
         key = (array.dtype.str, array.shape, array.tobytes())
         if key not in self._made:
             self._made[key] = self._names.fresh(f"{DOMAIN}/{step}")
             self._graph.initializer.append(numpy_helper.from_array(array, self._made[key]))
+            self.values[self._made[key]] = array
         return self._made[key]
+
+
+# Integer ops on constants, as ONNX defines them (numpy's int64 arithmetic wraps as ONNX Runtime's does).
+_FOLDED = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
 
 
 class Emitter:
@@ -263,7 +269,15 @@ class Emitter:
     def node(
         self, op_type: str, inputs: Sequence[str], step: str, output: str | None = None, domain: str = "", **attributes
     ) -> str:
-        """Append ``op_type(inputs)`` named ``prefix/step``; returns its output (a fresh name unless given)."""
+        """Append ``op_type(inputs)`` named ``prefix/step``; returns its output (a fresh name unless given).
+
+        Integer arithmetic on constants is done here, once (a constant instead of a node ONNX Runtime would fold).
+        """
+        if output is None and op_type in _FOLDED and self._initializers is not None and not attributes:
+            values = [self._initializers.values.get(name) for name in inputs]
+            if all(value is not None and value.dtype.kind == "i" for value in values):
+                result = _FOLDED[op_type](*values)
+                return self.constant(result, result.dtype, step)
         output = output or self.names.fresh(f"{self.prefix}/{step}")
         name = self.names.fresh(f"{self.prefix}/{step}")
         self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=name, domain=domain, **attributes))

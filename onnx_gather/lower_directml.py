@@ -129,14 +129,15 @@ class _Tensor:
         return self.data.product(self._emit, 0, self.data.rank, "count")[0]
 
 
-def _words(emit: Emitter, t: _Tensor, w: str, size: tuple[str, int | None], signed: bool) -> str:
-    """DirectML's coordinate of each INT64 index in ``w`` on a dimension of ``size`` (section 4.3, steps 1, 2)."""
+def _words(emit: Emitter, t: _Tensor, w: str, size: tuple[str, int | list[int] | None], signed: bool) -> str:
+    """DirectML's coordinate of each INT64 index in ``w`` on a dimension of ``size`` (section 4.3, steps 1, 2); for
+    GatherND's tuples, ``size`` holds the sizes of the tuples' dimensions (the last axis of ``w``)."""
     size_value, known = size
     if signed:  # a negative index counts from the end: (w + size) mod 2^32, as (w mod 2^32 + size) mod 2^32 is
         w = emit.node("Where", [emit.node("Less", [w, t.zero], "negative"),
                                 emit.node("Add", [w, size_value], "plus_size"), w], "signed")  # fmt: skip
     words = emit.node("Mod", [w, t.two32], "low_word")
-    if known is not None and known != 1:
+    if known is not None and 1 not in np.atleast_1d(known):
         return words
     return emit.node("Where", [emit.node("Equal", [size_value, t.one], "size_one"), t.zero, words], "axis_word")
 
@@ -158,8 +159,9 @@ def _read_rows(emit: Emitter, t: _Tensor, row: str, s: str, data_type: int, elem
         last = emit.constant(t.known_count - 1, np.int64, "last")
     flat = emit.node("Reshape", [t.x, t.minus_one], "flat")
     values = emit.node("GatherElements", [flat, _minimum(emit, offsets, last, "clamped")], "read", axis=0)
-    # Past the last element: the last element again if the memory ends there, else the padding's 0.
-    if t.known_count is not None and t.known_count * element_size % 4 == 0:
+    # Past the last element: the last element again if the memory ends there, else the padding's 0 (never for
+    # elements of 4 or 8 bytes).
+    if element_size % 4 == 0 or (t.known_count is not None and t.known_count * element_size % 4 == 0):
         return values
     past_last = emit.node("Less", [last, offsets], "past_last")
     if t.known_count is not None:
@@ -210,7 +212,7 @@ def _repair(
         at = emit.node("NonZero", [outside], "outside_at")  # (rank, M)
         # Where each sits in the indices, flattened (ScatterElements and GatherElements beat ScatterND and GatherND).
         q = _position(emit, at, emit.node("Shape", [v], "indices_shape"), range(rank))
-    flat_v = emit.node("Reshape", [v, t.minus_one], "flat_indices")
+    flat_v = v if gather and index_rank == 1 else emit.node("Reshape", [v, t.minus_one], "flat_indices")
     zero_index = emit.constant(0, np.int32 if index_type == TensorProto.INT32 else np.int64, "zero_index")
     # Indices (not data: exact) with the out-of-bounds ones 0; flat for a Gather whose indices are not 1-D, whose
     # slices are put back in that form.
@@ -403,17 +405,18 @@ def directml_gather_nd(
         bad = exact.node("GatherND", [v, coordinates], "outside_tuples")  # (M, k)
         safe = exact.node("Where", [exact.unsqueeze(tuple_outside, [-1], "outside_column"), t.zero, v], "safe_tuples")
         native = exact.node("GatherND", [x, safe], "native", **({"batch_dims": batch} if batch else {}))
-        # Each bad tuple's linear position: its batch's, times the tuples per batch, plus its own.
-        v_shape = exact.node("Shape", [v], "indices_shape")
-        tuple_count = data.product(exact, batch, batch + k, "tuple_count")[0]
-        rows = exact.node("Mod", [exact.node("Mul", [_position(exact, at, v_shape, range(batch)), tuple_count],
-                                             "batch_start"), t.two32], "batch_row")  # fmt: skip
+        # Each bad tuple's linear position, in wrapping 32-bit arithmetic: its batch's position, then each coordinate
+        # (Horner's rule: ((b * size0 + word0) * size1 + word1) ..., each step taken mod 2^32).
+        words = _words(exact, t, bad, (sizes, data.known(batch, batch + k)), signed)  # (M, k)
+        rows = None if batch == 0 else _position(exact, at, exact.node("Shape", [v], "indices_shape"), range(batch))
         for j in range(k):
-            size = data.size(exact, batch + j, f"tuple_size{j}")
-            coordinate = exact.node("Gather", [bad, exact.constant(j, np.int64, f"k{j}")], f"coordinate{j}", axis=1)
-            stride = data.product(exact, batch + j + 1, batch + k, f"stride{j}")[0]
-            step = exact.node("Mul", [_words(exact, t, coordinate, size, signed), stride], f"step{j}")
-            rows = exact.node("Mod", [exact.node("Add", [rows, step], f"row{j}"), t.two32], f"rows{j}")
+            word = exact.node("Gather", [words, exact.constant(j, np.int64, f"k{j}")], f"word{j}", axis=1)
+            if rows is None:
+                rows = word
+                continue
+            size = data.size(exact, batch + j, f"tuple_size{j}")[0]
+            rows = exact.node("Add", [exact.node("Mul", [rows, size], f"scaled{j}"), word], f"row{j}")
+            rows = exact.node("Mod", [rows, t.two32], f"rows{j}")
         s = _positions(exact, t, data.known(batch + k, rank), lambda: t.inner, [1, -1], "s")
         values = _read_rows(exact, t, exact.unsqueeze(rows, [1], "rows_column"), s, data_type, element_size)
         trailing = data.sizes(exact, batch + k, rank, "trailing")

@@ -33,16 +33,24 @@ def _nodes(model: onnx.ModelProto) -> int:
     return sum(len(body.nodes) for body in bodies(model))
 
 
-def _session_seconds(path: Path, custom_ops: bool, repeat: int) -> float:
-    """The median of ``repeat`` session creations (one thread: as the tests and most servers create them)."""
-    times = []
+def _create(path: Path, custom_ops: bool) -> float:
+    """Seconds to create one session (one thread, as the tests and most servers create them; warnings silenced)."""
+    options = onnx_gather.session_options() if custom_ops else onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    start = time.perf_counter()
+    onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return time.perf_counter() - start
+
+
+def _session_seconds(paths: dict[str, Path], repeat: int) -> dict[str, float]:
+    """The median session creation of each form, the forms taking turns so that a slow spell of the machine falls on
+    all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(repeat):
-        options = onnx_gather.session_options() if custom_ops else onnxruntime.SessionOptions()
-        options.intra_op_num_threads = 1
-        start = time.perf_counter()
-        onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, path in paths.items():
+            times[name].append(_create(path, name == "dml"))
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def _warnings_of(path: Path) -> list[str]:
@@ -70,7 +78,7 @@ def measure(path: Path, mode: str, repeat: int, folder: Path) -> tuple[list[str]
         paths[name] = folder / f"{path.stem}.{name}.onnx"
         model_io.save(model, paths[name], path)
     nodes = {"original": _nodes(original), "dml": _nodes(converted), "lowered": _nodes(lowered)}
-    seconds = {name: _session_seconds(paths[name], name == "dml", repeat) for name in paths}
+    seconds = _session_seconds(paths, repeat)
     gathers = len(conversion.changed)
     per_gather = (nodes["lowered"] - nodes["original"]) / gathers if gathers else 0.0
     row = [
@@ -102,7 +110,8 @@ def main() -> None:
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
     for row in (header, *rows):
         print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
-    print(f"(session creation: median of {args.repeat}, one thread; x = lowered / original; out_of_bounds={args.mode})")
+    print(f"(session creation: median of {args.repeat}, the forms taking turns, one thread; x = lowered / original; "
+          f"out_of_bounds={args.mode})")  # fmt: skip
     for name, warnings in warned.items():
         print(f"{name}: {len(warnings)} lines on stderr while creating the lowered session, first: {warnings[0]}")
     if not warned:
