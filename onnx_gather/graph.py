@@ -278,6 +278,8 @@ class Emitter:
             if all(value is not None and value.dtype.kind == "i" for value in values):
                 result = _FOLDED[op_type](*values)
                 return self.constant(result, result.dtype, step)
+            if op_type == "Mul" and values[1] is not None and values[1].shape == () and values[1] == 1:
+                return inputs[0]  # times a scalar 1
         output = output or self.names.fresh(f"{self.prefix}/{step}")
         name = self.names.fresh(f"{self.prefix}/{step}")
         self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=name, domain=domain, **attributes))

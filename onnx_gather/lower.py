@@ -277,7 +277,9 @@ class _Lowering:
         padding = n - (idc - 1 + inc - batch - k) - plan.unpadded
         mask = None
         dims = input_type.dims[n - inc :]
-        in_bounds = _in_bounds(work.constant(plan.i), dims[batch : batch + k])
+        in_bounds = _in_bounds(work.constant(plan.i), dims[batch : batch + k]) or (
+            batch == 0 and _mask_coordinates(work, types, plan.i, dims[:k])
+        )
         masked = mode == "zero" and not in_bounds
         result = self.names.fresh(f"{name}/output") if padding != 0 or masked else plan.final
         if mode.startswith("directml") and not in_bounds:
@@ -516,6 +518,20 @@ def _in_bounds(indices: np.ndarray | None, sizes: Sequence[int | str | None]) ->
     low = -limits if indices.dtype.kind == "i" else np.zeros_like(limits)
     values = indices.astype(np.int64)
     return bool(np.all((low <= values) & (values < limits)))
+
+
+def _mask_coordinates(work: _Body, types: dict[str, ValueType], indices: str, dims: Sequence[int | str | None]) -> bool:
+    """``indices`` = Transpose(NonZero(mask)) of a mask whose dims are ``dims`` (the same numbers or the same symbols):
+    coordinates of elements of a tensor of those dims, in bounds on every run (``x[mask]`` as exporters write it)."""
+    transpose = work.nodes[work.producer[indices]] if indices in work.producer else None
+    if transpose is None or transpose.op_type != "Transpose" or transpose.domain not in ("", "ai.onnx"):
+        return False
+    perm = next((list(a.ints) for a in transpose.attribute if a.name == "perm"), [1, 0])
+    nonzero = work.nodes[work.producer[transpose.input[0]]] if transpose.input[0] in work.producer else None
+    if perm != [1, 0] or nonzero is None or nonzero.op_type != "NonZero" or nonzero.domain not in ("", "ai.onnx"):
+        return False
+    mask = types.get(nonzero.input[0])
+    return mask is not None and mask.dims is not None and None not in dims and tuple(mask.dims) == tuple(dims)
 
 
 def _native_indices(emit: Emitter, indices: str, index_type: int) -> str:

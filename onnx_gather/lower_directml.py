@@ -48,9 +48,13 @@ class _Data:
     """The data tensor's dims: constants where the model states them, else read off its shape when it runs."""
 
     def __init__(self, emit: Emitter, x: str, dims: Sequence[int | str | None]) -> None:
-        self.x, self.rank = x, len(dims)
+        self.x, self.rank, self._emit = x, len(dims), emit
         self.dims = tuple(d if isinstance(d, int) else None for d in dims)
-        self.shape = None if None not in self.dims else emit.node("Shape", [x], "data_shape")
+
+    @functools.cached_property
+    def shape(self) -> str:
+        """The whole shape, read where the gather is (every branch sees it)."""
+        return self._emit.node("Shape", [self.x], "data_shape")
 
     def known(self, start: int, end: int) -> list[int] | None:
         """``dims[start:end]``, if every one of them is known."""
@@ -62,8 +66,11 @@ class _Data:
         known = self.known(start, end)
         if known is not None:
             return emit.constant(known, np.int64, step)
-        assert self.shape is not None
-        return self.shape if (start, end) == (0, self.rank) else emit.slice(self.shape, start, end, step)
+        if (start, end) == (0, self.rank):
+            return self.shape
+        if emit.opset >= 15:  # not a Slice of the shape, which ONNX Runtime warns it cannot fold into subgraphs
+            return emit.node("Shape", [self.x], step, start=start, end=end)
+        return emit.slice(self.shape, start, end, step)
 
     def product(self, emit: Emitter, start: int, end: int, step: str) -> tuple[str, int | None]:
         """The product of ``shape[start:end]`` (a scalar), and its value where it is known."""
@@ -149,10 +156,14 @@ def _read(emit: Emitter, t: _Tensor, p: str, words: str, s: str, data_type: int,
     return _read_rows(emit, t, row, s, data_type, element_size)
 
 
-def _read_rows(emit: Emitter, t: _Tensor, row: str, s: str, data_type: int, element_size: int) -> str:
-    """What DirectML reads at element offset ``row * inner + s`` (broadcast together, then flattened)."""
-    offsets = emit.node("Add", [emit.node("Mul", [row, t.inner], "row_inner"), s], "linear")
-    offsets = emit.node("Mod", [emit.node("Reshape", [offsets, t.minus_one], "flat_linear"), t.two32], "offset")
+def _read_rows(emit: Emitter, t: _Tensor, row: str, s: str | None, data_type: int, element_size: int) -> str:
+    """What DirectML reads at element offset ``row * inner + s`` (broadcast together, then flattened, mod 2^32); ``s``
+    None: slices of one element, ``row`` (1-D, below 2^32) holds the offsets."""
+    if s is None:
+        offsets = row  # already taken mod 2^32
+    else:
+        offsets = emit.node("Add", [emit.node("Mul", [row, t.inner], "row_inner"), s], "linear")
+        offsets = emit.node("Mod", [emit.node("Reshape", [offsets, t.minus_one], "flat_linear"), t.two32], "offset")
     if t.known_count is None:
         last = emit.node("Sub", [t.count, t.one], "last")
     else:
@@ -414,11 +425,18 @@ def directml_gather_nd(
             if rows is None:
                 rows = word
                 continue
-            size = data.size(exact, batch + j, f"tuple_size{j}")[0]
+            size = (
+                data.size(exact, batch + j, f"tuple_size{j}")[0]
+                if data.known(batch + j, batch + j + 1)
+                else (exact.node("Gather", [sizes, exact.constant(j, np.int64, f"k{j}")], f"tuple_size{j}", axis=0))
+            )
             rows = exact.node("Add", [exact.node("Mul", [rows, size], f"scaled{j}"), word], f"row{j}")
             rows = exact.node("Mod", [rows, t.two32], f"rows{j}")
-        s = _positions(exact, t, data.known(batch + k, rank), lambda: t.inner, [1, -1], "s")
-        values = _read_rows(exact, t, exact.unsqueeze(rows, [1], "rows_column"), s, data_type, element_size)
+        if data.known(batch + k, rank) == []:  # slices of one element: each row is one offset
+            values = _read_rows(exact, t, rows, None, data_type, element_size)
+        else:
+            s = _positions(exact, t, data.known(batch + k, rank), lambda: t.inner, [1, -1], "s")
+            values = _read_rows(exact, t, exact.unsqueeze(rows, [1], "rows_column"), s, data_type, element_size)
         trailing = data.sizes(exact, batch + k, rank, "trailing")
         slices = exact.node("Concat", [t.minus_one, trailing], "slices_shape", axis=0)
         values = exact.node("Reshape", [values, slices], "slices")
