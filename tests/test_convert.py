@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 import pytest
@@ -458,3 +461,22 @@ def test_constant_indices_inside_stated_sizes_lower_to_the_native_op_alone(op, i
         (actual,) = run_model(lowered, {"x": data})
         dml = onnx_gather.to_dml(model, out_of_bounds=mode)
         assert_identical(actual, run_model(dml, {"x": data}, custom_ops=True)[0])
+
+
+def test_a_lowered_gather_nd_on_dims_known_only_by_name_loads_without_a_warning(tmp_path):
+    # A Slice of the data's shape, used inside the If, made ONNX Runtime warn once per GatherND on every session.
+    model = _model(
+        [h.make_node("GatherND", ["x", "i"], ["y"], name="pick")],
+        [h.make_tensor_value_info("x", T.FLOAT, ["a", "b", "c", "d"]),
+         h.make_tensor_value_info("i", T.INT64, ["n", 3])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["n", "d"])],
+    )  # fmt: skip
+    path, converted = tmp_path / "lowered.onnx", onnx_gather.to_dml(model)
+    onnx.save(onnx_gather.to_onnx(converted), path)
+    script = "import sys, onnxruntime; onnxruntime.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])"
+    result = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, check=True)
+    assert result.stderr == ""
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    indices = np.array([[1, 2, 3], [0, -3, 9]])  # the second tuple is out of bounds
+    feeds = {"x": x, "i": indices}
+    assert_identical(run_model(path, feeds)[0], run_model(converted, feeds, custom_ops=True)[0])
