@@ -248,6 +248,16 @@ class Initializers:
 _FOLDED = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
 
 
+def prune_initializers(model: onnx.ModelProto, made: Initializers) -> None:
+    """Remove the initializers ``made`` that no node ended up using (a constant folded into another)."""
+    used = {name for body in bodies(model) for node in body.nodes for name in node.input}
+    used.update(value.name for value in model.graph.output)
+    kept = [t for t in model.graph.initializer if t.name in used or t.name not in made.values]
+    if len(kept) != len(model.graph.initializer):
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(kept)
+
+
 class Emitter:
     """Builds standard nodes into a list, in the form the default opset in force takes."""
 

@@ -25,7 +25,18 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx_gather import semantics
 from onnx_gather.convert import CARRIERS, WHOLE_AXIS, NodeChange, Report, count_ops
-from onnx_gather.graph import DML_OP_TYPES, DOMAIN, Body, Emitter, Initializers, Names, ValueType, bodies, value_types
+from onnx_gather.graph import (
+    DML_OP_TYPES,
+    DOMAIN,
+    Body,
+    Emitter,
+    Initializers,
+    Names,
+    ValueType,
+    bodies,
+    prune_initializers,
+    value_types,
+)
 from onnx_gather.lower_directml import MIN_OPSET, directml_gather, directml_gather_nd
 from onnx_gather.order import sort_topologically
 
@@ -163,6 +174,7 @@ class _Lowering:
         for body in reversed(bodies(self.model)):
             if any(_is_dml(node) for node in body.nodes):
                 self._lower_body(body)
+        prune_initializers(self.model, self.initializers)
         if not any(_is_dml(node) for body in bodies(self.model) for node in body.nodes):
             for imports in (self.model.opset_import, *(f.opset_import for f in self.model.functions)):
                 kept = [o for o in imports if o.domain != DOMAIN]

@@ -222,12 +222,21 @@ def _repair(
     else:
         at = emit.node("NonZero", [outside], "outside_at")  # (rank, M)
         # Where each sits in the indices, flattened (ScatterElements and GatherElements beat ScatterND and GatherND).
-        q = _position(emit, at, emit.node("Shape", [v], "indices_shape"), range(rank))
+        v_shape = emit.node("Shape", [v], "indices_shape")
+        q = _position(emit, at, v_shape, range(rank))
     flat_v = v if gather and index_rank == 1 else emit.node("Reshape", [v, t.minus_one], "flat_indices")
-    zero_index = emit.constant(0, np.int32 if index_type == TensorProto.INT32 else np.int64, "zero_index")
     # Indices (not data: exact) with the out-of-bounds ones 0; flat for a Gather whose indices are not 1-D, whose
-    # slices are put back in that form.
-    safe = emit.node("Where", [outside_list, zero_index, flat_v] if flat else [outside, zero_index, v], "safe_indices")
+    # slices are put back in that form. GatherElements' indices are as many as its output: there a ScatterElements of
+    # the few zeros beats a Where over them all (3x on 4 million indices).
+    if gather:
+        zero_index = emit.constant(0, np.int32 if index_type == TensorProto.INT32 else np.int64, "zero_index")
+        safe = emit.node("Where", [outside_list, zero_index, flat_v] if flat else [outside, zero_index, v], "safe")
+    else:
+        zero_type = TensorProto.INT32 if index_type == TensorProto.INT32 else TensorProto.INT64
+        zero_index = helper.make_tensor("zero", zero_type, [1], [0])
+        zeros = emit.node("ConstantOfShape", [emit.node("Shape", [q], "outside_count")], "zeros", value=zero_index)
+        safe_flat = emit.node("ScatterElements", [flat_v, q, zeros], "safe_flat", axis=0)
+        safe = emit.node("Reshape", [safe_flat, v_shape], "safe")
     native = emit.node("Gather" if gather else "GatherElements", [t.x, safe], "native", axis=axis)
 
     w = emit.node("GatherElements", [flat_v, q], "outside_values", axis=0)
