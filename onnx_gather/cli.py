@@ -297,7 +297,13 @@ def _parity(args: argparse.Namespace) -> int:
             filled = round(20 * (number - 1) / len(models))
             bar = "#" * filled + "." * (20 - filled)
             print(f"[{bar}] {number}/{len(models)} {model.path}", file=sys.stderr, flush=True)
-        feeds = _feeds(args, model)
+        try:
+            feeds = _feeds(args, model)
+        except inputs.InputError as error:  # in a folder, one model's inputs do not stop the others
+            if len(paths) == 1:
+                raise
+            refused[model.path] = str(error)
+            continue
         if args.save_inputs:
             inputs.save(args.save_inputs, feeds)
         runs.append(run_parity(

@@ -171,17 +171,22 @@ def test_a_folder_with_a_model_that_cannot_be_loaded_reports_it_as_refused_and_r
     _ids_model(folder, "a.onnx")
     (folder / "broken.onnx").write_text("not a model")
     _ids_model(folder, "c.onnx")
+    strings = [h.make_tensor_value_info(name, T.STRING, [2]) for name in ("w", "v")]
+    words = h.make_graph([h.make_node("Identity", ["w"], ["v"])], "words", strings[:1], strings[1:])
+    onnx.save(h.make_model(words, opset_imports=[h.make_opsetid("", 17)], ir_version=10), folder / "d_words.onnx")
     report, markdown = tmp_path / "r.json", tmp_path / "r.md"
     arguments = ["parity", str(folder), "--backends", "pyop,cpu", "--report", str(report), "--markdown", str(markdown)]
     assert main(arguments) == 1
     printed = capsys.readouterr().out
-    assert "2 of 3 models passed." in printed and f"  refused {folder / 'broken.onnx'}" in printed
+    assert "2 of 4 models passed." in printed and f"  refused {folder / 'broken.onnx'}" in printed
     document = json.loads(report.read_text())
     assert document["passed"] is False
     assert [(r["model"], r["passed"]) for r in document["models"]] == [
-        (str(folder / "a.onnx"), True), (str(folder / "c.onnx"), True), (str(folder / "broken.onnx"), False)
+        (str(folder / "a.onnx"), True), (str(folder / "c.onnx"), True), (str(folder / "broken.onnx"), False),
+        (str(folder / "d_words.onnx"), False),
     ]  # fmt: skip
     assert "not a readable ONNX model" in document["models"][2]["refused"]
+    assert "input 'w' holds strings, which are not generated" in document["models"][3]["refused"]
     assert "**Refused:**" in markdown.read_text()
 
 
