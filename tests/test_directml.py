@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -158,6 +159,16 @@ def test_missing_inputs_are_named():
         loaded = runner.load(_gather_model())
         with pytest.raises(ValueError, match="no value given for the model's inputs indices"):
             runner.run(loaded, {"data": FEEDS["data"]})
+
+
+def test_a_runner_leaves_no_wine_folder_in_the_temporary_folder():
+    # Wine's server makes a wine-XXXXXX folder in TMPDIR and leaves it; the runner gives Wine a TMPDIR of its own.
+    require_directml()
+    temporary = Path(tempfile.gettempdir())
+    before = set(temporary.glob("wine-*"))
+    with Runner() as runner:
+        runner.run(runner.load(_gather_model()), FEEDS)
+    assert set(temporary.glob("wine-*")) == before
 
 
 def test_a_request_past_its_time_limit_ends_wine_and_xvfb():

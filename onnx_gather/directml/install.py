@@ -233,12 +233,13 @@ def make_prefix(layout: Layout, out: TextIO) -> None:
         return
 
     def build(folder: Path) -> None:
-        environment = wine_environment(folder)
-        try:
-            subprocess.run([WINE, "wineboot", "-i"], env=environment, capture_output=True, timeout=300, check=False)
-            subprocess.run([WINESERVER, "-w"], env=environment, timeout=60, check=False)
-        finally:
-            subprocess.run([WINESERVER, "-k"], env=environment, capture_output=True, timeout=60, check=False)
+        with tempfile.TemporaryDirectory(prefix="onnx-gather-wineboot-") as temporary:
+            environment = wine_environment(folder, Path(temporary))
+            try:
+                subprocess.run([WINE, "wineboot", "-i"], env=environment, capture_output=True, timeout=300, check=False)
+                subprocess.run([WINESERVER, "-w"], env=environment, timeout=60, check=False)
+            finally:
+                subprocess.run([WINESERVER, "-k"], env=environment, capture_output=True, timeout=60, check=False)
         if not (folder / "system.reg").is_file():
             raise SetupError(f"wineboot did not make a Wine prefix in {folder}")
 

@@ -87,11 +87,13 @@ class Layout:
         return found
 
 
-def wine_environment(prefix: Path, **extra: str) -> dict[str, str]:
-    """The environment for a Wine program in ``prefix``: quiet, and never offering to install Mono or Gecko."""
+def wine_environment(prefix: Path, temporary: Path, **extra: str) -> dict[str, str]:
+    """The environment for a Wine program in ``prefix``: quiet, never offering to install Mono or Gecko, and with
+    ``temporary`` (an existing folder the caller removes) as its TMPDIR, where the Wine server keeps its socket
+    folder (``wine-XXXXXX``), which Wine leaves behind."""
     # No Mono or Gecko installer; and no winedbg, which would wait on a crashed process until the time limit.
     quiet = {"WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml=;winedbg.exe=d"}
-    return {**os.environ, "WINEPREFIX": str(prefix), **quiet, **extra}
+    return {**os.environ, "WINEPREFIX": str(prefix), "TMPDIR": str(temporary), **quiet, **extra}
 
 
 def source_hash() -> str:

@@ -101,7 +101,7 @@ class Runner:
         try:
             self._folder = Path(tempfile.mkdtemp(prefix="onnx-gather-dml-"))
             display = self._start_xvfb()
-            environment = wine_environment(self._private_prefix(), DISPLAY=display)
+            environment = wine_environment(self._private_prefix(), self._temporary(), DISPLAY=display)
             with open(self._folder / "wine.log", "wb") as log:
                 self._wine = subprocess.Popen(
                     [WINE, str(self.layout.runner), _windows_path(self.layout.bin).replace("/", "\\")],
@@ -129,6 +129,13 @@ class Runner:
         (prefix / "dosdevices" / "c:").symlink_to("../drive_c")
         (prefix / "dosdevices" / "z:").symlink_to("/")
         return prefix
+
+    def _temporary(self) -> Path:
+        """The runner's TMPDIR, inside its folder: what Wine leaves there goes with the folder."""
+        assert self._folder is not None
+        folder = self._folder / "tmp"
+        folder.mkdir(exist_ok=True)
+        return folder
 
     def _start_xvfb(self) -> str:
         read_end, write_end = os.pipe()
@@ -293,7 +300,7 @@ class Runner:
                     stream.close()
             self._wine = None
             # The Wine server and the services it started (winedevice.exe, ...) serve this runner's prefix alone.
-            environment = {**os.environ, "WINEPREFIX": str(self._folder / "prefix")}  # type: ignore[operator]
+            environment = wine_environment(self._folder / "prefix", self._temporary())  # type: ignore[operator]
             subprocess.run([WINESERVER, "-k"], env=environment, capture_output=True, timeout=60, check=False)
         if self._xvfb is not None:
             _stop(self._xvfb, patience=0.0)
