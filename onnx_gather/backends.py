@@ -64,6 +64,10 @@ def _named(model: Model, outputs: list) -> dict[str, np.ndarray]:
     return dict(zip(model.output_names, (np.asarray(o) for o in outputs), strict=True))
 
 
+class DeviceError(RuntimeError):
+    """The backend's device cannot be used (no such device, the provider did not take the session)."""
+
+
 class Backend:
     """One way of running a model."""
 
@@ -177,7 +181,7 @@ class _Provider(Backend):
             providers=[(self.provider, {"device_id": self.device_id}), "CPUExecutionProvider"],
         )
         if session.get_providers()[0] != self.provider:
-            raise RuntimeError(f"{self.provider} did not take the session (no usable device {self.device_id}?)")
+            raise DeviceError(f"{self.provider} did not take the session (no usable device {self.device_id}?)")
         return Outcome(_named(model, session.run(None, dict(feeds))))
 
 
@@ -217,7 +221,7 @@ class DirectMl(_Provider):
         if self.native:
             return super().run(model, feeds)
         if self.device_id != 0:
-            raise ValueError("real DirectML under Wine has one device, 0 (lavapipe)")
+            raise DeviceError(f"real DirectML under Wine has one device, 0 (lavapipe), not {self.device_id}")
         runner = worker.shared()
         loaded = runner.load(model.path, fallback=True)
         try:

@@ -19,7 +19,7 @@ from onnx_gather.convert import Report, convert
 from onnx_gather.directml import install
 from onnx_gather.directml.layout import Layout
 from onnx_gather.lower import lower
-from onnx_gather.parity import one_line, run_parity
+from onnx_gather.parity import failure_hint, one_line, run_parity
 from onnx_gather.placement import FEATURE_LEVELS
 from onnx_gather.ranks import Observation
 from onnx_gather.semantics import OUT_OF_BOUNDS_MODES
@@ -200,10 +200,9 @@ def _feeds(args: argparse.Namespace, model: backends.Model) -> dict[str, np.ndar
 
 
 def _hint(args: argparse.Namespace, model: backends.Model) -> str:
-    """ "; " and which dynamic dims were generated as 1, if any (the likely cause of a failed run), else ""."""
+    """Which dynamic dims were generated as 1, if any (a likely cause of a failed run), else ""."""
     given = list(inputs.load(args.inputs)) if args.inputs else []
-    hint = inputs.dynamic_hint(model.proto, inputs.parse_shapes(args.shape), given)
-    return f"; {hint}" if hint else ""
+    return inputs.dynamic_hint(model.proto, inputs.parse_shapes(args.shape), given)
 
 
 def _describe(name: str, array: np.ndarray) -> str:
@@ -227,7 +226,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         outcome = backend.run(model, feeds)
     except Exception as error:
-        hint = _hint(args, model)
+        hint = failure_hint(error, _hint(args, model))
+        hint = f"; {hint}" if hint else ""
         print(f"onnx-gather: {args.backend} failed on {args.model}: {one_line(error)}{hint}", file=sys.stderr)
         return 1
     print(f"{args.model} on {args.backend}: {backend.description}")
@@ -308,7 +308,7 @@ def _parity(args: argparse.Namespace) -> int:
             inputs.save(args.save_inputs, feeds)
         runs.append(run_parity(
             model, feeds, names, args.reference, args.atol, args.rtol, args.device_id, args.out_of_bounds,
-            _hint(args, model)[2:],
+            _hint(args, model),
         ))  # fmt: skip
         print(report.text(runs[-1]) + "\n")
     for path, reason in refused.items():
@@ -366,6 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if hasattr(args, "max_elements"):
             ops.set_max_output_elements(args.max_elements)
         return _COMMANDS[args.command](args)
+    except KeyboardInterrupt:  # what was started (Wine, Xvfb) has been ended on the way out
+        print("onnx-gather: interrupted", file=sys.stderr)
+        return 130
     except Exception as error:  # bad input, or a failure it caused: one line, never a traceback unless asked
         if debug:
             traceback.print_exc()

@@ -10,6 +10,7 @@ import numpy as np
 
 from onnx_gather import backends as backends_module
 from onnx_gather.backends import Model
+from onnx_gather.graph import DML_OP_TYPES
 
 
 @dataclass(frozen=True)
@@ -73,13 +74,22 @@ def compare(reference: np.ndarray, actual: np.ndarray, atol: float, rtol: float)
 
 
 def one_line(error: BaseException, typed: bool = True) -> str:
-    """The error on one line, without the bare source locations some runtimes stack in front of it."""
+    """The error on one line, in full, without the bare source locations some runtimes stack in front of it."""
     lines = [line.strip() for line in str(error).splitlines()]
     text = " ".join(line for line in lines if line and not line.startswith("Exception from "))
     text = text or type(error).__name__
-    if typed:
-        text = f"{type(error).__name__}: {text}"
-    return text if len(text) <= 400 else text[:399] + "…"
+    return f"{type(error).__name__}: {text}" if typed else text
+
+
+def failure_hint(error: BaseException, dims_hint: str) -> str:
+    """What the user can do about a backend's failure: run DML ops with the pyop backend; give real sizes where
+    generated dynamic dims of 1 (``dims_hint``) can explain it; nothing where the device is the problem."""
+    if isinstance(error, backends_module.DeviceError):
+        return ""
+    if any(op_type in str(error) for op_type in DML_OP_TYPES):
+        return ("the model holds onnx-gather's DML ops, which only the pyop backend runs: use --backend pyop, or "
+                "`onnx-gather lower` it into standard ONNX first")  # fmt: skip
+    return dims_hint
 
 
 @dataclass
@@ -103,9 +113,10 @@ def run_parity(
     hint: str = "",
 ) -> Parity:
     """Run ``model`` on the ``names`` backends (the reference first) and compare every output with the reference's.
-    ``hint`` goes into the report where a backend fails (which dynamic dims the generated inputs made 1)."""
+    ``hint`` (which dynamic dims the generated inputs made 1) goes into the report where it can explain a backend's
+    failure (``failure_hint``)."""
     order = [reference, *[name for name in names if name != reference]]
-    statuses, outcomes = {}, {}
+    statuses, outcomes, hints = {}, {}, []
     for name in order:
         backend = backends_module.create(name, device_id, out_of_bounds)
         reason = backend.unavailable()
@@ -117,6 +128,7 @@ def run_parity(
             outcomes[name] = backend.run(model, feeds)
         except Exception as error:  # a backend that fails is reported, and the others still run
             statuses[name] = {"status": "error", "reason": one_line(error), "seconds": None}
+            hints.append(failure_hint(error, hint))
             continue
         statuses[name] = {"status": "ok", "reason": None, "seconds": round(time.perf_counter() - start, 4)}
         if outcomes[name].placement:
@@ -146,6 +158,6 @@ def run_parity(
         "out_of_bounds_mode": out_of_bounds,
         "passed": bool(passed),
     }
-    if hint and any(s["status"] == "error" for s in statuses.values()):
-        report["hint"] = hint
+    if any(hints):
+        report["hint"] = "; ".join(dict.fromkeys(h for h in hints if h))
     return Parity(report, notes, outcomes)

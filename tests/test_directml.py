@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -383,3 +385,25 @@ def test_keep_cpu_gathers_leaves_what_the_provider_keeps_on_cpu_so_the_custom_op
         onnx_gather.InferenceSession(convert(model)[0]).run(None, outside)  # without: DirectML's reading, no error
     finally:
         directml.free(loaded)
+
+
+def test_ctrl_c_during_a_dml_run_ends_at_once_with_one_line_and_leaves_nothing(tmp_path):
+    require_directml()
+    model = tmp_path / "gathers.onnx"
+    onnx.save(_gather_model(200), model)  # a load of seconds: time to be interrupted
+    private = tmp_path / "tmp"
+    private.mkdir()
+    command = [sys.executable, "-m", "onnx_gather", "run", str(model), "--backend", "dml"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": str(private)})  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(private.glob("onnx-gather-dml-*/wine.log")) and time.monotonic() < deadline:
+        time.sleep(0.1)  # until Wine runs
+    folders = [str(folder) for folder in private.glob("onnx-gather-dml-*")]
+    assert folders, "the runner should have started"
+    child.send_signal(signal.SIGINT)
+    err = child.communicate(timeout=60)[1]
+    assert (child.returncode, err) == (130, "onnx-gather: interrupted\n"), err
+    # No private prefix, no wine-XXXXXX folder (ONNX Runtime 1.32's telemetry leaves its .ses file: not ours).
+    assert [p.name for p in private.iterdir() if p.name != ".ses"] == []
+    assert _processes_mentioning(folders[0]) == [], "a Wine server, Wine service or Xvfb of the runner is left"

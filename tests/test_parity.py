@@ -313,3 +313,25 @@ def test_run_on_real_directml_prints_its_outputs(tmp_path, capsys):
     dml, pyop = np.load(tmp_path / "out.npz"), np.load(tmp_path / "pyop.npz")
     for name in pyop.files:
         assert dml[name].tobytes() == pyop[name].tobytes() and dml[name].dtype == pyop[name].dtype
+
+
+def test_a_converted_model_on_a_native_backend_is_pointed_to_pyop_or_lower(tmp_path, capsys):
+    model = _ids_model(tmp_path)
+    converted = tmp_path / "dml.onnx"
+    assert main(["convert", str(model), "-o", str(converted)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(converted), "--backend", "cpu"]) == 1
+    error = capsys.readouterr().err
+    assert "use --backend pyop, or `onnx-gather lower` it into standard ONNX first" in error
+    assert "dynamic dims were generated" not in error  # they cannot explain it
+    assert main(["parity", str(converted), "--backends", "pyop,cpu", "--report", str(tmp_path / "r.json")]) == 1
+    assert "use --backend pyop" in json.loads((tmp_path / "r.json").read_text())["hint"]
+
+
+def test_a_device_that_does_not_exist_gets_no_dynamic_dims_hint(tmp_path, capsys):
+    require_directml()
+    model = _ids_model(tmp_path)
+    assert main(["run", str(model), "--backend", "dml", "--device-id", "3"]) == 1
+    error = capsys.readouterr().err
+    assert "real DirectML under Wine has one device, 0 (lavapipe), not 3" in error
+    assert "dynamic dims" not in error and "Hint" not in error

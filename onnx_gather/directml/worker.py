@@ -109,8 +109,8 @@ class Runner:
                     start_new_session=True, preexec_fn=_die_with_parent,
                 )  # fmt: skip
             self.version = self._reply("start", START_SECONDS)[1]
-        except BaseException:
-            self._end()
+        except BaseException:  # a failed start, or Ctrl-C: nothing to wait for
+            self._end(patience=0.0)
             raise
 
     def _private_prefix(self) -> Path:
@@ -221,7 +221,11 @@ class Runner:
         except OSError as error:
             self._end()
             raise RunnerError(f"DirectML {what}: the runner is gone ({error}); Wine and Xvfb were ended") from error
-        return self._reply(what, self.timeout)
+        try:
+            return self._reply(what, self.timeout)
+        except KeyboardInterrupt:  # Ctrl-C: the runner is ended at once, not asked to finish its work
+            self._end(patience=0.0)
+            raise
 
     def load(self, model: str | os.PathLike | onnx.ModelProto, fallback: bool = False) -> Loaded:
         """Create a DirectML session of ``model`` (a file, whose external data stays beside it, or a ModelProto).
@@ -292,9 +296,9 @@ class Runner:
                     pass  # _end below makes sure
             self._end()
 
-    def _end(self) -> None:
+    def _end(self, patience: float = 5.0) -> None:
         if self._wine is not None:
-            _stop(self._wine, patience=5.0)
+            _stop(self._wine, patience=patience)
             for stream in (self._wine.stdin, self._wine.stdout):
                 if stream is not None:
                     stream.close()
