@@ -6,7 +6,10 @@ Steps, each skipped when already done (a second run changes nothing):
    from bookworm-backports, whose apt source is added for it). Needs root and apt.
 2. The three DLLs of the pinned ``onnxruntime-directml`` win_amd64 wheel, downloaded with pip from the
    package registry and checked against its SHA-256.
-3. ``runner.exe``, compiled from the package's ``runner.c``.
+3. ``runner.exe``, compiled from the package's ``runner.c``, and ``d3d12.dll``: vkd3d 1.14 with DXIL (shader
+   model 6) switched on, from the Wine 10 source of Debian 13, downloaded with apt (a private apt configuration with
+   a deb-src line for trixie: nothing of trixie is installed) and checked against its SHA-256, built by the package's
+   ``d3d12/build.sh`` with our D3D12 entry points and one fix.
 4. A Wine prefix (``wineboot -i``).
 
 Everything but the system packages goes to the cache folder (``Layout``); each part is built beside its
@@ -25,6 +28,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 from typing import TextIO
 
@@ -32,6 +36,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from onnx_gather.directml.layout import (
+    D3D12_VARIABLE,
     DLLS,
     MESA_MINIMUM,
     MESA_PACKAGE,
@@ -40,8 +45,13 @@ from onnx_gather.directml.layout import (
     WHEEL,
     WHEEL_SHA256,
     WINE,
+    WINE_SOURCE,
+    WINE_SOURCE_SHA256,
     WINESERVER,
     Layout,
+    d3d12_files,
+    d3d12_hash,
+    d3d12_stack,
     mesa_major,
     package_version,
     runner_source,
@@ -50,7 +60,12 @@ from onnx_gather.directml.layout import (
 )
 from onnx_gather.model_io import write_bytes
 
-PACKAGES = ("wine", "wine64", "xvfb", "gcc-mingw-w64-x86-64", MESA_PACKAGE)
+# Wine, Xvfb, mingw-w64 for runner.exe and d3d12.dll, what d3d12.dll's build needs besides, Mesa's Vulkan driver.
+PACKAGES = ("wine", "wine64", "xvfb", "gcc-mingw-w64-x86-64", "flex", "bison", "wine64-tools", "libvulkan-dev",
+            MESA_PACKAGE)  # fmt: skip
+TRIXIE_SOURCES = (
+    "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main\n"
+)
 COMPILER = "x86_64-w64-mingw32-gcc"
 BACKPORTS_SOURCE = Path("/etc/apt/sources.list.d/onnx-gather-bookworm-backports.sources")
 
@@ -201,28 +216,65 @@ def _compile_runner(folder: Path, out: TextIO) -> None:
     print("  runner.exe: compiled from runner.c", file=out)
 
 
+def _wine_source(folder: Path) -> Path:
+    """Debian's Wine 10 source tarball, downloaded with apt from trixie's deb-src into ``folder``, SHA-256 checked."""
+    (folder / "lists" / "partial").mkdir(parents=True)
+    (folder / "sources.list").write_text(TRIXIE_SOURCES)
+    private = ["-o", f"Dir::Etc::SourceList={folder / 'sources.list'}", "-o", "Dir::Etc::SourceParts=/dev/null",
+               "-o", f"Dir::State::Lists={folder / 'lists'}"]  # fmt: skip
+    for arguments in (["update", "-q"], ["source", "--download-only", "--tar-only", "-q", "wine"]):
+        done = subprocess.run(["apt-get", *private, *arguments], cwd=folder, capture_output=True, text=True)
+        if done.returncode != 0:
+            last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+            raise SetupError(f"cannot download Wine 10's source from Debian's trixie: apt-get {arguments[0]}: {last}")
+    tarball = folder / WINE_SOURCE
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest() if tarball.is_file() else "none (not downloaded)"
+    if digest != WINE_SOURCE_SHA256:
+        raise SetupError(f"{WINE_SOURCE} has SHA-256 {digest}, not the pinned {WINE_SOURCE_SHA256}")
+    return tarball
+
+
+def _build_d3d12(folder: Path, out: TextIO) -> None:
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="onnx-gather-d3d12-") as work, resources.as_file(d3d12_files()) as files:
+        tarball = _wine_source(Path(work) / "source")
+        done = subprocess.run(
+            ["bash", str(files / "build.sh"), str(tarball), str(Path(work) / "build"), str(folder / "d3d12.dll")],
+            capture_output=True, text=True,
+        )  # fmt: skip
+    if done.returncode != 0 or not (folder / "d3d12.dll").is_file():
+        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        raise SetupError(f"building d3d12.dll (vkd3d 1.14) failed: {last}")
+    print(f"  d3d12.dll: vkd3d 1.14 with DXIL, built in {time.perf_counter() - start:.0f} s", file=out)
+
+
 def install_binaries(layout: Layout, out: TextIO) -> dict[str, str]:
-    """Steps 2 and 3: the DLLs and the runner in ``layout.bin``; returns what state.json records."""
+    """Steps 2 and 3: the DLLs, the runner and d3d12.dll in ``layout.bin``; returns what state.json records."""
     state = layout.state()
     have_dlls = all((layout.bin / dll).is_file() for dll in DLLS) and state.get("onnxruntime") == ORT_DIRECTML_VERSION
     have_runner = layout.runner.is_file() and state.get("runner_source_sha256") == source_hash()
-    if have_dlls and have_runner:
-        print(f"  onnxruntime-directml {ORT_DIRECTML_VERSION} and runner.exe: in place", file=out)
+    have_d3d12 = (layout.bin / "d3d12.dll").is_file() and state.get("d3d12_source_sha256") == d3d12_hash()
+    if have_dlls and have_runner and have_d3d12:
+        print(f"  onnxruntime-directml {ORT_DIRECTML_VERSION}, runner.exe and d3d12.dll: in place", file=out)
         return state
 
     def build(folder: Path) -> None:
-        if have_dlls:
-            for dll in DLLS:
+        for dll in (*DLLS, "d3d12.dll") if have_dlls else ("d3d12.dll",):
+            if (layout.bin / dll).is_file():
                 shutil.copy2(layout.bin / dll, folder / dll)
-        else:
+        if not have_dlls:
             _download_dlls(folder, out)
         _compile_runner(folder, out)
+        if not have_d3d12:
+            _build_d3d12(folder, out)
 
     _replace(layout.bin, build)
     return {
         "onnxruntime": ORT_DIRECTML_VERSION,
         "directml": _version_resource(layout.bin / "DirectML.dll"),
         "runner_source_sha256": source_hash(),
+        "d3d12": "vkd3d 1.14 (Debian's Wine 10 source) with DXIL",
+        "d3d12_source_sha256": d3d12_hash(),
     }
 
 
@@ -270,9 +322,13 @@ def probe(layout: Layout) -> str:
     with Runner(layout) as runner:
         loaded = runner.load(model)
         output = runner.run(loaded, {"data": np.arange(10, 16, dtype=np.float32), "indices": np.array([1, 0, -1])})
+        caps = runner.capabilities()
     if output["output"].tolist() != [11.0, 10.0, 15.0]:
         raise SetupError(f"the probe Gather on DirectML gave {output['output'].tolist()}, not [11, 10, 15]")
-    return f"a Gather ran on DirectML in {time.perf_counter() - start:.1f} s (Wine and Xvfb started and ended)"
+    device = (f"shader model {caps['shader_model']}, WaveOps {caps['wave_ops']}, Int64ShaderOps {caps['int64_ops']}, "
+              f"Native16BitShaderOps {caps['native16']}")  # fmt: skip
+    return (f"a Gather ran on DirectML in {time.perf_counter() - start:.1f} s (Wine and Xvfb started and ended); "
+            f"Direct3D 12 {d3d12_stack()} ({D3D12_VARIABLE}): {device}")  # fmt: skip
 
 
 def check(layout: Layout, out: TextIO) -> int:

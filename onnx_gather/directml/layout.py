@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 ORT_DIRECTML_VERSION = "1.24.4"
@@ -20,6 +21,14 @@ HOME_VARIABLE = "ONNX_GATHER_DIRECTML_HOME"
 WINE = "/usr/lib/wine/wine64"  # Debian's wine64 package puts nothing named wine64 on PATH
 WINESERVER = "/usr/lib/wine/wineserver"
 SETUP_COMMAND = "onnx-gather setup-directml"
+# d3d12.dll: vkd3d 1.14 from the Wine 10 source of Debian 13 (trixie), built with DXIL (shader model 6) switched on.
+WINE_SOURCE = "wine_10.0~repack.orig.tar.xz"
+WINE_SOURCE_SHA256 = "e87ff2971c9b2e79fc63341f044d7513e66f3c3782b49609746428caa87c6ee6"
+D3D12_VARIABLE = "ONNX_GATHER_DIRECTML_D3D12"
+D3D12_STACKS = {  # the Direct3D 12 under DirectML: ours (the default), or Wine 8's built-in one for comparison
+    "vkd3d-1.14": "d3d12=n,b",
+    "wine": "d3d12=b",
+}
 MESA_PACKAGE = "mesa-vulkan-drivers"
 MESA_MINIMUM = 25  # bookworm's Mesa 22.3 lacks what vkd3d needs, and DirectML then computes garbage
 
@@ -27,6 +36,32 @@ MESA_MINIMUM = 25  # bookworm's Mesa 22.3 lacks what vkd3d needs, and DirectML t
 def runner_source() -> bytes:
     """The C source of the runner, as installed with the package."""
     return (resources.files("onnx_gather.directml") / "runner.c").read_bytes()
+
+
+def d3d12_files() -> Traversable:
+    """The folder of d3d12.dll's build script and our sources for it, as installed with the package."""
+    return resources.files("onnx_gather.directml") / "d3d12"
+
+
+def d3d12_hash() -> str:
+    """What d3d12.dll is built from: the Wine source's SHA-256 and every file of ``d3d12_files()``."""
+    digest = hashlib.sha256(WINE_SOURCE_SHA256.encode())
+    pending = [d3d12_files()]
+    while pending:
+        for entry in sorted(pending.pop().iterdir(), key=lambda e: e.name):
+            if entry.is_dir():
+                pending.append(entry)
+            else:
+                digest.update(entry.name.encode() + entry.read_bytes())
+    return digest.hexdigest()
+
+
+def d3d12_stack() -> str:
+    """The Direct3D 12 that DirectML runs on: ``$ONNX_GATHER_DIRECTML_D3D12``, else vkd3d 1.14 with DXIL."""
+    stack = os.environ.get(D3D12_VARIABLE) or "vkd3d-1.14"
+    if stack not in D3D12_STACKS:
+        raise ValueError(f"${D3D12_VARIABLE}={stack!r}: expected one of {', '.join(D3D12_STACKS)}")
+    return stack
 
 
 @dataclass(frozen=True)
@@ -82,6 +117,8 @@ class Layout:
             found.append(f"onnxruntime-directml {ORT_DIRECTML_VERSION}'s DLLs are not in {self.bin}")
         if not self.runner.is_file() or state.get("runner_source_sha256") != source_hash():
             found.append(f"the runner is not built from this version's runner.c in {self.bin}")
+        if not (self.bin / "d3d12.dll").is_file() or state.get("d3d12_source_sha256") != d3d12_hash():
+            found.append(f"d3d12.dll (vkd3d 1.14 with DXIL) is not built from this version's sources in {self.bin}")
         if not (self.prefix / "system.reg").is_file():
             found.append(f"the Wine prefix {self.prefix} is not made")
         return found
@@ -91,8 +128,10 @@ def wine_environment(prefix: Path, temporary: Path, **extra: str) -> dict[str, s
     """The environment for a Wine program in ``prefix``: quiet, never offering to install Mono or Gecko, and with
     ``temporary`` (an existing folder the caller removes) as its TMPDIR, where the Wine server keeps its socket
     folder (``wine-XXXXXX``), which Wine leaves behind."""
-    # No Mono or Gecko installer; and no winedbg, which would wait on a crashed process until the time limit.
-    quiet = {"WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml=;winedbg.exe=d"}
+    # No Mono or Gecko installer; no winedbg, which would wait on a crashed process until the time limit; the
+    # Direct3D 12 chosen (d3d12_stack); no vkd3d FIXME lines.
+    overrides = f"mscoree,mshtml=;winedbg.exe=d;{D3D12_STACKS[d3d12_stack()]}"
+    quiet = {"WINEDEBUG": "-all", "WINEDLLOVERRIDES": overrides, "VKD3D_DEBUG": "none", "VKD3D_SHADER_DEBUG": "none"}
     return {**os.environ, "WINEPREFIX": str(prefix), "TMPDIR": str(temporary), **quiet, **extra}
 
 

@@ -9,11 +9,16 @@
  *                                         ok <session id>
  *   run <session id> <folder>          -> reads <folder>/in<k>.npy for every input k, writes <folder>/out<k>.npy
  *   free <session id>                  -> ok
+ *   caps                               -> ok shader_model <m.n> wave_ops <0|1> int64_ops <0|1> native16 <0|1>:
+ *                                         what the Direct3D 12 device DirectML runs on offers
  *   quit                               -> ok, then the process ends
  *
  * The OrtApi functions are called by their position in the table (onnxruntime_c_api.h): the table only grows at
  * its end, so these positions hold for every later ONNX Runtime.
  */
+#define COBJMACROS
+#define INITGUID
+#include <d3d12.h>
 #include <fcntl.h>
 #include <io.h>
 #include <stdint.h>
@@ -281,6 +286,31 @@ static void free_session(const char *arguments) {
     reply("ok", "");
 }
 
+typedef HRESULT(WINAPI *CreateDevice)(IUnknown *, D3D_FEATURE_LEVEL, REFIID, void **);
+
+static void caps(void) {
+    HMODULE d3d12 = LoadLibraryA("d3d12.dll");
+    CreateDevice create = d3d12 ? (CreateDevice)(void *)GetProcAddress(d3d12, "D3D12CreateDevice") : NULL;
+    ID3D12Device *device = NULL;
+    HRESULT hr = create ? create(NULL, D3D_FEATURE_LEVEL_11_0, &IID_ID3D12Device, (void **)&device) : E_FAIL;
+    if (FAILED(hr)) {
+        snprintf(failure, sizeof failure, "caps: no Direct3D 12 device (%#lx)", (unsigned long)hr);
+        return reply("error", failure);
+    }
+    D3D12_FEATURE_DATA_SHADER_MODEL model = {(D3D_SHADER_MODEL)0x65}; /* the highest asked: 6.5 */
+    D3D12_FEATURE_DATA_D3D12_OPTIONS1 options1 = {0};
+    D3D12_FEATURE_DATA_D3D12_OPTIONS4 options4 = {0};
+    ID3D12Device_CheckFeatureSupport(device, D3D12_FEATURE_SHADER_MODEL, &model, sizeof model);
+    ID3D12Device_CheckFeatureSupport(device, D3D12_FEATURE_D3D12_OPTIONS1, &options1, sizeof options1);
+    ID3D12Device_CheckFeatureSupport(device, D3D12_FEATURE_D3D12_OPTIONS4, &options4, sizeof options4);
+    ID3D12Device_Release(device);
+    char text[128];
+    snprintf(text, sizeof text, "shader_model %u.%u wave_ops %d int64_ops %d native16 %d",
+             (unsigned)model.HighestShaderModel >> 4, (unsigned)model.HighestShaderModel & 0xf, options1.WaveOps,
+             options1.Int64ShaderOps, options4.Native16BitShaderOpsSupported);
+    reply("ok", text);
+}
+
 int main(int argc, char **argv) {
     _setmode(_fileno(stdin), _O_BINARY);
     _setmode(_fileno(stdout), _O_BINARY);
@@ -305,6 +335,7 @@ int main(int argc, char **argv) {
             load(line[5] == '1', line + 7);
         else if (strncmp(line, "run ", 4) == 0) run(line + 4);
         else if (strncmp(line, "free ", 5) == 0) free_session(line + 5);
+        else if (strcmp(line, "caps") == 0) caps();
         else if (strcmp(line, "quit") == 0) return reply("ok", ""), 0;
         else reply("error", "unknown request");
     }

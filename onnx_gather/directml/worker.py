@@ -280,6 +280,13 @@ class Runner:
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
 
+    def capabilities(self) -> dict[str, str]:
+        """What the Direct3D 12 device under DirectML offers: shader_model, wave_ops, int64_ops, native16."""
+        with self._lock:
+            text = self._request("caps", "capabilities")[1]
+        words = text.split()
+        return dict(zip(words[::2], words[1::2], strict=True))
+
     def free(self, loaded: Loaded) -> None:
         """Release a loaded model's session (nothing to do if the runner has ended since)."""
         with self._lock:
