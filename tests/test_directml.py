@@ -87,6 +87,17 @@ def test_check_says_ready_with_the_versions_it_uses(capsys):
     assert f"ONNX Runtime {layout.ORT_DIRECTML_VERSION} with DirectML 1.15.4" in out
     assert "Mesa 25." in out and "wine-8" in out
     assert "a Gather ran on DirectML" in out
+    # vkd3d 1.14 with DXIL: shader model 6, so that DirectML's DXIL-only kernels run.
+    device = "shader model 6.0, WaveOps 1, Int64ShaderOps 1, Native16BitShaderOps 0"
+    assert f"Direct3D 12 vkd3d-1.14 (ONNX_GATHER_DIRECTML_D3D12): {device}" in out
+
+
+def test_the_old_stack_stays_reachable_for_comparison(capsys, monkeypatch):
+    require_directml()
+    monkeypatch.setenv(layout.D3D12_VARIABLE, "wine")
+    assert cli.main(["setup-directml", "--check"]) == 0
+    device = "shader model 5.1, WaveOps 0, Int64ShaderOps 1, Native16BitShaderOps 0"  # Wine 8's vkd3d 1.6
+    assert f"Direct3D 12 wine (ONNX_GATHER_DIRECTML_D3D12): {device}" in capsys.readouterr().out
 
 
 def test_a_second_set_up_changes_nothing():
@@ -96,7 +107,7 @@ def test_a_second_set_up_changes_nothing():
     out = io.StringIO()
     assert install.setup(where, out) == 0
     assert "system packages: installed" in out.getvalue()
-    assert "and runner.exe: in place" in out.getvalue() and "Wine prefix: in place" in out.getvalue()
+    assert "runner.exe and d3d12.dll: in place" in out.getvalue() and "Wine prefix: in place" in out.getvalue()
     after = {p: p.stat().st_mtime_ns for p in before}
     assert after == before
 
