@@ -91,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
     parity_command.add_argument("--save-inputs", help="save the inputs used to this .npz file (one model only)")
     parity_command.add_argument("--report", help="write the JSON report here")
     parity_command.add_argument("--markdown", help="write the report as Markdown here")
+    parity_command.add_argument(
+        "--all-tensors", action="store_true",
+        help="compare every intermediate value too, and name the first nodes whose outputs differ while their inputs "
+        "agree (marking values as outputs can change what a backend fuses)",
+    )  # fmt: skip
     _input_options(parity_command)
     return parser
 
@@ -308,7 +313,7 @@ def _parity(args: argparse.Namespace) -> int:
             inputs.save(args.save_inputs, feeds)
         runs.append(run_parity(
             model, feeds, names, args.reference, args.atol, args.rtol, args.device_id, args.out_of_bounds,
-            _hint(args, model),
+            _hint(args, model), args.all_tensors,
         ))  # fmt: skip
         print(report.text(runs[-1]) + "\n")
     for path, reason in refused.items():

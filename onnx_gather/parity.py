@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -9,6 +10,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from onnx_gather import backends as backends_module
+from onnx_gather import divergence
 from onnx_gather.backends import Model
 from onnx_gather.graph import DML_OP_TYPES
 
@@ -92,6 +94,31 @@ def failure_hint(error: BaseException, dims_hint: str) -> str:
     return dims_hint
 
 
+def _run_all(
+    model: Model, feeds: Mapping[str, np.ndarray], names: Sequence[str], reference: str, device_id: int,
+    out_of_bounds: str, hint: str,
+) -> tuple[dict[str, dict], dict[str, backends_module.Outcome], list[str]]:  # fmt: skip
+    """Every backend named (the reference first): their statuses, what those that ran computed, and hints."""
+    statuses, outcomes, hints = {}, {}, []
+    for name in [reference, *[name for name in names if name != reference]]:
+        backend = backends_module.create(name, device_id, out_of_bounds)
+        reason = backend.unavailable()
+        if reason is not None:
+            statuses[name] = {"status": "skipped", "reason": reason, "seconds": None}
+            continue
+        start = time.perf_counter()
+        try:
+            outcomes[name] = backend.run(model, feeds)
+        except Exception as error:  # a backend that fails is reported, and the others still run
+            statuses[name] = {"status": "error", "reason": one_line(error), "seconds": None}
+            hints.append(failure_hint(error, hint))
+            continue
+        statuses[name] = {"status": "ok", "reason": None, "seconds": round(time.perf_counter() - start, 4)}
+        if outcomes[name].placement:
+            statuses[name]["placement"] = outcomes[name].placement
+    return statuses, outcomes, hints
+
+
 @dataclass
 class Parity:
     """A parity run: the report (the JSON report's keys exactly) and, for the table, what differed in shape."""
@@ -111,40 +138,27 @@ def run_parity(
     device_id: int = 0,
     out_of_bounds: str = "directml",
     hint: str = "",
+    all_tensors: bool = False,
 ) -> Parity:
     """Run ``model`` on the ``names`` backends (the reference first) and compare every output with the reference's.
     ``hint`` (which dynamic dims the generated inputs made 1) goes into the report where it can explain a backend's
-    failure (``failure_hint``)."""
-    order = [reference, *[name for name in names if name != reference]]
-    statuses, outcomes, hints = {}, {}, []
-    for name in order:
-        backend = backends_module.create(name, device_id, out_of_bounds)
-        reason = backend.unavailable()
-        if reason is not None:
-            statuses[name] = {"status": "skipped", "reason": reason, "seconds": None}
-            continue
-        start = time.perf_counter()
-        try:
-            outcomes[name] = backend.run(model, feeds)
-        except Exception as error:  # a backend that fails is reported, and the others still run
-            statuses[name] = {"status": "error", "reason": one_line(error), "seconds": None}
-            hints.append(failure_hint(error, hint))
-            continue
-        statuses[name] = {"status": "ok", "reason": None, "seconds": round(time.perf_counter() - start, 4)}
-        if outcomes[name].placement:
-            statuses[name]["placement"] = outcomes[name].placement
-    outputs: dict[str, dict] = {name: {} for name in model.output_names}
+    failure (``failure_hint``). ``all_tensors``: every intermediate value is compared too, and the report's
+    ``divergence`` names, per backend, the first nodes whose outputs differ while their inputs agree."""
+    with divergence.marked(model) if all_tensors else contextlib.nullcontext(model) as wide:
+        statuses, outcomes, hints = _run_all(wide, feeds, names, reference, device_id, out_of_bounds, hint)
+    tensors: dict[str, dict] = {name: {} for name in wide.output_names}
     expected = outcomes.get(reference)
     notes: dict[tuple[str, str], str] = {}
     if expected is not None:
         for name, outcome in outcomes.items():
             if name == reference:
                 continue
-            for output in model.output_names:
+            for output in wide.output_names:
                 comparison = compare(expected.outputs[output], outcome.outputs[output], atol, rtol)
-                outputs[output][name] = comparison.as_report()
+                tensors[output][name] = comparison.as_report()
                 if comparison.note:
                     notes[(output, name)] = comparison.note
+    outputs = {name: tensors[name] for name in model.output_names}
     passed = expected is not None and all(s["status"] != "error" for s in statuses.values())
     passed = passed and all(c["within_tolerance"] for by_backend in outputs.values() for c in by_backend.values())
     report = {
@@ -160,4 +174,10 @@ def run_parity(
     }
     if any(hints):
         report["hint"] = "; ".join(dict.fromkeys(h for h in hints if h))
+    if all_tensors:
+        report["all_tensors"] = {"compared": len(tensors) - len(outputs), "note": divergence.NOTE}
+        report["divergence"] = {
+            name: divergence.first_divergences(model.proto, tensors, name, statuses[name].get("placement", {}))
+            for name in outcomes if name != reference
+        }  # fmt: skip
     return Parity(report, notes, outcomes)

@@ -101,6 +101,26 @@ def _placement(parity: Parity) -> list[str]:
     return lines
 
 
+def _divergence(parity: Parity) -> list[str]:
+    """With --all-tensors: per backend, the first nodes whose outputs differ while their inputs agree."""
+    report = parity.report
+    if "divergence" not in report:
+        return []
+    lines = [f"All tensors: {report['all_tensors']['compared']} intermediate values compared too ("
+             f"{report['all_tensors']['note']})."]  # fmt: skip
+    for backend, found in report["divergence"].items():
+        if not found:
+            lines.append(f"{backend}: no node's outputs differ beyond tolerance while its inputs agree.")
+            continue
+        lines.append(f"{backend}: first nodes whose outputs differ while their inputs agree, in topological order:")
+        for entry in found:
+            where = f", on {entry['placement']}" if "placement" in entry else ""
+            figures = f"max abs {_number(entry['max_abs'])}, max rel {_number(entry['max_rel'])}"
+            lines.append(f"  node {entry['node']!r} ({entry['op_type']}{where}): output {entry['output']!r}, "
+                         f"{figures}, {entry['mismatches']} mismatches")  # fmt: skip
+    return lines
+
+
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -116,7 +136,7 @@ def text(parity: Parity) -> str:
     if output_rows:
         header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
         lines += [""] + ["  " + line for line in _table(output_rows, header)]
-    lines += ["", *_placement(parity), _out_of_bounds(parity), _summary(parity)]
+    lines += ["", *_placement(parity), *_divergence(parity), _out_of_bounds(parity), _summary(parity)]
     if "hint" in report:
         lines.append(f"Hint: {report['hint']}.")
     return "\n".join(lines)
@@ -141,7 +161,9 @@ def markdown(runs: list[Parity], refused: Mapping[Path, str] | None = None) -> s
         if output_rows:
             header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
             section += ["", *_markdown_table(output_rows, header)]
-        section += ["", *_placement(parity), "", _out_of_bounds(parity), "", f"**{_summary(parity)}**"]
+        divergence = _divergence(parity)
+        section += ["", *_placement(parity), *(["", *divergence] if divergence else [])]
+        section += ["", _out_of_bounds(parity), "", f"**{_summary(parity)}**"]
         if "hint" in report:
             section += ["", f"Hint: {report['hint']}."]
         sections.append("\n".join(section))

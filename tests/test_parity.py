@@ -335,3 +335,46 @@ def test_a_device_that_does_not_exist_gets_no_dynamic_dims_hint(tmp_path, capsys
     error = capsys.readouterr().err
     assert "real DirectML under Wine has one device, 0 (lavapipe), not 3" in error
     assert "dynamic dims" not in error and "Hint" not in error
+
+
+def _exp_model(tmp_path):
+    """x * w -> Exp -> + w: the exponential is where float backends part (each its own approximation)."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal(256).astype(np.float32), "w")
+    nodes = [h.make_node("Mul", ["x", "w"], ["scaled"], name="scale"),
+             h.make_node("Exp", ["scaled"], ["grown"], name="grow"),
+             h.make_node("Add", ["grown", "w"], ["y"], name="shift")]  # fmt: skip
+    graph = h.make_graph(nodes, "exp", [h.make_tensor_value_info("x", T.FLOAT, [256])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [256])], [w])  # fmt: skip
+    path = tmp_path / "exp.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_all_tensors_names_the_gather_where_openvino_parts_from_the_custom_ops(tmp_path, capsys):
+    # Out of bounds, OpenVINO's Gather reads 0 where DirectML reads memory; the Flatten after it then differs too,
+    # but its input already did: the Gather is named, not the Flatten.
+    model = _ids_model(tmp_path)
+    report, markdown = tmp_path / "r.json", tmp_path / "r.md"
+    inputs = _inputs(tmp_path, [0, 9], [1, 2])  # 9: past the table's 6 rows
+    arguments = ["parity", str(model), "--backends", "pyop,openvino", "--inputs", str(inputs), "--all-tensors",
+                 "--report", str(report), "--markdown", str(markdown)]  # fmt: skip
+    assert main(arguments) == 1
+    document = json.loads(report.read_text())
+    assert document["all_tensors"]["note"].startswith("marking every value as an output can change what a backend")
+    (first,) = document["divergence"]["openvino"][:1]
+    assert (first["node"], first["op_type"], first["output"]) == ("lookup", "Gather", "rows")
+    printed = capsys.readouterr().out
+    assert "node 'lookup' (Gather): output 'rows'" in printed and "can change what a backend fuses" in printed
+    assert "node 'lookup' (Gather): output 'rows'" in markdown.read_text()
+
+
+def test_all_tensors_on_real_directml_names_the_first_node_where_directml_parts_from_the_cpu(tmp_path):
+    require_directml()
+    report = tmp_path / "r.json"
+    arguments = ["parity", str(_exp_model(tmp_path)), "--backends", "cpu,dml", "--reference", "cpu", "--atol", "0",
+                 "--rtol", "0", "--all-tensors", "--report", str(report)]  # fmt: skip
+    assert main(arguments) == 1
+    (first,) = json.loads(report.read_text())["divergence"]["dml"][:1]
+    assert (first["node"], first["op_type"], first["placement"]) == ("grow", "Exp", "DirectML")
+    assert first["mismatches"] > 0 and first["max_abs"] > 0
+    assert [p.name for p in tmp_path.iterdir() if "all-tensors" in p.name] == []  # the marked copy is gone

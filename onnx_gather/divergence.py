@@ -1,0 +1,76 @@
+"""``parity --all-tensors``: every intermediate value of a model marked as an output, and the first nodes, in
+topological order, whose outputs differ from the reference's while their inputs agree (in the spirit of
+Polygraphy's ``--onnx-outputs mark all``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import onnx
+
+from onnx_gather.backends import Model
+from onnx_gather.graph import value_types
+
+NOTE = "marking every value as an output can change what a backend fuses, and so what it computes"
+
+
+@contextlib.contextmanager
+def marked(model: Model) -> Iterator[Model]:
+    """``model`` with every typed value its main graph's nodes make added to its outputs, in a file beside the
+    original (whose external data it shares), removed afterwards."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    types = value_types(proto).get(0, {})
+    present = {value.name for value in (*proto.graph.input, *proto.graph.output)}
+    for node in proto.graph.node:
+        for name in node.output:
+            value_type = types.get(name)
+            if name and name not in present and value_type is not None and value_type.elem_type:
+                proto.graph.output.append(value_type.value_info(name))
+                present.add(name)
+    handle, temporary = tempfile.mkstemp(dir=model.path.parent, prefix=f".{model.path.stem}-all-tensors-",
+                                         suffix=".onnx")  # fmt: skip
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(proto.SerializeToString())
+        yield Model(Path(temporary), proto)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def _on_cpu(placement: Mapping[str, dict], node: onnx.NodeProto) -> bool:
+    listed = placement.get("CPUExecutionProvider", {}).get("names", [])
+    return any(entry.endswith(f"({node.name})") for entry in listed) if node.name else False
+
+
+def first_divergences(
+    model: onnx.ModelProto, outputs: Mapping[str, Mapping[str, dict]], backend: str, placement: Mapping[str, dict],
+    limit: int = 5,
+) -> list[dict]:  # fmt: skip
+    """The first ``limit`` nodes, in topological order, with an output outside tolerance on ``backend`` while every
+    input of theirs that was compared is within it (graph inputs and weights are the same everywhere)."""
+    within = {name: by[backend]["within_tolerance"] for name, by in outputs.items() if backend in by}
+    found = []
+    for position, node in enumerate(model.graph.node):
+        bad = [name for name in node.output if within.get(name) is False]
+        if not bad or not all(within.get(name, True) for name in node.input):
+            continue
+        comparison = outputs[bad[0]][backend]
+        entry = {
+            "node": node.name or f"{node.op_type} #{position}",
+            "op_type": node.op_type,
+            "output": bad[0],
+            "max_abs": comparison["max_abs"],
+            "max_rel": comparison["max_rel"],
+            "mismatches": comparison["mismatches"],
+        }
+        if placement:
+            entry["placement"] = "CPU" if _on_cpu(placement, node) else "DirectML"
+        found.append(entry)
+        if len(found) == limit:
+            break
+    return found
