@@ -418,3 +418,21 @@ def test_ctrl_c_during_a_dml_run_ends_at_once_with_one_line_and_leaves_nothing(t
     # No private prefix, no wine-XXXXXX folder (ONNX Runtime 1.32's telemetry leaves its .ses file: not ours).
     assert [p.name for p in private.iterdir() if p.name != ".ses"] == []
     assert _processes_mentioning(folders[0]) == [], "a Wine server, Wine service or Xvfb of the runner is left"
+
+
+def test_the_kernels_directml_compiles_for_the_gathers_are_reported(tmp_path, monkeypatch):
+    # vkd3d dumps every shader it compiles, named by its source kind: DXBC (shader model 5) or DXIL (6).
+    require_directml()
+    dumps = tmp_path / "shaders"
+    dumps.mkdir()
+    monkeypatch.setenv("VKD3D_SHADER_DUMP_PATH", "Z:" + str(dumps).replace("/", "\\"))
+    cases = conformance.random_cases(SEED, 240, out_of_bounds=0.4) + conformance.random_cases(SEED, 60, nd=True)
+    with Runner() as runner:
+        run = conformance.run(runner, cases)
+    _assert_all_bit_identical(run)
+    kinds = {kind: len(list(dumps.glob(f"*-source.{kind}"))) for kind in ("dxbc", "dxil")}
+    assert sum(kinds.values()) > 0, "vkd3d compiled no shader: the dump folder is not where Wine writes"
+    SUMMARIES.append(
+        f"Kernels DirectML compiled for {len(cases)} gathers (Gather, GatherElements, GatherND; 12 data types) on "
+        f"{layout.d3d12_stack()}: {kinds['dxbc']} DXBC (shader model 5), {kinds['dxil']} DXIL (shader model 6)"
+    )
