@@ -86,8 +86,8 @@ def one_line(error: BaseException, typed: bool = True) -> str:
 def failure_hint(error: BaseException, dims_hint: str) -> str:
     """What the user can do about a backend's failure: run DML ops with the pyop backend; give real sizes where
     generated dynamic dims of 1 (``dims_hint``) can explain it; nothing where the device is the problem."""
-    if isinstance(error, backends_module.DeviceError):
-        return ""
+    if isinstance(error, backends_module.DeviceError | backends_module.worker.RunnerError):
+        return ""  # the device, or the DirectML runner's end (out of memory, time limit), not the inputs' sizes
     if any(op_type in str(error) for op_type in DML_OP_TYPES):
         return ("the model holds onnx-gather's DML ops, which only the pyop backend runs: use --backend pyop, or "
                 "`onnx-gather lower` it into standard ONNX first")  # fmt: skip

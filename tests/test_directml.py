@@ -27,7 +27,7 @@ import onnx_gather
 from onnx_gather import cli
 from onnx_gather.check import check
 from onnx_gather.convert import convert
-from onnx_gather.directml import conformance, install, layout
+from onnx_gather.directml import conformance, install, layout, memory
 from onnx_gather.directml.worker import DirectMlError, Runner, RunnerError
 
 SEED = 20261122
@@ -436,3 +436,17 @@ def test_the_kernels_directml_compiles_for_the_gathers_are_reported(tmp_path, mo
         f"Kernels DirectML compiled for {len(cases)} gathers (Gather, GatherElements, GatherND; 12 data types) on "
         f"{layout.d3d12_stack()}: {kinds['dxbc']} DXBC (shader model 5), {kinds['dxil']} DXIL (shader model 6)"
     )
+
+
+def test_the_runner_has_a_memory_limit_and_says_when_directml_runs_out_of_it(monkeypatch):
+    require_directml()
+    monkeypatch.setenv(memory.VARIABLE, "0.3")
+    runner = Runner()
+    with pytest.raises(RunnerError, match=r"DirectML under Wine ran out of memory \(the runner's limit: 0\.3 GB"):
+        runner.load(_gather_model())
+    assert not runner.running
+    cgroups = [
+        *Path("/sys/fs/cgroup").glob("onnx-gather-dml-*"),
+        *Path("/sys/fs/cgroup/memory").glob("onnx-gather-dml-*"),
+    ]
+    assert cgroups == []  # the runner's memory cgroup is removed (cgroup v2 or v1)

@@ -323,12 +323,13 @@ def probe(layout: Layout) -> str:
         loaded = runner.load(model)
         output = runner.run(loaded, {"data": np.arange(10, 16, dtype=np.float32), "indices": np.array([1, 0, -1])})
         caps = runner.capabilities()
+        memory = runner.memory_limit
     if output["output"].tolist() != [11.0, 10.0, 15.0]:
         raise SetupError(f"the probe Gather on DirectML gave {output['output'].tolist()}, not [11, 10, 15]")
     device = (f"shader model {caps['shader_model']}, WaveOps {caps['wave_ops']}, Int64ShaderOps {caps['int64_ops']}, "
               f"Native16BitShaderOps {caps['native16']}")  # fmt: skip
     return (f"a Gather ran on DirectML in {time.perf_counter() - start:.1f} s (Wine and Xvfb started and ended); "
-            f"Direct3D 12 {d3d12_stack()} ({D3D12_VARIABLE}): {device}")  # fmt: skip
+            f"Direct3D 12 {d3d12_stack()} ({D3D12_VARIABLE}): {device}; memory limit {memory}")  # fmt: skip
 
 
 def check(layout: Layout, out: TextIO) -> int:

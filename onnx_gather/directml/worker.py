@@ -24,6 +24,8 @@ import numpy as np
 import onnx
 
 from onnx_gather.directml.layout import SETUP_COMMAND, WINE, WINESERVER, Layout, wine_environment
+from onnx_gather.directml.memory import MemoryLimit
+from onnx_gather.directml.memory import default_bytes as memory_limit_bytes
 
 START_SECONDS = 120.0
 REQUEST_SECONDS = 600.0
@@ -78,6 +80,7 @@ class Runner:
         self._folder: Path | None = None
         self._buffer = b""
         self._requests = 0
+        self._memory: MemoryLimit | None = None
 
     def __enter__(self) -> Runner:
         self.start()
@@ -102,11 +105,18 @@ class Runner:
             self._folder = Path(tempfile.mkdtemp(prefix="onnx-gather-dml-"))
             display = self._start_xvfb()
             environment = wine_environment(self._private_prefix(), self._temporary(), DISPLAY=display)
+            self._memory = MemoryLimit(self._folder.name, memory_limit_bytes())
+            memory = self._memory
+
+            def prepare() -> None:  # in the child, before Wine runs
+                _die_with_parent()
+                memory.enter()
+
             with open(self._folder / "wine.log", "wb") as log:
                 self._wine = subprocess.Popen(
                     [WINE, str(self.layout.runner), _windows_path(self.layout.bin).replace("/", "\\")],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=environment,
-                    start_new_session=True, preexec_fn=_die_with_parent,
+                    start_new_session=True, preexec_fn=prepare,
                 )  # fmt: skip
             self.version = self._reply("start", START_SECONDS)[1]
         except BaseException:  # a failed start, or Ctrl-C: nothing to wait for
@@ -186,6 +196,10 @@ class Runner:
             if not chunk:
                 if ready:
                     reason = f"the runner ended unexpectedly ({self._how_it_ended()})"
+                    if self._memory is not None and self._memory.exceeded():
+                        reason = (
+                            f"DirectML under Wine ran out of memory (the runner's limit: {self._memory.describe()})"
+                        )
                 else:
                     reason = f"no answer within {seconds:g} s"
                 detail = self._log_tail()
@@ -280,6 +294,13 @@ class Runner:
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
 
+    @property
+    def memory_limit(self) -> str:
+        """The runner's memory limit, or why it has none."""
+        if self._memory is None or self._memory.folder is None:
+            return f"none ({self._memory.unavailable if self._memory else 'not started'})"
+        return self._memory.describe()
+
     def capabilities(self) -> dict[str, str]:
         """What the Direct3D 12 device under DirectML offers: shader_model, wave_ops, int64_ops, native16."""
         with self._lock:
@@ -316,6 +337,9 @@ class Runner:
         if self._xvfb is not None:
             _stop(self._xvfb, patience=0.0)
             self._xvfb = None
+        if self._memory is not None:
+            self._memory.remove()
+            self._memory = None
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
