@@ -253,3 +253,11 @@ def test_minilm_fails_on_real_directml_at_a_reshape_naming_the_node_and_directml
              "token_type_ids": np.zeros((2, 9), np.int64)}  # fmt: skip
     with pytest.raises(DirectMlError, match=r"Reshape node\. Name:'node_view_1'.*MLOperatorAuthorImpl.*80070057"):
         backends.create("dml").run(backends.Model(path, model_io.load(path)), feeds)
+    # After the failed run the runner still quits cleanly (a session left to the process's end made it crash).
+    from onnx_gather.directml.worker import Runner
+
+    with Runner() as runner:
+        with pytest.raises(DirectMlError, match="node_view_1"):
+            runner.run(runner.load(path, fallback=True), feeds)
+        runner._request("quit", "quit")
+        assert runner._wine.wait(timeout=60) == 0

@@ -275,14 +275,18 @@ static void run(const char *arguments) {
     reply(bad ? "error" : "ok", bad ? failure : "");
 }
 
-static void free_session(const char *arguments) {
-    Session *s = find(arguments);
-    if (!s) return reply("error", "free: unknown session");
+static void release_session(Session *s) {
     release(RELEASE_SESSION, s->session);
     for (size_t k = 0; k < s->inputs; k++) CALL(ALLOCATOR_FREE, allocator, s->input_names[k]);
     for (size_t k = 0; k < s->outputs; k++) CALL(ALLOCATOR_FREE, allocator, s->output_names[k]);
     free(s->input_names), free(s->output_names);
     memset(s, 0, sizeof *s);
+}
+
+static void free_session(const char *arguments) {
+    Session *s = find(arguments);
+    if (!s) return reply("error", "free: unknown session");
+    release_session(s);
     reply("ok", "");
 }
 
@@ -336,8 +340,12 @@ int main(int argc, char **argv) {
         else if (strncmp(line, "run ", 4) == 0) run(line + 4);
         else if (strncmp(line, "free ", 5) == 0) free_session(line + 5);
         else if (strcmp(line, "caps") == 0) caps();
-        else if (strcmp(line, "quit") == 0) return reply("ok", ""), 0;
+        else if (strcmp(line, "quit") == 0) break;
         else reply("error", "unknown request");
     }
+    /* Every session released before the process ends: one left after a failed run made the exit crash (SIGSEGV). */
+    for (size_t k = 0; k < MAX_SESSIONS; k++)
+        if (sessions[k].session) release_session(&sessions[k]);
+    reply("ok", "");
     return 0;
 }
