@@ -91,6 +91,9 @@ def failure_hint(error: BaseException, dims_hint: str) -> str:
     if any(op_type in str(error) for op_type in DML_OP_TYPES):
         return ("the model holds onnx-gather's DML ops, which only the pyop backend runs: use --backend pyop, or "
                 "`onnx-gather lower` it into standard ONNX first")  # fmt: skip
+    if isinstance(error, backends_module.worker.DirectMlError):
+        known = "DirectML failures known on Windows too are listed in onnx-gather's README, 'Known DirectML failures'"
+        return f"{dims_hint}; {known}" if dims_hint else known
     return dims_hint
 
 

