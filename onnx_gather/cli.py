@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
@@ -34,10 +36,47 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
+def _number(kind: type, low: float, what: str) -> Callable[[str], float]:
+    """An argparse type: a ``kind`` of at least ``low`` (argparse names the flag in the error)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {what}")
+        return value
+
+    return parse
+
+
+def _dimension_count(text: str) -> str | int:
+    if text == "auto":
+        return text
+    if text.isdigit() and 1 <= int(text) <= 8:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r}: expected auto or 1 to 8 (DirectML tensors have 1 to 8 dimensions)")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("onnx-gather")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="onnx-gather", description="DirectML's Gather and GatherElements semantics for ONNX models.")
+    parser = _Parser(
+        prog="onnx-gather",
+        description="DirectML's Gather, GatherElements and GatherND semantics for ONNX models.",
+    )
+    parser.add_argument("--version", action="version", version=f"onnx-gather {_version()}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="print a traceback with any error")
     parser.add_argument("--debug", action="store_true", help="print a traceback with any error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    commands.add_parser = functools.partial(commands.add_parser, parents=[common])  # type: ignore[method-assign]
     demo_command = commands.add_parser(
         "demo", help="the bundled sample model on every backend, real DirectML included where it is set up"
     )
@@ -49,12 +88,14 @@ def _parser() -> argparse.ArgumentParser:
         "--check", action="store_true", help="only say whether real DirectML is ready, and which versions it uses"
     )
 
-    convert_command = commands.add_parser("convert", help="standard Gather/GatherElements into DML custom ops")
+    what = "standard Gather, GatherElements and GatherND into DML custom ops"
+    convert_command = commands.add_parser("convert", help=what, description=f"Convert {what}.")
     convert_command.add_argument("model", help="the ONNX model to convert (never modified)")
     convert_command.add_argument("-o", "--output", required=True, help="where to write the converted model")
     convert_command.add_argument(
-        "--dimension-count", default="auto", help="N for every DML node: auto (the least each needs) or 1 to 8"
-    )
+        "--dimension-count", default="auto", type=_dimension_count,
+        help="N for every DML node: auto (the least each needs, the default) or 1 to 8",
+    )  # fmt: skip
     _out_of_bounds_option(convert_command)
     convert_command.add_argument("--strict", action="store_true", help="exit 1 if any gather stays standard")
     convert_command.add_argument(
@@ -69,13 +110,18 @@ def _parser() -> argparse.ArgumentParser:
     lower_command.add_argument("-o", "--output", required=True, help="where to write the lowered model")
 
     check_command = commands.add_parser("check", help="would DirectML at a feature level accept every gather?")
-    check_command.add_argument("model")
-    check_command.add_argument("--feature-level", choices=FEATURE_LEVELS, default="4.1")
+    check_command.add_argument("model", help="the ONNX model to check")
+    check_command.add_argument(
+        "--feature-level",
+        choices=FEATURE_LEVELS,
+        default="4.1",
+        help="the device's DirectML feature level (default 4.1)",
+    )
     _observation_options(check_command, _RANK_RUN)
 
     run_command = commands.add_parser("run", help="run a model on one backend")
-    run_command.add_argument("model")
-    run_command.add_argument("--backend", required=True, choices=backends.BACKENDS)
+    run_command.add_argument("model", help="the ONNX model to run")
+    run_command.add_argument("--backend", required=True, choices=backends.BACKENDS, help="where to run it")
     run_command.add_argument("--outputs", help="save the outputs to this .npz file")
     _input_options(run_command)
 
@@ -85,9 +131,13 @@ def _parser() -> argparse.ArgumentParser:
         "--backends", default=",".join(backends.BACKENDS), help="comma-separated (default: all; those that cannot "
         "run here are reported as skipped)"
     )  # fmt: skip
-    parity_command.add_argument("--reference", default="pyop", choices=backends.BACKENDS)
-    parity_command.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
-    parity_command.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
+    parity_command.add_argument(
+        "--reference", default="pyop", choices=backends.BACKENDS,
+        help="the backend the others are compared with (default pyop: DirectML's semantics)",
+    )  # fmt: skip
+    tolerance = _number(float, 0, "a number of 0 or more")
+    parity_command.add_argument("--atol", type=tolerance, default=1e-5, help="absolute tolerance (default 1e-5)")
+    parity_command.add_argument("--rtol", type=tolerance, default=1e-5, help="relative tolerance (default 1e-5)")
     parity_command.add_argument("--save-inputs", help="save the inputs used to this .npz file (one model only)")
     parity_command.add_argument("--report", help="write the JSON report here")
     parity_command.add_argument("--markdown", help="write the report as Markdown here")
@@ -116,7 +166,12 @@ def _observation_options(command: argparse.ArgumentParser, title: str) -> None:
         "--shape", action="append", default=[], metavar="NAME:DIMS",
         help="the shape of a generated input, e.g. token_ids:2x7 (dynamic dims default to 1)",
     )  # fmt: skip
-    group.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    group.add_argument(
+        "--seed",
+        type=_number(int, 0, "an integer of 0 or more"),
+        default=0,
+        help="seed of the generated inputs (default 0)",
+    )
     group.add_argument("--int-range", default="0:4", metavar="LOW:HIGH", help="generated integers, [LOW, HIGH)")
 
 
@@ -128,7 +183,7 @@ def _input_options(command: argparse.ArgumentParser) -> None:
     _observation_options(command, "inputs")
     command.add_argument("--device-id", type=int, default=0, help="the GPU for the cuda and dml backends")
     command.add_argument(
-        "--max-elements", type=int, default=2**31,
+        "--max-elements", type=_number(int, 1, "an integer of 1 or more"), default=2**31,
         help="refuse a generated input or a DML op output larger than this many elements (default 2^31)",
     )  # fmt: skip
 
@@ -289,6 +344,8 @@ def _check_parity_outputs(args: argparse.Namespace, models: list[backends.Model]
 
 def _parity(args: argparse.Namespace) -> int:
     names = [name.strip() for name in args.backends.split(",") if name.strip()]
+    if not names:
+        raise UsageError(f"--backends {args.backends!r}: name at least one backend ({', '.join(backends.BACKENDS)})")
     for name in (*names, args.reference):
         backends.create(name)  # an unknown name is bad input
     paths = _model_paths(args.models)

@@ -141,7 +141,21 @@ def test_check_refuses_gather_elements_at_1_0(tmp_path, capsys):
         (["convert", "missing.onnx", "-o", "x.onnx"], "missing.onnx: no such file"),
         (["convert", "{folder}", "-o", "x.onnx"], "is a directory, not an ONNX model file"),
         (["convert", "{text}", "-o", "x.onnx"], "not a readable ONNX model"),
-        (["convert", "{model}", "-o", "x.onnx", "--dimension-count", "12"], "dimension_count must be 'auto' or 1 to 8"),
+        (
+            ["convert", "{model}", "-o", "x.onnx", "--dimension-count", "12"],
+            "argument --dimension-count: '12': expected auto or 1 to 8",
+        ),
+        (
+            ["run", "{model}", "--backend", "cpu", "--seed", "-5"],
+            "argument --seed: '-5': must be an integer of 0 or more",
+        ),
+        (
+            ["run", "{model}", "--backend", "cpu", "--max-elements", "0"],
+            "argument --max-elements: '0': must be an integer",
+        ),
+        (["parity", "{model}", "--atol", "-1"], "argument --atol: '-1': must be a number of 0 or more"),
+        (["parity", "{model}", "--rtol", "x"], "argument --rtol: 'x' is not a number of 0 or more"),
+        (["parity", "{model}", "--backends", ""], "--backends '': name at least one backend"),
         (["check", "{model}", "--feature-level", "5.0"], "invalid choice: '5.0'"),
         (["convert", "{model}"], "the following arguments are required: -o/--output"),
     ],
@@ -174,3 +188,21 @@ def test_demo_shows_the_sample_model_agreeing_everywhere(tmp_path):
     else:  # and on real DirectML
         assert first.count("bit-identical") == 12 and "PASSED" in first
         assert "the custom ops beside real DirectML:" in second and second.count("    dml   [") == 2
+
+
+def test_version_and_debug_anywhere(tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("onnx-gather ")
+    # --debug after the command too: the one line, then the traceback.
+    assert main(["convert", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "x.onnx"), "--debug"]) == 2
+    error = capsys.readouterr().err
+    assert "Traceback" in error and error.rstrip().endswith("missing.onnx: no such file")
+
+
+def test_help_names_gather_nd():
+    result = subprocess.run([sys.executable, "-m", "onnx_gather", "--help"], capture_output=True, text=True, check=True)
+    assert "Gather, GatherElements and GatherND" in result.stdout
+    result = subprocess.run([sys.executable, "-m", "onnx_gather", "convert", "--help"], capture_output=True, text=True,
+                            check=True)  # fmt: skip
+    assert "Convert standard Gather, GatherElements and GatherND into DML custom ops." in result.stdout
