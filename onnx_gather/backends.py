@@ -156,7 +156,8 @@ class OpenVino(Backend):
 
         compiled = openvino.Core().compile_model(str(model.path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
         results = compiled(dict(feeds))
-        by_name = {port.get_any_name(): np.asarray(results[port]) for port in compiled.outputs}
+        # An output port can carry several names (an output that is also a value inside): every one of them.
+        by_name = {name: np.asarray(results[port]) for port in compiled.outputs for name in port.get_names()}
         return Outcome({name: by_name[name] for name in model.output_names})
 
 

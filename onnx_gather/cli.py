@@ -286,6 +286,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         outcome = backend.run(model, feeds)
     except Exception as error:
+        if args.debug:
+            traceback.print_exc()
         hint = failure_hint(error, _hint(args, model))
         hint = f"; {hint}" if hint else ""
         print(f"onnx-gather: {args.backend} failed on {args.model}: {one_line(error)}{hint}", file=sys.stderr)

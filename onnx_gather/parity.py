@@ -29,7 +29,8 @@ class Comparison:
 
     def as_report(self) -> dict:
         report = asdict(self)
-        del report["note"]
+        if not self.note:
+            del report["note"]  # else it says what differs: types, shapes
         return report
 
 
@@ -46,7 +47,7 @@ def compare(reference: np.ndarray, actual: np.ndarray, atol: float, rtol: float)
     textual = reference.dtype.kind in "OUS" and actual.dtype.kind in "OUS"  # runtimes hold strings differently
     if reference.shape != actual.shape or (reference.dtype != actual.dtype and not textual):
         note = f"{actual.dtype.name} {actual.shape} where the reference has {reference.dtype.name} {reference.shape}"
-        return Comparison(False, False, 0.0, 0.0, max(reference.size, actual.size), None, note)
+        return Comparison(False, False, None, None, max(reference.size, actual.size), None, note)
     if reference.dtype.kind not in "fiu":  # STRING and BOOL: equal or not, never numbers
         bad = np.argwhere(reference.astype(object) != actual.astype(object))
         first = [int(i) for i in bad[0]] if len(bad) else None

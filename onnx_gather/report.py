@@ -74,6 +74,8 @@ PREDICTIONS = {
 
 
 def _out_of_bounds(parity: Parity) -> str:
+    if parity.report["backends"].get(parity.report["reference"], {}).get("status") != "ok":
+        return "Out-of-bounds indices: not counted, the reference did not run."
     counts = {node: count for node, count in parity.report["out_of_bounds"].items() if count}
     if not counts:
         return "No out-of-bounds indices met by the reference run."
@@ -142,9 +144,17 @@ def text(parity: Parity) -> str:
     return "\n".join(lines)
 
 
+_MARKDOWN_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|"})  # what our lines could trip over
+
+
+def _escape(text: str) -> str:
+    """``text`` as Markdown shows it verbatim: ``<batch>`` is not an HTML tag, ``E:\\_work`` keeps its backslash."""
+    return text.translate(_MARKDOWN_SPECIAL)
+
+
 def _markdown_table(rows: list[list[str]], header: list[str]) -> list[str]:
     def line(cells: list[str]) -> str:
-        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+        return "| " + " | ".join(_escape(cell) for cell in cells) + " |"
 
     return [line(header), "|" + "---|" * len(header), *(line(row) for row in rows)]
 
@@ -156,17 +166,21 @@ def markdown(runs: list[Parity], refused: Mapping[Path, str] | None = None) -> s
         report = parity.report
         backend_rows, output_rows = _rows(parity)
         tolerances = f"atol {report['atol']:g}, rtol {report['rtol']:g}"
-        section = [f"## `{report['model']}`", "", f"Reference **{report['reference']}**, {tolerances}.", ""]
+        section = [f"## {_escape(report['model'])}", "", f"Reference **{report['reference']}**, {tolerances}.", ""]
         section += _markdown_table(backend_rows, ["backend", "status", "seconds", "reason"])
         if output_rows:
             header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
             section += ["", *_markdown_table(output_rows, header)]
         divergence = _divergence(parity)
-        section += ["", *_placement(parity), *(["", *divergence] if divergence else [])]
-        section += ["", _out_of_bounds(parity), "", f"**{_summary(parity)}**"]
+        section += ["", *map(_escape, _placement(parity)), *(["", *map(_escape, divergence)] if divergence else [])]
+        section += ["", _escape(_out_of_bounds(parity)), "", f"**{_escape(_summary(parity))}**"]
         if "hint" in report:
-            section += ["", f"Hint: {report['hint']}."]
+            section += ["", _escape(f"Hint: {report['hint']}.")]
         sections.append("\n".join(section))
     for path, reason in (refused or {}).items():
-        sections.append(f"## `{path}`\n\n**Refused:** {reason}")
+        sections.append(f"## {_escape(str(path))}\n\n**Refused:** {_escape(reason)}")
+    total = len(runs) + len(refused or {})
+    if total > 1:  # the overall summary the terminal prints too
+        passed = sum(run.report["passed"] for run in runs)
+        sections.insert(0, f"**{passed} of {total} models passed.**")
     return "# Parity\n\n" + "\n\n".join(sections) + "\n"

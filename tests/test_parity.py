@@ -51,6 +51,8 @@ def test_compare_shapes_that_differ():
     c = compare(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), 0, 0)
     assert (c.within_tolerance, c.mismatches, c.first_mismatch) == (False, 6, None)
     assert c.note == "float32 (3, 2) where the reference has float32 (2, 3)"
+    assert c.as_report()["note"] == c.note and c.as_report()["max_abs"] is None  # the JSON says what differs
+    assert "note" not in compare(np.zeros(2), np.zeros(2), 0, 0).as_report()
 
 
 KEYS = ["model", "reference", "atol", "rtol", "backends", "outputs", "out_of_bounds", "out_of_bounds_mode", "passed"]
@@ -378,3 +380,47 @@ def test_all_tensors_on_real_directml_names_the_first_node_where_directml_parts_
     assert (first["node"], first["op_type"], first["placement"]) == ("grow", "Exp", "DirectML")
     assert first["mismatches"] > 0 and first["max_abs"] > 0
     assert [p.name for p in tmp_path.iterdir() if "all-tensors" in p.name] == []  # the marked copy is gone
+
+
+def test_markdown_escapes_what_markdown_would_eat_and_sums_up_several_models(tmp_path):
+    folder = tmp_path / "zoo"
+    folder.mkdir()
+    _ids_model(folder, "a_b.onnx")
+    _ids_model(folder, "c.onnx")
+    markdown = tmp_path / "r.md"
+    assert main(["parity", str(folder), "--backends", "pyop,cpu", "--markdown", str(markdown)]) == 0
+    text = markdown.read_text()
+    assert "**2 of 2 models passed.**" in text
+    assert f"## {folder / 'a_b.onnx'!s}".replace("_", "\\_") in text  # a_b, not a<em>b
+    assert "Hint: dynamic dims were generated as 1 (ids [n] as 1)" not in text  # nothing failed, no hint
+
+
+def test_the_out_of_bounds_line_says_when_the_reference_did_not_run(tmp_path, capsys):
+    model = _ids_model(tmp_path)
+    assert main(["parity", str(model), "--backends", "cpu", "--reference", "cpu", "--inputs",
+                 str(_inputs(tmp_path, [7], [1, 2]))]) == 1  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "Out-of-bounds indices: not counted, the reference did not run." in printed
+    assert "No out-of-bounds indices met" not in printed
+
+
+def test_run_with_debug_prints_the_traceback_of_a_backend_failure(tmp_path, capsys):
+    model = _ids_model(tmp_path)
+    assert (
+        main(["run", str(model), "--backend", "cpu", "--inputs", str(_inputs(tmp_path, [7], [1, 2])), "--debug"]) == 1
+    )
+    error = capsys.readouterr().err
+    assert "Traceback" in error and "cpu failed on" in error
+
+
+def test_openvino_outputs_under_every_name_of_their_port(tmp_path):
+    # An Identity folded away: OpenVINO's port carries 'hidden' and 'probability', and gives 'hidden' as its name.
+    graph = h.make_graph(
+        [h.make_node("Neg", ["x"], ["hidden"], name="neg"), h.make_node("Identity", ["hidden"], ["probability"]),
+         h.make_node("Abs", ["hidden"], ["size"])],
+        "names", [h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info("probability", T.FLOAT, [2]), h.make_tensor_value_info("size", T.FLOAT, [2])],
+    )  # fmt: skip
+    path = tmp_path / "names.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
+    assert main(["run", str(path), "--backend", "openvino"]) == 0
