@@ -6,8 +6,9 @@ Each says whether it can run here and, if not, why; ``run`` returns the outputs 
 
 from __future__ import annotations
 
+import contextlib
 import platform
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import onnx
 import onnxruntime
 from onnx import helper
 
-from onnx_gather import ops
+from onnx_gather import model_io, ops
 from onnx_gather.convert import to_dml
 from onnx_gather.directml import layout as directml_layout
 from onnx_gather.directml import worker
@@ -224,13 +225,33 @@ class DirectMl(_Provider):
         if self.device_id != 0:
             raise DeviceError(f"real DirectML under Wine has one device, 0 (lavapipe), not {self.device_id}")
         runner = worker.shared()
-        loaded = runner.load(model.path, fallback=True)
+        with _named_nodes(model) as path:  # ONNX Runtime's placement log names nodes by their names
+            loaded = runner.load(path, fallback=True)
         try:
             outputs = runner.run(loaded, feeds)
         finally:
             runner.free(loaded)
         placement = {p: {"nodes": count, "names": loaded.placement.get(p, [])} for p, count in loaded.placed.items()}
         return Outcome({name: outputs[name] for name in model.output_names}, placement=placement)
+
+
+def unnamed(node: onnx.NodeProto, position: int) -> str:
+    """What reports call a node without a name: its op type and position in its graph."""
+    return f"{node.op_type} #{position}"
+
+
+@contextlib.contextmanager
+def _named_nodes(model: Model) -> Iterator[Path]:
+    """The model's file, or where its main graph has nodes without names, a copy in which they are named."""
+    if all(node.name for node in model.proto.graph.node):
+        yield model.path
+        return
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    for position, node in enumerate(proto.graph.node):
+        node.name = node.name or unnamed(node, position)
+    with model_io.temporary_copy(proto, model.path) as path:
+        yield path
 
 
 _CLASSES = {backend.name: backend for backend in (PyOp, Cpu, Lowered, OpenVino, Cuda, DirectMl)}

@@ -5,14 +5,12 @@ Polygraphy's ``--onnx-outputs mark all``)."""
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 import onnx
 
-from onnx_gather.backends import Model
+from onnx_gather import model_io
+from onnx_gather.backends import Model, unnamed
 from onnx_gather.graph import value_types
 
 NOTE = "marking every value as an output can change what a backend fuses, and so what it computes"
@@ -32,14 +30,8 @@ def marked(model: Model) -> Iterator[Model]:
             if name and name not in present and value_type is not None and value_type.elem_type:
                 proto.graph.output.append(value_type.value_info(name))
                 present.add(name)
-    handle, temporary = tempfile.mkstemp(dir=model.path.parent, prefix=f".{model.path.stem}-all-tensors-",
-                                         suffix=".onnx")  # fmt: skip
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(proto.SerializeToString())
-        yield Model(Path(temporary), proto)
-    finally:
-        Path(temporary).unlink(missing_ok=True)
+    with model_io.temporary_copy(proto, model.path) as path:
+        yield Model(path, proto)
 
 
 def _on_cpu(placement: Mapping[str, dict], node: onnx.NodeProto) -> bool:
@@ -61,7 +53,7 @@ def first_divergences(
             continue
         comparison = outputs[bad[0]][backend]
         entry = {
-            "node": node.name or f"{node.op_type} #{position}",
+            "node": node.name or unnamed(node, position),
             "op_type": node.op_type,
             "output": bad[0],
             "max_abs": comparison["max_abs"],

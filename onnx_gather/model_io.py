@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -133,6 +134,19 @@ def save(model: onnx.ModelProto, path: str | os.PathLike, source: str | os.PathL
                 if entry.key == "location":
                     entry.value = names[entry.value]
     write_bytes(path, model.SerializeToString())
+
+
+@contextlib.contextmanager
+def temporary_copy(model: onnx.ModelProto, beside: str | os.PathLike) -> Iterator[Path]:
+    """``model`` in a temporary file beside ``beside`` (so that the external data it names is found), removed after."""
+    beside = Path(beside)
+    handle, temporary = tempfile.mkstemp(dir=beside.parent, prefix=f".{beside.stem}-", suffix=".onnx")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(model.SerializeToString())
+        yield Path(temporary)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:

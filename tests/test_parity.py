@@ -424,3 +424,22 @@ def test_openvino_outputs_under_every_name_of_their_port(tmp_path):
     path = tmp_path / "names.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
     assert main(["run", str(path), "--backend", "openvino"]) == 0
+
+
+def test_dml_placement_lists_nodes_only_with_unnamed_ones_by_op_type_and_position(tmp_path):
+    require_directml()
+    graph = h.make_graph(
+        [h.make_node("Shape", ["x"], ["s"]), h.make_node("Cast", ["s"], ["f"], to=T.FLOAT),
+         h.make_node("Add", ["f", "f"], ["y"])],
+        "unnamed", [h.make_tensor_value_info("x", T.FLOAT, ["n", 3])], [h.make_tensor_value_info("y", T.FLOAT, None)],
+    )  # fmt: skip
+    path = tmp_path / "unnamed.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8), path)
+    report = tmp_path / "r.json"
+    assert main(["parity", str(path), "--backends", "cpu,dml", "--reference", "cpu", "--report", str(report)]) == 0
+    placement = json.loads(report.read_text())["backends"]["dml"]["placement"]
+    names = [name for value in placement.values() for name in value["names"]]
+    # ONNX Runtime's remark "Some nodes were not assigned ..." is not a node; every node is counted once.
+    assert sorted(names) == ["Add (Add #2)", "Cast (Cast #1)", "Shape (Shape #0)"]
+    assert sum(value["nodes"] for value in placement.values()) == 3
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # the named copy is gone

@@ -372,6 +372,8 @@ def _placement(loaded: Loaded, line: str, provider: str) -> str:
         count = text.rsplit(":", 1)[1].strip()
         loaded.placed[provider] = int(count) if count.isdigit() else 0
         loaded.placement.setdefault(provider, [])
+    elif text.startswith("Some nodes were not assigned"):  # ONNX Runtime's remark on shape ops, not a node
+        pass
     elif provider and text and text != "Node placements":
         loaded.placement[provider].append(text)
     return provider
