@@ -4,7 +4,10 @@ machine's other processes, and the error can say so."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import time
 from pathlib import Path
 
 VARIABLE = "ONNX_GATHER_DIRECTML_MEMORY_GB"
@@ -71,14 +74,27 @@ class MemoryLimit:
         counts = dict(line.split() for line in events.splitlines() if len(line.split()) == 2)
         return int(counts.get("oom_kill", "0")) > 0
 
-    def remove(self) -> None:
-        """Remove the cgroup, once its processes have ended."""
-        if self.folder is not None:
+    def remove(self, patience: float = 10.0) -> None:
+        """Remove the cgroup, once the processes left in it have ended (a cgroup with processes cannot be removed,
+        and one without is not removed by itself); what is still there after ``patience`` seconds is killed."""
+        if self.folder is None:
+            return
+        deadline = time.monotonic() + patience
+        while True:
             try:
-                self.folder.rmdir()
+                pids = [int(pid) for pid in (self.folder / "cgroup.procs").read_text().split()]
             except OSError:
-                pass  # a process is still in it: the kernel keeps it until it ends
-            self.folder = None
+                pids = []
+            if not pids:
+                break
+            if time.monotonic() > deadline:
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+        with contextlib.suppress(OSError):
+            self.folder.rmdir()
+        self.folder = None
 
     def describe(self) -> str:
         return f"{self.limit / 2**30:.3g} GB (${VARIABLE})"
