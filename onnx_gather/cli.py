@@ -67,21 +67,20 @@ def _version() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="onnx-gather",
-        description="DirectML's Gather, GatherElements and GatherND semantics for ONNX models.",
-    )
-    parser.add_argument("--version", action="version", version=f"onnx-gather {_version()}")
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False)  # options every command takes, before or after its name
     common.add_argument("--debug", action="store_true", help="print a traceback with any error")
-    parser.add_argument("--debug", action="store_true", help="print a traceback with any error")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-    commands.add_parser = functools.partial(commands.add_parser, parents=[common])  # type: ignore[method-assign]
-    demo_command = commands.add_parser(
+    parser = _Parser(
+        prog="onnx-gather", parents=[common],
+        description="DirectML's Gather, GatherElements and GatherND semantics for ONNX models.",
+    )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"onnx-gather {_version()}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    commands = functools.partial(subparsers.add_parser, parents=[common])
+    demo_command = commands(
         "demo", help="the bundled sample model on every backend, real DirectML included where it is set up"
     )
     _out_of_bounds_option(demo_command)
-    setup_command = commands.add_parser(
+    setup_command = commands(
         "setup-directml", help="prepare real DirectML on this Linux machine (Wine, Mesa's lavapipe; as root)"
     )
     setup_command.add_argument(
@@ -89,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     what = "standard Gather, GatherElements and GatherND into DML custom ops"
-    convert_command = commands.add_parser("convert", help=what, description=f"Convert {what}.")
+    convert_command = commands("convert", help=what, description=f"Convert {what}.")
     convert_command.add_argument("model", help="the ONNX model to convert (never modified)")
     convert_command.add_argument("-o", "--output", required=True, help="where to write the converted model")
     convert_command.add_argument(
@@ -105,11 +104,11 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _observation_options(convert_command, _RANK_RUN)
 
-    lower_command = commands.add_parser("lower", help="DML custom ops back into standard ONNX")
+    lower_command = commands("lower", help="DML custom ops back into standard ONNX")
     lower_command.add_argument("model", help="the ONNX model to lower (never modified)")
     lower_command.add_argument("-o", "--output", required=True, help="where to write the lowered model")
 
-    check_command = commands.add_parser("check", help="would DirectML at a feature level accept every gather?")
+    check_command = commands("check", help="would DirectML at a feature level accept every gather?")
     check_command.add_argument("model", help="the ONNX model to check")
     check_command.add_argument(
         "--feature-level",
@@ -119,13 +118,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     _observation_options(check_command, _RANK_RUN)
 
-    run_command = commands.add_parser("run", help="run a model on one backend")
+    run_command = commands("run", help="run a model on one backend")
     run_command.add_argument("model", help="the ONNX model to run")
     run_command.add_argument("--backend", required=True, choices=backends.BACKENDS, help="where to run it")
     run_command.add_argument("--outputs", help="save the outputs to this .npz file")
     _input_options(run_command)
 
-    parity_command = commands.add_parser("parity", help="run models on several backends and compare their outputs")
+    parity_command = commands("parity", help="run models on several backends and compare their outputs")
     parity_command.add_argument("models", nargs="+", metavar="MODEL", help="model files, or folders of them")
     parity_command.add_argument(
         "--backends", default=",".join(backends.BACKENDS), help="comma-separated (default: all; those that cannot "
