@@ -106,13 +106,17 @@ def _data_names(locations: Sequence[str], path: Path) -> dict[str, str]:
     return {location: f"{path.name}.{number}.data" for number, location in enumerate(locations, start=1)}
 
 
+def _copied_data(model: onnx.ModelProto, path: Path, source: Path) -> dict[str, str]:
+    """The external data files ``save`` copies next to ``path``, by location: none where it is beside ``source``."""
+    if path.parent.resolve() == source.parent.resolve():
+        return {}
+    return _data_names(sorted(_check_external_data(model, source.parent, source)), path)
+
+
 def saved_files(model: onnx.ModelProto, path: str | os.PathLike, source: str | os.PathLike) -> list[Path]:
     """Every file ``save(model, path, source)`` writes: the copied external data files, then the model."""
-    path, source = Path(path), Path(source)
-    if path.parent.resolve() == source.parent.resolve():
-        return [path]
-    locations = sorted(_check_external_data(model, source.parent, source))
-    return [path.parent / name for name in _data_names(locations, path).values()] + [path]
+    path = Path(path)
+    return [path.parent / name for name in _copied_data(model, path, Path(source)).values()] + [path]
 
 
 def save(model: onnx.ModelProto, path: str | os.PathLike, source: str | os.PathLike) -> None:
@@ -124,15 +128,13 @@ def save(model: onnx.ModelProto, path: str | os.PathLike, source: str | os.PathL
     A model in the same folder as ``source`` shares its files.
     """
     path, source = Path(path), Path(source)
-    if path.parent.resolve() != source.parent.resolve():
-        locations = sorted(_check_external_data(model, source.parent, source))
-        names = _data_names(locations, path)
-        for location, name in names.items():
-            _write_atomically(path.parent / name, lambda file, location=location: _copy(source.parent / location, file))
-        for tensor in _external_tensors(model):
-            for entry in tensor.external_data:
-                if entry.key == "location":
-                    entry.value = names[entry.value]
+    names = _copied_data(model, path, source)
+    for location, name in names.items():
+        _write_atomically(path.parent / name, lambda file, location=location: _copy(source.parent / location, file))
+    for tensor in _external_tensors(model) if names else ():
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = names[entry.value]
     write_bytes(path, model.SerializeToString())
 
 
