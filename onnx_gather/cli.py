@@ -240,6 +240,12 @@ def _lower(args: argparse.Namespace) -> int:
     result, report = lower(model)
     model_io.save(result, args.output, args.model)
     _print_report(report, "Lowered", args.model, args.output)
+    before, after = sum(report.before.values()), sum(report.after.values())
+    reading = sum(1 for change in report.changed if change.reason.startswith("out_of_bounds=directml"))
+    if reading and after > before:
+        print(f"out_of_bounds=directml puts DirectML's reading of out-of-bounds indices beside the gathers that may "
+              f"meet them: {after - before:+,} nodes here. The cheaper modes add 1 to 3 nodes a gather: convert with "
+              "--out-of-bounds clamp, zero or error.")  # fmt: skip
     return 1 if report.left else 0
 
 

@@ -206,3 +206,17 @@ def test_help_names_gather_nd():
     result = subprocess.run([sys.executable, "-m", "onnx_gather", "convert", "--help"], capture_output=True, text=True,
                             check=True)  # fmt: skip
     assert "Convert standard Gather, GatherElements and GatherND into DML custom ops." in result.stdout
+
+
+def test_lower_says_what_the_directml_mode_costs_and_names_the_cheaper_modes(tmp_path, capsys):
+    model = tmp_path / "ids.onnx"
+    inputs = [h.make_tensor_value_info("table", T.FLOAT, [6, 2]), h.make_tensor_value_info("ids", T.INT64, ["n"])]
+    graph = h.make_graph([h.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0)], "ids", inputs,
+                         [h.make_tensor_value_info("rows", T.FLOAT, ["n", 2])])  # fmt: skip
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), model)
+    for mode, told in (("directml", True), ("clamp", False)):
+        converted, lowered = tmp_path / f"{mode}.onnx", tmp_path / f"{mode}_lowered.onnx"
+        assert main(["convert", str(model), "-o", str(converted), "--out-of-bounds", mode]) == 0
+        assert main(["lower", str(converted), "-o", str(lowered)]) == 0
+        printed = capsys.readouterr().out
+        assert ("--out-of-bounds clamp, zero or error" in printed) == told, printed
