@@ -30,6 +30,8 @@ def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
             shape = (-1,)
         if not name or any(d < 0 for d in shape):
             raise InputError(f"--shape {spec!r}: expected NAME:DIMS such as ids:2x7")
+        if name in shapes:
+            raise InputError(f"--shape names {name!r} twice ({'x'.join(map(str, shapes[name]))} and {dims})")
         shapes[name] = shape
     return shapes
 
@@ -47,6 +49,10 @@ def _shape(value: onnx.ValueInfoProto, value_type: ValueType, shapes: Mapping[st
             raise InputError(
                 f"--shape {value.name}: {len(shape)} dimensions given, the model says {len(value_type.dims)}"
             )
+        for axis, (given, declared) in enumerate(zip(shape, value_type.dims, strict=True)):
+            if isinstance(declared, int) and given != declared:
+                raise InputError(f"--shape {value.name}:{'x'.join(map(str, shape))}: dimension {axis} is {declared} "
+                                 "in the model")  # fmt: skip
         return shape
     if value_type.dims is None:
         raise InputError(f"input {value.name!r} has no shape in the model: give one with --shape {value.name}:DIMS")
@@ -70,6 +76,7 @@ def generate(
     unknown = set(shapes) - {v.name for v in model_inputs(model)}
     if unknown:
         raise InputError(f"--shape names {sorted(unknown)[0]!r}, which is not an input of the model")
+    _check_given(model, given)
     rng = np.random.default_rng(seed)
     feeds = {}
     for value in model_inputs(model):
@@ -94,6 +101,34 @@ def generate(
         else:
             feeds[value.name] = rng.integers(*int_range, shape).astype(dtype)
     return feeds
+
+
+def _check_given(model: onnx.ModelProto, given: Mapping[str, np.ndarray]) -> None:
+    """Refuse arrays of an --inputs file that the model has no input for, or of another type, rank or fixed size."""
+    values = {value.name: value for value in model_inputs(model)}
+    unknown = sorted(set(given) - set(values))
+    if unknown:
+        raise InputError(f"--inputs holds {', '.join(map(repr, unknown))}, which the model has no input for "
+                         f"(its inputs: {', '.join(values) or 'none'})")  # fmt: skip
+    for name, array in given.items():
+        value_type = ValueType.of(values[name])
+        if value_type is None:
+            continue
+        array = np.asarray(array)
+        if value_type.elem_type == onnx.TensorProto.STRING:
+            expected_kind = array.dtype.kind in "OUS"
+            wanted = "strings"
+        else:
+            wanted = np.dtype(helper.tensor_dtype_to_np_dtype(value_type.elem_type)).name
+            expected_kind = array.dtype.name == wanted
+        if not expected_kind:
+            raise InputError(f"--inputs array {name!r}: {array.dtype.name} where the model takes {wanted}")
+        dims = value_type.dims
+        if dims is not None and (len(dims) != array.ndim or any(
+                isinstance(d, int) and d != n for d, n in zip(dims, array.shape, strict=True))):  # fmt: skip
+            declared = "x".join(str(d) if isinstance(d, int) else f"<{d or '?'}>" for d in dims) or "a scalar"
+            raise InputError(f"--inputs array {name!r}: shape {'x'.join(map(str, array.shape)) or 'scalar'} where "
+                             f"the model takes {declared}")  # fmt: skip
 
 
 def dynamic_hint(

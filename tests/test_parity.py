@@ -240,11 +240,24 @@ def test_parity_on_a_model_with_string_and_bool_outputs(tmp_path, capsys):
         (["parity", "{model}", "--shape", "other:2"], "--shape names 'other', which is not an input of the model"),
         (["parity", "{model}", "--int-range", "5:1"], "--int-range '5:1': expected LOW:HIGH"),
         (["run", "{model}", "--backend", "dml"], "backend dml cannot run here"),
+        (
+            ["parity", "{model}", "--inputs", "{other}"],
+            "--inputs holds 'idx', which the model has no input for (its inputs: ids, picks)",
+        ),
+        (["parity", "{model}", "--inputs", "{int32}"], "--inputs array 'ids': int32 where the model takes int64"),
+        (["parity", "{model}", "--inputs", "{wide}"], "--inputs array 'picks': shape 1x3 where the model takes 1x2"),
+        (["run", "{model}", "--backend", "cpu", "--shape", "picks:1x5"], "--shape picks:1x5: dimension 1 is 2 in"),
+        (["run", "{model}", "--backend", "cpu", "--shape", "ids:2", "--shape", "ids:3"], "--shape names 'ids' twice"),
     ],
 )
 def test_bad_input_exits_2(tmp_path, capsys, arguments, message, no_directml):
     model = _ids_model(tmp_path)
-    assert main([a.format(model=model) for a in arguments]) == 2
+    files = {"other": {"idx": np.array([1])}, "int32": {"ids": np.array([1], np.int32)},
+             "wide": {"picks": np.array([[1, 2, 3]])}}  # fmt: skip
+    for name, arrays in files.items():
+        np.savez(tmp_path / f"{name}.npz", **arrays)
+    paths = {name: tmp_path / f"{name}.npz" for name in files}
+    assert main([a.format(model=model, **paths) for a in arguments]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and message in error
 
