@@ -49,7 +49,7 @@ def _shape(value: onnx.ValueInfoProto, value_type: ValueType, shapes: Mapping[st
             raise InputError(
                 f"--shape {value.name}: {len(shape)} dimensions given, the model says {len(value_type.dims)}"
             )
-        for axis, (given, declared) in enumerate(zip(shape, value_type.dims, strict=True)):
+        for axis, (given, declared) in enumerate(zip(shape, value_type.dims or (), strict=False)):
             if isinstance(declared, int) and given != declared:
                 raise InputError(f"--shape {value.name}:{'x'.join(map(str, shape))}: dimension {axis} is {declared} "
                                  "in the model")  # fmt: skip
