@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import onnx
 
 from onnx_gather.convert import NodeChange, convert
-from onnx_gather.graph import DML_OP_TYPES, DOMAIN, bodies, value_types
+from onnx_gather.graph import DML_OP_TYPES, DOMAIN, bodies, counted, value_types
 from onnx_gather.placement import FEATURE_LEVELS, dml_operator, dml_type_name, judge, needed_level, place
 from onnx_gather.ranks import Observation
 
@@ -32,7 +32,8 @@ def _describe(op_type: str, n: int, data_type: int, index_type: int, batch: int 
     dml = dml_operator(op_type, batch)
     level = needed_level(op_type, n, data_type, index_type, batch)
     needs = f"feature level {level} or later" if level else "no feature level"
-    return f"{dml} with {n} dimensions, {dml_type_name(data_type)} data, {dml_type_name(index_type)} indices ({needs})"
+    types = f"{dml_type_name(data_type)} data, {dml_type_name(index_type)} indices"
+    return f"{dml} with {counted(n, 'dimension')}, {types} ({needs})"
 
 
 def _standard(change: NodeChange, level_name: str) -> Verdict:
@@ -95,6 +96,8 @@ def summary(verdicts: list[Verdict], feature_level: str) -> str:
     counts = {status: sum(v.status == status for v in verdicts) for status in STATUSES}
     parts = [f"{counts[s]} {label}" for s, label in (
         ("DirectML", "on DirectML"), ("CPU", "on the CPU provider"), ("fails", "failing"),
-        ("refused", "refused"), ("unknown", "undecided until run"),
+        ("refused", "refused"), ("unknown", "unknown until the model runs"),
     ) if counts[s]]  # fmt: skip
-    return f"{len(verdicts)} gathers at DirectML feature level {feature_level}: {', '.join(parts) or 'none'}."
+    return (
+        f"{counted(len(verdicts), 'gather')} at DirectML feature level {feature_level}: {', '.join(parts) or 'none'}."
+    )

@@ -20,6 +20,7 @@ from onnx_gather.check import check, summary
 from onnx_gather.convert import Report, convert
 from onnx_gather.directml import install
 from onnx_gather.directml.layout import Layout
+from onnx_gather.graph import counted
 from onnx_gather.lower import lower
 from onnx_gather.parity import failure_hint, one_line, run_parity
 from onnx_gather.placement import FEATURE_LEVELS
@@ -199,7 +200,7 @@ def _print_report(report: Report, verb: str, source: str, target: str) -> None:
     print(f"  ({unchanged} other op types unchanged; {sum(report.before.values())} nodes before, "
           f"{sum(report.after.values())} after)")  # fmt: skip
     total = len(report.changed) + len(report.left)
-    print(f"{verb} {len(report.changed)} of {total} gathers.")
+    print(f"{verb} {len(report.changed)} of {counted(total, 'gather')}.")
     for changed in report.changed:
         for remark in (changed.note, changed.ranks):
             if remark:

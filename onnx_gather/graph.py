@@ -37,6 +37,11 @@ class Body:
         self.container.node.extend(nodes)
 
 
+def counted(count: int, noun: str) -> str:
+    """``1 gather``, ``2 gathers``: a count with its noun in the number it takes."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
     for attribute in node.attribute:
         if attribute.type == onnx.AttributeProto.GRAPH:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from onnx import TensorProto
 
-from onnx_gather.graph import ValueType
+from onnx_gather.graph import ValueType, counted
 from onnx_gather.semantics import MAX_DIMENSION_COUNT
 
 _T = TensorProto
@@ -75,7 +75,7 @@ def judge(level: FeatureLevel, op_type: str, n: int, data_type: int, index_type:
     if list(FEATURE_LEVELS).index(level.name) < list(FEATURE_LEVELS).index(introduced):
         return f"{operator} needs feature level {introduced} (this is {level.name})"
     if level.dimension_count is not None and n > level.dimension_count:
-        return f"{n} dimensions; feature level {level.name} takes exactly {level.dimension_count}"
+        return f"{counted(n, 'dimension')}; feature level {level.name} takes exactly {level.dimension_count}"
     if _AS_DML.get(data_type, data_type) not in level.data_types:
         return f"{dml_type_name(data_type)} data is not supported at feature level {level.name}"
     if index_type not in level.index_types:

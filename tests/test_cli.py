@@ -53,7 +53,7 @@ def test_convert_and_lower_into_another_folder(tmp_path, external, capsys):
     lowered.parent.mkdir()
     assert main(["convert", str(source), "-o", str(converted)]) == 0
     printed = capsys.readouterr().out
-    assert "Converted 1 of 1 gathers." in printed and "onnx_gather::DmlGather       0       1" in printed
+    assert "Converted 1 of 1 gather." in printed and "onnx_gather::DmlGather       0       1" in printed
     assert main(["lower", str(converted), "-o", str(lowered)]) == 0
     assert {p.name: _digest(p) for p in source.parent.iterdir()} == before  # the input is untouched
     # Copied external data is named after the model it serves.
@@ -94,12 +94,12 @@ def test_check_accepts_at_4_1_and_refuses_int64_indices_at_2_1(tmp_path, capsys)
     assert capsys.readouterr().out.splitlines() == [
         "DirectML node 'embed' (Gather, graph 'embedding'): DML_GATHER with 3 dimensions, FLOAT32 (ONNX FLOAT) data, "
         "INT64 indices (feature level 3.0 or later); runs on DirectML",
-        "1 gathers at DirectML feature level 4.1: 1 on DirectML.",
+        "1 gather at DirectML feature level 4.1: 1 on DirectML.",
     ]
     assert main(["check", str(path), "--feature-level", "2.1"]) == 1
     printed = capsys.readouterr().out
     assert "refused  node 'embed'" in printed and "INT64 indices are not supported at feature level 2.1" in printed
-    assert "1 gathers at DirectML feature level 2.1: 1 refused." in printed
+    assert "1 gather at DirectML feature level 2.1: 1 refused." in printed
 
 
 def test_check_says_where_the_directml_provider_puts_each_gather(tmp_path, capsys):
