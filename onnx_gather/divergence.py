@@ -34,9 +34,9 @@ def marked(model: Model) -> Iterator[Model]:
         yield Model(path, proto)
 
 
-def _on_cpu(placement: Mapping[str, dict], node: onnx.NodeProto) -> bool:
-    listed = placement.get("CPUExecutionProvider", {}).get("names", [])
-    return any(entry.endswith(f"({node.name})") for entry in listed) if node.name else False
+def _on_cpu(placement: Mapping[str, dict], label: str) -> bool:
+    """Whether the placement lists the node called ``label`` on ONNX Runtime's CPU provider."""
+    return any(entry.endswith(f"({label})") for entry in placement.get("CPUExecutionProvider", {}).get("names", []))
 
 
 def first_divergences(
@@ -52,8 +52,9 @@ def first_divergences(
         if not bad or not all(within.get(name, True) for name in node.input):
             continue
         comparison = outputs[bad[0]][backend]
+        label = node.name or unnamed(node, position)  # as the dml backend names it for ONNX Runtime
         entry = {
-            "node": node.name or unnamed(node, position),
+            "node": label,
             "op_type": node.op_type,
             "output": bad[0],
             "max_abs": comparison["max_abs"],
@@ -61,7 +62,7 @@ def first_divergences(
             "mismatches": comparison["mismatches"],
         }
         if placement:
-            entry["placement"] = "CPU" if _on_cpu(placement, node) else "DirectML"
+            entry["placement"] = "CPU" if _on_cpu(placement, label) else "DirectML"
         found.append(entry)
         if len(found) == limit:
             break
