@@ -80,6 +80,11 @@ class _Body:
             {t.name: t for t in body.container.initializer} if isinstance(body.container, onnx.GraphProto) else {}
         )
 
+    def made_by(self, value: str) -> onnx.NodeProto | None:
+        """The node of this list that makes ``value``, if one does."""
+        index = self.producer.get(value)
+        return None if index is None else self.nodes[index]
+
     def private_producer(self, value: str) -> onnx.NodeProto | None:
         """The node producing ``value`` here, if ``value`` has no other use."""
         index = self.producer.get(value)
@@ -96,10 +101,9 @@ class _Body:
     def constant(self, value: str) -> np.ndarray | None:
         if value in self.initializers:
             return numpy_helper.to_array(self.initializers[value])
-        index = self.producer.get(value)
-        if index is None:
+        node = self.made_by(value)
+        if node is None:
             return None
-        node = self.nodes[index]
         if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
             return None
         attribute = node.attribute[0]
@@ -298,8 +302,7 @@ class _Lowering:
             directml_gather_nd(emit, x, dims, i, indices_type.elem_type, idc, batch, k, data_type, mode, result)
         else:
             if in_bounds:  # every mode reads what the native op reads
-                fixed = i if indices_type.elem_type == TensorProto.INT64 else (
-                    emit.node("Cast", [i], "as_int64", to=TensorProto.INT64))  # fmt: skip
+                fixed = _native_indices(emit, i, indices_type.elem_type, (TensorProto.INT64,))
             else:
                 fixed, mask = _fix_tuples(emit, x, i, indices_type.elem_type, batch, k, mode)
             attributes = {"batch_dims": batch} if batch else {}
@@ -535,20 +538,22 @@ def _in_bounds(indices: np.ndarray | None, sizes: Sequence[int | str | None]) ->
 def _mask_coordinates(work: _Body, types: dict[str, ValueType], indices: str, dims: Sequence[int | str | None]) -> bool:
     """``indices`` = Transpose(NonZero(mask)) of a mask whose dims are ``dims`` (the same numbers or the same symbols):
     coordinates of elements of a tensor of those dims, in bounds on every run (``x[mask]`` as exporters write it)."""
-    transpose = work.nodes[work.producer[indices]] if indices in work.producer else None
+    transpose = work.made_by(indices)
     if transpose is None or transpose.op_type != "Transpose" or transpose.domain not in ("", "ai.onnx"):
         return False
     perm = next((list(a.ints) for a in transpose.attribute if a.name == "perm"), [1, 0])
-    nonzero = work.nodes[work.producer[transpose.input[0]]] if transpose.input[0] in work.producer else None
+    nonzero = work.made_by(transpose.input[0])
     if perm != [1, 0] or nonzero is None or nonzero.op_type != "NonZero" or nonzero.domain not in ("", "ai.onnx"):
         return False
     mask = types.get(nonzero.input[0])
     return mask is not None and mask.dims is not None and None not in dims and tuple(mask.dims) == tuple(dims)
 
 
-def _native_indices(emit: Emitter, indices: str, index_type: int) -> str:
-    """Indices as the native ops take them (INT32 or INT64)."""
-    if index_type in (TensorProto.INT32, TensorProto.INT64):
+def _native_indices(
+    emit: Emitter, indices: str, index_type: int, taken: tuple[int, ...] = (TensorProto.INT32, TensorProto.INT64)
+) -> str:
+    """Indices as the native op takes them: Gather and GatherElements INT32 or INT64, GatherND INT64 only."""
+    if index_type in taken:
         return indices
     return emit.node("Cast", [indices], "as_int64", to=TensorProto.INT64)
 
