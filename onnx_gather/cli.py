@@ -272,7 +272,7 @@ def _hint(args: argparse.Namespace, model: backends.Model) -> str:
 
 
 def _describe(name: str, array: np.ndarray) -> str:
-    line = f"{name:<20} {array.dtype.name} {{{','.join(map(str, array.shape))}}}"
+    line = f"{name:<20} {array.dtype.name} {inputs.dims_text(array.shape)}"
     if array.size and array.dtype.kind in "fiub":
         numbers = array.astype(np.float64)
         line += f"  min {numbers.min():.6g}  max {numbers.max():.6g}  mean {numbers.mean():.6g}"

@@ -19,6 +19,11 @@ class InputError(ValueError):
     """Inputs that cannot be loaded, parsed or generated; the message names the input."""
 
 
+def dims_text(shape: Sequence[int]) -> str:
+    """A shape as ``--shape`` takes it: ``1x16``; ``scalar`` for none."""
+    return "x".join(map(str, shape)) or "scalar"
+
+
 def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
     """``["ids:2x7", "mask:2x7"]`` -> ``{"ids": (2, 7), "mask": (2, 7)}``; ``"x:"`` is a scalar."""
     shapes = {}
@@ -31,7 +36,7 @@ def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
         if not name or any(d < 0 for d in shape):
             raise InputError(f"--shape {spec!r}: expected NAME:DIMS such as ids:2x7")
         if name in shapes:
-            raise InputError(f"--shape names {name!r} twice ({'x'.join(map(str, shapes[name]))} and {dims})")
+            raise InputError(f"--shape names {name!r} twice ({dims_text(shapes[name])} and {dims or 'scalar'})")
         shapes[name] = shape
     return shapes
 
@@ -51,7 +56,7 @@ def _shape(value: onnx.ValueInfoProto, value_type: ValueType, shapes: Mapping[st
             )
         for axis, (given, declared) in enumerate(zip(shape, value_type.dims or (), strict=False)):
             if isinstance(declared, int) and given != declared:
-                raise InputError(f"--shape {value.name}:{'x'.join(map(str, shape))}: dimension {axis} is {declared} "
+                raise InputError(f"--shape {value.name}:{dims_text(shape)}: dimension {axis} is {declared} "
                                  "in the model")  # fmt: skip
         return shape
     if value_type.dims is None:
@@ -127,7 +132,7 @@ def _check_given(model: onnx.ModelProto, given: Mapping[str, np.ndarray]) -> Non
         if dims is not None and (len(dims) != array.ndim or any(
                 isinstance(d, int) and d != n for d, n in zip(dims, array.shape, strict=True))):  # fmt: skip
             declared = "x".join(str(d) if isinstance(d, int) else f"<{d or '?'}>" for d in dims) or "a scalar"
-            raise InputError(f"--inputs array {name!r}: shape {'x'.join(map(str, array.shape)) or 'scalar'} where "
+            raise InputError(f"--inputs array {name!r}: shape {dims_text(array.shape)} where "
                              f"the model takes {declared}")  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from onnx_gather import backends as backends_module
 from onnx_gather import divergence
 from onnx_gather.backends import Model
 from onnx_gather.graph import DML_OP_TYPES
+from onnx_gather.inputs import dims_text
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ def compare(reference: np.ndarray, actual: np.ndarray, atol: float, rtol: float)
     """Compare ``actual`` with ``reference`` position by position."""
     textual = reference.dtype.kind in "OUS" and actual.dtype.kind in "OUS"  # runtimes hold strings differently
     if reference.shape != actual.shape or (reference.dtype != actual.dtype and not textual):
-        note = f"{actual.dtype.name} {actual.shape} where the reference has {reference.dtype.name} {reference.shape}"
+        note = (f"{actual.dtype.name} {dims_text(actual.shape)} where the reference has {reference.dtype.name} "
+                f"{dims_text(reference.shape)}")
         return Comparison(False, False, None, None, max(reference.size, actual.size), None, note)
     if reference.dtype.kind not in "fiu":  # STRING and BOOL: equal or not, never numbers
         bad = np.argwhere(reference.astype(object) != actual.astype(object))

@@ -71,7 +71,7 @@ def _rank(value: onnx.ValueInfoProto, types: Mapping[str, ValueType]) -> int | N
 def _describe(feeds: Mapping[str, np.ndarray], given: Iterable[str]) -> str:
     given = set(given)
     return ", ".join(
-        f"{name} {'x'.join(map(str, array.shape)) or 'scalar'} ({'given' if name in given else 'generated'})"
+        f"{name} {inputs.dims_text(array.shape)} ({'given' if name in given else 'generated'})"
         for name, array in feeds.items()
     )
 

@@ -220,3 +220,10 @@ def test_lower_says_what_the_directml_mode_costs_and_names_the_cheaper_modes(tmp
         assert main(["lower", str(converted), "-o", str(lowered)]) == 0
         printed = capsys.readouterr().out
         assert ("--out-of-bounds clamp, zero or error" in printed) == told, printed
+
+
+def test_run_prints_shapes_as_shape_takes_them(tmp_path, capsys):
+    path = _embedding_model(tmp_path, external=False)
+    assert main(["run", str(path), "--backend", "cpu", "--shape", "ids:2x3"]) == 0
+    printed = capsys.readouterr().out
+    assert "ids                  int64 2x3 " in printed and "vectors              float32 2x3x64 " in printed

@@ -50,7 +50,7 @@ def test_compare_64_bit_integers_exactly():
 def test_compare_shapes_that_differ():
     c = compare(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), 0, 0)
     assert (c.within_tolerance, c.mismatches, c.first_mismatch) == (False, 6, None)
-    assert c.note == "float32 (3, 2) where the reference has float32 (2, 3)"
+    assert c.note == "float32 3x2 where the reference has float32 2x3"
     assert c.as_report()["note"] == c.note and c.as_report()["max_abs"] is None  # the JSON says what differs
     assert "note" not in compare(np.zeros(2), np.zeros(2), 0, 0).as_report()
 
