@@ -7,6 +7,7 @@ Each says whether it can run here and, if not, why; ``run`` returns the outputs 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import platform
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -86,6 +87,10 @@ class Backend:
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         raise NotImplementedError
 
+    def versions(self) -> dict[str, str]:
+        """What this backend runs on, by package: for reports (call it only when the backend is available)."""
+        return {"onnxruntime": onnxruntime.__version__}
+
 
 def traced(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with each DML node swapped for its traced twin, which counts out-of-bounds indices by node name."""
@@ -118,6 +123,9 @@ class PyOp(Backend):
         # Every DML node in model order; one that never ran (an If branch not taken) met none.
         nodes = [n.name for body in bodies(converted) for n in body.nodes if n.op_type in ops.TRACED.values()]
         return Outcome(_named(model, outputs), {name: counts.get(name, 0) for name in nodes})
+
+    def versions(self) -> dict[str, str]:
+        return {**super().versions(), "onnxruntime-extensions": importlib.metadata.version("onnxruntime-extensions")}
 
 
 class Cpu(Backend):
@@ -160,6 +168,9 @@ class OpenVino(Backend):
         # An output port can carry several names (an output that is also a value inside): every one of them.
         by_name = {name: np.asarray(results[port]) for port in compiled.outputs for name in port.get_names()}
         return Outcome({name: by_name[name] for name in model.output_names})
+
+    def versions(self) -> dict[str, str]:
+        return {"openvino": importlib.metadata.version("openvino")}
 
 
 class _Provider(Backend):
@@ -233,6 +244,11 @@ class DirectMl(_Provider):
             runner.free(loaded)
         placement = {p: {"nodes": count, "names": loaded.placement.get(p, [])} for p, count in loaded.placed.items()}
         return Outcome({name: outputs[name] for name in model.output_names}, placement=placement)
+
+    def versions(self) -> dict[str, str]:
+        if self.native:
+            return super().versions()
+        return directml_layout.Layout.default().versions()
 
 
 def unnamed(node: onnx.NodeProto, position: int) -> str:

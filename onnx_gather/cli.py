@@ -211,7 +211,7 @@ def _print_report(report: Report, verb: str, source: str, target: str) -> None:
 
 def _observation(args: argparse.Namespace) -> Observation:
     return Observation(
-        inputs.load(args.inputs) if args.inputs else {}, inputs.parse_shapes(args.shape), args.seed,
+        _given(args), inputs.parse_shapes(args.shape), args.seed,
         inputs.parse_int_range(args.int_range), Path(args.model).parent,
     )  # fmt: skip
 
@@ -258,8 +258,15 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if all(v.status in ("DirectML", "CPU", "unknown") for v in verdicts) else 1
 
 
+def _given(args: argparse.Namespace) -> dict[str, np.ndarray]:
+    """The arrays of ``--inputs``, loaded once per command (``args`` keeps them)."""
+    if "given" not in vars(args):
+        args.given = inputs.load(args.inputs) if args.inputs else {}
+    return args.given
+
+
 def _feeds(args: argparse.Namespace, model: backends.Model) -> dict[str, np.ndarray]:
-    given = inputs.load(args.inputs) if args.inputs else {}
+    given = _given(args)
     shapes = inputs.parse_shapes(args.shape)
     int_range = inputs.parse_int_range(args.int_range)
     return inputs.generate(model.proto, shapes, args.seed, int_range, given, args.max_elements)
@@ -267,8 +274,7 @@ def _feeds(args: argparse.Namespace, model: backends.Model) -> dict[str, np.ndar
 
 def _hint(args: argparse.Namespace, model: backends.Model) -> str:
     """Which dynamic dims were generated as 1, if any (a likely cause of a failed run), else ""."""
-    given = list(inputs.load(args.inputs)) if args.inputs else []
-    return inputs.dynamic_hint(model.proto, inputs.parse_shapes(args.shape), given)
+    return inputs.dynamic_hint(model.proto, inputs.parse_shapes(args.shape), list(_given(args)))
 
 
 def _describe(name: str, array: np.ndarray) -> str:
@@ -378,7 +384,7 @@ def _parity(args: argparse.Namespace) -> int:
             inputs.save(args.save_inputs, feeds)
         runs.append(run_parity(
             model, feeds, names, args.reference, args.atol, args.rtol, args.device_id, args.out_of_bounds,
-            _hint(args, model), args.all_tensors,
+            _hint(args, model), args.all_tensors, args.seed, list(_given(args)),
         ))  # fmt: skip
         print(report.text(runs[-1]) + "\n")
     for path, reason in refused.items():

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -47,8 +48,10 @@ def compare(reference: np.ndarray, actual: np.ndarray, atol: float, rtol: float)
     """Compare ``actual`` with ``reference`` position by position."""
     textual = reference.dtype.kind in "OUS" and actual.dtype.kind in "OUS"  # runtimes hold strings differently
     if reference.shape != actual.shape or (reference.dtype != actual.dtype and not textual):
-        note = (f"{actual.dtype.name} {dims_text(actual.shape)} where the reference has {reference.dtype.name} "
-                f"{dims_text(reference.shape)}")
+        note = (
+            f"{actual.dtype.name} {dims_text(actual.shape)} where the reference has {reference.dtype.name} "
+            f"{dims_text(reference.shape)}"
+        )
         return Comparison(False, False, None, None, max(reference.size, actual.size), None, note)
     if reference.dtype.kind not in "fiu":  # STRING and BOOL: equal or not, never numbers
         bad = np.argwhere(reference.astype(object) != actual.astype(object))
@@ -118,8 +121,11 @@ def _run_all(
         except Exception as error:  # a backend that fails is reported, and the others still run
             statuses[name] = {"status": "error", "reason": one_line(error), "seconds": None}
             hints.append(failure_hint(error, hint))
+        else:
+            statuses[name] = {"status": "ok", "reason": None, "seconds": round(time.perf_counter() - start, 4)}
+        statuses[name]["versions"] = backend.versions()
+        if name not in outcomes:
             continue
-        statuses[name] = {"status": "ok", "reason": None, "seconds": round(time.perf_counter() - start, 4)}
         if outcomes[name].placement:
             statuses[name]["placement"] = outcomes[name].placement
     return statuses, outcomes, hints
@@ -145,10 +151,13 @@ def run_parity(
     out_of_bounds: str = "directml",
     hint: str = "",
     all_tensors: bool = False,
+    seed: int | None = None,
+    given: Collection[str] = (),
 ) -> Parity:
     """Run ``model`` on the ``names`` backends (the reference first) and compare every output with the reference's.
     ``hint`` (which dynamic dims the generated inputs made 1) goes into the report where it can explain a backend's
-    failure (``failure_hint``). ``all_tensors``: every intermediate value is compared too, and the report's
+    failure (``failure_hint``); the report lists the inputs: with a ``seed``, those not named in ``given`` as
+    generated from it, else all as given. ``all_tensors``: every intermediate value is compared too, and the report's
     ``divergence`` names, per backend, the first nodes whose outputs differ while their inputs agree."""
     with divergence.marked(model) if all_tensors else contextlib.nullcontext(model) as wide:
         statuses, outcomes, hints = _run_all(wide, feeds, names, reference, device_id, out_of_bounds, hint)
@@ -165,6 +174,7 @@ def run_parity(
                 if comparison.note:
                     notes[(output, name)] = comparison.note
     outputs = {name: tensors[name] for name in model.output_names}
+    generated = set(feeds) - set(given) if seed is not None else set()
     passed = expected is not None and all(s["status"] != "error" for s in statuses.values())
     passed = passed and all(c["within_tolerance"] for by_backend in outputs.values() for c in by_backend.values())
     report = {
@@ -172,6 +182,16 @@ def run_parity(
         "reference": reference,
         "atol": float(atol),
         "rtol": float(rtol),
+        "inputs": {
+            name: {
+                "dtype": array.dtype.name,
+                "shape": list(array.shape),
+                "source": "generated" if name in generated else "given",
+            }
+            for name, array in feeds.items()
+        },
+        "seed": seed if generated else None,
+        "onnx_gather": importlib.metadata.version("onnx-gather"),
         "backends": statuses,
         "outputs": outputs,
         "out_of_bounds": dict(expected.out_of_bounds) if expected is not None else {},

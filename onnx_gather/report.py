@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from onnx_gather.inputs import dims_text
 from onnx_gather.parity import Parity
 
 
@@ -123,6 +124,25 @@ def _divergence(parity: Parity) -> list[str]:
     return lines
 
 
+def _inputs(report: dict) -> str:
+    """One line: the inputs the backends ran on, and where they came from."""
+    listed = ", ".join(f"{name} {entry['dtype']} {dims_text(entry['shape'])} ({entry['source']})"
+                       for name, entry in report["inputs"].items())  # fmt: skip
+    seed = f", with --seed {report['seed']}" if report["seed"] is not None else ""
+    return f"Inputs: {listed or 'none'}{seed}."
+
+
+def _versions(report: dict) -> str:
+    """One line: the versions each backend that could run ran on."""
+    parts = [f"onnx-gather {report['onnx_gather']}"]
+    for name, status in report["backends"].items():
+        if "versions" in status:
+            parts.append(
+                f"{name}: " + ", ".join(f"{package} {version}" for package, version in status["versions"].items())
+            )
+    return f"Versions: {'; '.join(parts)}."
+
+
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -138,7 +158,7 @@ def text(parity: Parity) -> str:
     if output_rows:
         header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
         lines += [""] + ["  " + line for line in _table(output_rows, header)]
-    lines += ["", *_placement(parity), *_divergence(parity), _out_of_bounds(parity), _summary(parity)]
+    lines += ["", _inputs(report), *_placement(parity), *_divergence(parity), _out_of_bounds(parity), _summary(parity)]
     if "hint" in report:
         lines.append(f"Hint: {report['hint']}.")
     return "\n".join(lines)
@@ -176,6 +196,7 @@ def markdown(runs: list[Parity], refused: Mapping[Path, str] | None = None) -> s
         section += ["", _escape(_out_of_bounds(parity)), "", f"**{_escape(_summary(parity))}**"]
         if "hint" in report:
             section += ["", _escape(f"Hint: {report['hint']}.")]
+        section += ["", _escape(_inputs(report)), "", _escape(_versions(report))]
         sections.append("\n".join(section))
     for path, reason in (refused or {}).items():
         sections.append(f"## {_escape(str(path))}\n\n**Refused:** {_escape(reason)}")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import shutil
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 from conftest import require_directml
 from onnx import TensorProto as T
@@ -55,7 +57,8 @@ def test_compare_shapes_that_differ():
     assert "note" not in compare(np.zeros(2), np.zeros(2), 0, 0).as_report()
 
 
-KEYS = ["model", "reference", "atol", "rtol", "backends", "outputs", "out_of_bounds", "out_of_bounds_mode", "passed"]
+KEYS = ["model", "reference", "atol", "rtol", "inputs", "seed", "onnx_gather", "backends", "outputs", "out_of_bounds",
+        "out_of_bounds_mode", "passed"]
 
 
 def _ids_model(tmp_path, name="ids.onnx"):
@@ -89,11 +92,18 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
     report = json.loads((tmp_path / "r.json").read_text())
     assert list(report) == KEYS
     assert (report["model"], report["reference"], report["atol"], report["rtol"]) == (str(model), "pyop", 0.0, 0.0)
+    assert report["inputs"] == {"ids": {"dtype": "int64", "shape": [3], "source": "given"},
+                                "picks": {"dtype": "int64", "shape": [1, 2], "source": "given"}}  # fmt: skip
+    assert report["seed"] is None  # nothing was generated
+    assert report["onnx_gather"] == importlib.metadata.version("onnx-gather")
     assert list(report["backends"]) == ["pyop", "cpu", "lowered", "openvino", "cuda", "dml"]
+    packages = {"pyop": ["onnxruntime", "onnxruntime-extensions"], "cpu": ["onnxruntime"], "lowered": ["onnxruntime"],
+                "openvino": ["openvino"]}  # fmt: skip
     for name in ("pyop", "cpu", "lowered", "openvino"):
         status = report["backends"][name]
-        assert list(status) == ["status", "reason", "seconds"]
+        assert list(status) == ["status", "reason", "seconds", "versions"]
         assert status["status"] == "ok" and status["reason"] is None and status["seconds"] >= 0
+        assert status["versions"] == {package: importlib.metadata.version(package) for package in packages[name]}
     for name, reason in (("cuda", "onnxruntime has no"), ("dml", "real DirectML is not set up here")):
         status = report["backends"][name]
         assert (status["status"], status["seconds"]) == ("skipped", None) and reason in status["reason"]
@@ -121,6 +131,10 @@ def test_out_of_bounds_indices_are_counted_and_backends_differ_there(tmp_path, c
     printed = capsys.readouterr().out
     assert "per DML node: lookup 2, pick 1" in printed and "FAILED: errors on cpu, openvino." in printed
     assert "| lookup" not in (tmp_path / "r.md").read_text() and "**FAILED" in (tmp_path / "r.md").read_text()
+    assert "Inputs: ids int64 4 (given), picks int64 1x2 (given)." in printed
+    markdown = (tmp_path / "r.md").read_text()
+    assert "Inputs: ids int64 4 (given), picks int64 1x2 (given)." in markdown
+    assert f"Versions: onnx-gather {report['onnx_gather']}; pyop: onnxruntime {onnxruntime.__version__}" in markdown
 
 
 def test_a_mismatch_exits_1_with_its_position(tmp_path, capsys):
@@ -146,6 +160,9 @@ def test_saved_inputs_replay_the_same_report(tmp_path):
     saved = np.load(tmp_path / "in.npz")
     assert saved["ids"].shape == (5,) and saved["picks"].shape == (1, 2)
     a, b = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json"))
+    assert (a.pop("seed"), b.pop("seed")) == (4, None)
+    sources = {name: (a["inputs"][name].pop("source"), b["inputs"][name].pop("source")) for name in a["inputs"]}
+    assert sources == {"ids": ("generated", "given"), "picks": ("generated", "given")}
     for report in (a, b):
         for status in report["backends"].values():
             status["seconds"] = None
@@ -311,6 +328,9 @@ def test_parity_on_real_directml_reports_where_each_node_ran(tmp_path, capsys):
     assert main(arguments) == 0
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["backends"]["dml"]["placement"] == {"DmlExecutionProvider": {"nodes": 2, "names": []}}
+    versions = report["backends"]["dml"]["versions"]
+    assert (versions["onnxruntime-directml"], versions["directml"][:7]) == ("1.24.4", "1.15.4+")
+    assert versions["wine"][0].isdigit() and versions["mesa"].endswith("(lavapipe)")
     assert all(by_backend["dml"]["equal"] for by_backend in report["outputs"].values())
     assert "dml: nodes placed by ONNX Runtime: 2 on DmlExecutionProvider." in capsys.readouterr().out
 

@@ -300,10 +300,9 @@ def make_prefix(layout: Layout, out: TextIO) -> None:
 
 
 def _versions(layout: Layout) -> str:
-    state = layout.state()
-    wine = subprocess.run([WINE, "--version"], capture_output=True, text=True).stdout.strip()
-    return (f"ONNX Runtime {state.get('onnxruntime', '?')} with DirectML {state.get('directml', '?')}, {wine}, "
-            f"Mesa {package_version(MESA_PACKAGE)} (lavapipe)")  # fmt: skip
+    versions = layout.versions()
+    return (f"ONNX Runtime {versions['onnxruntime-directml']} with DirectML {versions['directml']}, "
+            f"wine-{versions['wine']}, Mesa {versions['mesa']}")  # fmt: skip
 
 
 def probe(layout: Layout) -> str:

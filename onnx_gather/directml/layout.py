@@ -101,6 +101,18 @@ class Layout:
         except (OSError, ValueError):
             return {}
 
+    def versions(self) -> dict[str, str]:
+        """The versions of the parts real DirectML runs on here, as set-up recorded them and Wine and Mesa report."""
+        state = self.state()
+        wine = subprocess.run([WINE, "--version"], capture_output=True, text=True).stdout.strip()
+        return {
+            "onnxruntime-directml": state.get("onnxruntime", "?"),
+            "directml": state.get("directml", "?"),
+            "d3d12": state.get("d3d12", "?"),
+            "wine": wine.removeprefix("wine-"),
+            "mesa": f"{package_version(MESA_PACKAGE)} (lavapipe)",
+        }
+
     def problems(self) -> list[str]:
         """What is missing for real DirectML to run here, one line each; empty when everything is in place."""
         found = []
