@@ -272,9 +272,15 @@ def _feeds(args: argparse.Namespace, model: backends.Model) -> dict[str, np.ndar
     return inputs.generate(model.proto, shapes, args.seed, int_range, given, args.max_elements)
 
 
-def _hint(args: argparse.Namespace, model: backends.Model) -> str:
-    """Which dynamic dims were generated as 1, if any (a likely cause of a failed run), else ""."""
-    return inputs.dynamic_hint(model.proto, inputs.parse_shapes(args.shape), list(_given(args)))
+def _hint(args: argparse.Namespace, model: backends.Model, error: BaseException) -> str:
+    """What the inputs can do about a backend's ``error``: a generated integer input that reached an index out of
+    range, else which dynamic dims were generated as 1 (a likely cause of a failed run), else ""."""
+    given = list(_given(args))
+    generated = [value.name for value in inputs.model_inputs(model.proto) if value.name not in given]
+    int_range = inputs.parse_int_range(args.int_range)
+    return inputs.index_hint(model.proto, str(error), generated, int_range) or inputs.dynamic_hint(
+        model.proto, inputs.parse_shapes(args.shape), given
+    )
 
 
 def _describe(name: str, array: np.ndarray) -> str:
@@ -300,7 +306,7 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as error:
         if args.debug:
             traceback.print_exc()
-        hint = failure_hint(error, _hint(args, model))
+        hint = failure_hint(error, _hint(args, model, error))
         hint = f"; {hint}" if hint else ""
         print(f"onnx-gather: {args.backend} failed on {args.model}: {one_line(error)}{hint}", file=sys.stderr)
         return 1
@@ -384,7 +390,7 @@ def _parity(args: argparse.Namespace) -> int:
             inputs.save(args.save_inputs, feeds)
         runs.append(run_parity(
             model, feeds, names, args.reference, args.atol, args.rtol, args.device_id, args.out_of_bounds,
-            _hint(args, model), args.all_tensors, args.seed, list(_given(args)),
+            functools.partial(_hint, args, model), args.all_tensors, args.seed, list(_given(args)),
         ))  # fmt: skip
         print(report.text(runs[-1]) + "\n")
     for path, reason in refused.items():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import onnx
 from onnx import helper
 
 from onnx_gather import model_io
-from onnx_gather.graph import ValueType
+from onnx_gather.graph import ValueType, bodies
 
 
 class InputError(ValueError):
@@ -156,6 +157,44 @@ def dynamic_hint(
     if not named:
         return ""
     return f"dynamic dims were generated as 1 ({'; '.join(named)}): give real sizes with {' '.join(options)}"
+
+
+# ONNX Runtime's CPU kernels name the node, then say how an index was out of range (Gather gives the bounds).
+_OUT_OF_RANGE = re.compile(
+    r"Name:'(?P<node>[^']*)'.*?(?:idx=-?\d+ must be within the inclusive range \[(?P<low>-?\d+),(?P<high>-?\d+)\]"
+    r"|out of range value in index|invalid indice)",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def index_hint(model: onnx.ModelProto, message: str, generated: Collection[str], int_range: tuple[int, int]) -> str:
+    """For a run that failed on an out-of-range index: the generated integer inputs the node's indices come from,
+    and the ``--int-range`` or ``--inputs`` to give instead; "" if the message is not of that kind or no generated
+    input leads there."""
+    match = _OUT_OF_RANGE.search(message)
+    nodes = {node.name: node for body in bodies(model) for node in body.nodes if node.name}
+    node = nodes.get(match["node"]) if match else None
+    if node is None or len(node.input) < 2:
+        return ""
+    producers = {output: n for body in bodies(model) for n in body.nodes for output in n.output}
+    sources, seen, pending = [], set(), [node.input[1]]
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in generated:
+            sources.append(name)
+        elif name in producers:
+            pending.extend(producers[name].input)
+    if not sources:
+        return ""
+    low, high = int_range
+    names = ", ".join(sorted(sources))
+    takes = f", which takes [{match['low']}, {match['high']}]" if match["low"] is not None else ""
+    smaller = f"--int-range 0:{int(match['high']) + 1}" if match["low"] is not None else "a smaller --int-range"
+    return (f"the generated integer input {names} (drawn from --int-range {low}:{high}) reaches the indices of "
+            f"{node.op_type} node {node.name!r}{takes}: give {smaller}, or real values with --inputs")  # fmt: skip
 
 
 def load(path: str | os.PathLike) -> dict[str, np.ndarray]:

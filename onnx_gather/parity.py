@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -89,9 +89,10 @@ def one_line(error: BaseException, typed: bool = True) -> str:
     return f"{type(error).__name__}: {text}" if typed else text
 
 
-def failure_hint(error: BaseException, dims_hint: str) -> str:
-    """What the user can do about a backend's failure: run DML ops with the pyop backend; give real sizes where
-    generated dynamic dims of 1 (``dims_hint``) can explain it; nothing where the device is the problem."""
+def failure_hint(error: BaseException, inputs_hint: str) -> str:
+    """What the user can do about a backend's failure: run DML ops with the pyop backend; give other inputs where
+    they can explain it (``inputs_hint``: generated integers out of an index's range, generated dynamic dims of 1);
+    nothing where the device is the problem."""
     if isinstance(error, backends_module.DeviceError | backends_module.worker.RunnerError):
         return ""  # the device, or the DirectML runner's end (out of memory, time limit), not the inputs' sizes
     if any(op_type in str(error) for op_type in DML_OP_TYPES):
@@ -99,13 +100,13 @@ def failure_hint(error: BaseException, dims_hint: str) -> str:
                 "`onnx-gather lower` it into standard ONNX first")  # fmt: skip
     if isinstance(error, backends_module.worker.DirectMlError):
         known = "DirectML failures known on Windows too are listed in onnx-gather's README, 'Known DirectML failures'"
-        return f"{dims_hint}; {known}" if dims_hint else known
-    return dims_hint
+        return f"{inputs_hint}; {known}" if inputs_hint else known
+    return inputs_hint
 
 
 def _run_all(
     model: Model, feeds: Mapping[str, np.ndarray], names: Sequence[str], reference: str, device_id: int,
-    out_of_bounds: str, hint: str,
+    out_of_bounds: str, hint: Callable[[BaseException], str],
 ) -> tuple[dict[str, dict], dict[str, backends_module.Outcome], list[str]]:  # fmt: skip
     """Every backend named (the reference first): their statuses, what those that ran computed, and hints."""
     statuses, outcomes, hints = {}, {}, []
@@ -120,7 +121,7 @@ def _run_all(
             outcomes[name] = backend.run(model, feeds)
         except Exception as error:  # a backend that fails is reported, and the others still run
             statuses[name] = {"status": "error", "reason": one_line(error), "seconds": None}
-            hints.append(failure_hint(error, hint))
+            hints.append(failure_hint(error, hint(error)))
         else:
             statuses[name] = {"status": "ok", "reason": None, "seconds": round(time.perf_counter() - start, 4)}
         statuses[name]["versions"] = backend.versions()
@@ -149,16 +150,17 @@ def run_parity(
     rtol: float = 1e-5,
     device_id: int = 0,
     out_of_bounds: str = "directml",
-    hint: str = "",
+    hint: Callable[[BaseException], str] = lambda error: "",
     all_tensors: bool = False,
     seed: int | None = None,
     given: Collection[str] = (),
 ) -> Parity:
     """Run ``model`` on the ``names`` backends (the reference first) and compare every output with the reference's.
-    ``hint`` (which dynamic dims the generated inputs made 1) goes into the report where it can explain a backend's
-    failure (``failure_hint``); the report lists the inputs: with a ``seed``, those not named in ``given`` as
-    generated from it, else all as given. ``all_tensors``: every intermediate value is compared too, and the report's
-    ``divergence`` names, per backend, the first nodes whose outputs differ while their inputs agree."""
+    ``hint`` says, for a backend's error, what other inputs could avoid it (generated integers beyond an index's
+    range, dynamic dims generated as 1); it goes into the report with ``failure_hint``. The report lists the
+    inputs: with a ``seed``, those not named in ``given`` as generated from it, else all as given.
+    ``all_tensors``: every intermediate value is compared too, and the report's ``divergence`` names, per backend,
+    the first nodes whose outputs differ while their inputs agree."""
     with divergence.marked(model) if all_tensors else contextlib.nullcontext(model) as wide:
         statuses, outcomes, hints = _run_all(wide, feeds, names, reference, device_id, out_of_bounds, hint)
     tensors: dict[str, dict] = {name: {} for name in wide.output_names}

@@ -476,3 +476,27 @@ def test_dml_placement_lists_nodes_only_with_unnamed_ones_by_op_type_and_positio
     assert sorted(names) == ["Add (Add #2)", "Cast (Cast #1)", "Shape (Shape #0)"]
     assert sum(value["nodes"] for value in placement.values()) == 3
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # the named copy is gone
+
+
+def test_a_generated_integer_input_beyond_an_index_range_is_named_with_the_int_range_to_give(tmp_path, capsys):
+    # As in MiniLM: token type ids (two types) pass through a Cast before the lookup; --int-range 0:4 goes beyond.
+    table = numpy_helper.from_array(np.arange(4, dtype=np.float32).reshape(2, 2), "types")
+    graph = h.make_graph(
+        [h.make_node("Cast", ["token_type_ids"], ["ids"], name="cast", to=T.INT64),
+         h.make_node("Gather", ["types", "ids"], ["vectors"], name="type_embedding")],
+        "types",
+        [h.make_tensor_value_info("token_type_ids", T.INT32, ["batch", 8])],
+        [h.make_tensor_value_info("vectors", T.FLOAT, ["batch", 8, 2])],
+        initializer=[table],
+    )  # fmt: skip
+    path = tmp_path / "types.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
+    hint = ("the generated integer input token_type_ids (drawn from --int-range 0:4) reaches the indices of Gather "
+            "node 'type_embedding', which takes [-2, 1]: give --int-range 0:2, or real values with --inputs")
+    assert main(["run", str(path), "--backend", "cpu", "--seed", "3"]) == 1
+    error = capsys.readouterr().err
+    assert error.endswith(f"; {hint}\n") and "dynamic dims" not in error  # the batch of 1 is not the problem
+    report = tmp_path / "r.json"
+    assert main(["parity", str(path), "--backends", "pyop,cpu", "--seed", "3", "--report", str(report)]) == 1
+    assert json.loads(report.read_text())["hint"] == hint
+    assert main(["run", str(path), "--backend", "cpu", "--int-range", "0:2"]) == 0
