@@ -57,8 +57,20 @@ def test_compare_shapes_that_differ():
     assert "note" not in compare(np.zeros(2), np.zeros(2), 0, 0).as_report()
 
 
-KEYS = ["model", "reference", "atol", "rtol", "inputs", "seed", "onnx_gather", "backends", "outputs", "out_of_bounds",
-        "out_of_bounds_mode", "passed"]
+KEYS = [
+    "model",
+    "reference",
+    "atol",
+    "rtol",
+    "inputs",
+    "seed",
+    "onnx_gather",
+    "backends",
+    "outputs",
+    "out_of_bounds",
+    "out_of_bounds_mode",
+    "passed",
+]
 
 
 def _ids_model(tmp_path, name="ids.onnx"):
@@ -491,8 +503,10 @@ def test_a_generated_integer_input_beyond_an_index_range_is_named_with_the_int_r
     )  # fmt: skip
     path = tmp_path / "types.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
-    hint = ("the generated integer input token_type_ids (drawn from --int-range 0:4) reaches the indices of Gather "
-            "node 'type_embedding', which takes [-2, 1]: give --int-range 0:2, or real values with --inputs")
+    hint = (
+        "the generated integer input token_type_ids (drawn from --int-range 0:4) reaches the indices of Gather "
+        "node 'type_embedding', which takes [-2, 1]: give --int-range 0:2, or real values with --inputs"
+    )
     assert main(["run", str(path), "--backend", "cpu", "--seed", "3"]) == 1
     error = capsys.readouterr().err
     assert error.endswith(f"; {hint}\n") and "dynamic dims" not in error  # the batch of 1 is not the problem
