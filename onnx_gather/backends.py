@@ -22,7 +22,7 @@ from onnx_gather import model_io, ops
 from onnx_gather.convert import to_dml
 from onnx_gather.directml import layout as directml_layout
 from onnx_gather.directml import worker
-from onnx_gather.graph import DML_OP_TYPES, DOMAIN, bodies
+from onnx_gather.graph import DML_OP_TYPES, DOMAIN, bodies, unnamed
 from onnx_gather.lower import to_onnx
 from onnx_gather.ranks import Observation
 
@@ -249,11 +249,6 @@ class DirectMl(_Provider):
         if self.native:
             return super().versions()
         return directml_layout.Layout.default().versions()
-
-
-def unnamed(node: onnx.NodeProto, position: int) -> str:
-    """What reports call a node without a name: its op type and position in its graph."""
-    return f"{node.op_type} #{position}"
 
 
 @contextlib.contextmanager

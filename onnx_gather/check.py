@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 import onnx
 
+from onnx_gather import provider
 from onnx_gather.convert import NodeChange, convert
-from onnx_gather.graph import DML_OP_TYPES, DOMAIN, bodies, counted, value_types
+from onnx_gather.graph import DML_OP_TYPES, DOMAIN, bodies, counted, unnamed, value_types
+from onnx_gather.order import orders, sort_topologically
 from onnx_gather.placement import FEATURE_LEVELS, dml_operator, dml_type_name, judge, needed_level, place
 from onnx_gather.ranks import Observation
 
@@ -36,12 +38,16 @@ def _describe(op_type: str, n: int, data_type: int, index_type: int, batch: int 
     return f"{dml} with {counted(n, 'dimension')}, {types} ({needs})"
 
 
-def _standard(change: NodeChange, level_name: str) -> Verdict:
-    """A standard gather, converted (``change.result``) or left by ``convert``."""
+def _standard(change: NodeChange, level_name: str, placed: provider.Placed | None) -> Verdict:
+    """A standard gather, converted (``change.result``) or left by ``convert``, and where the provider's graph
+    partitioning puts it (``placed``)."""
 
     def verdict(status: str, reason: str) -> Verdict:
-        return Verdict(change.where, change.node, change.op_type, status, reason)
+        name = change.node or f"{change.op_type} #{change.position}"
+        return Verdict(change.where, name, change.op_type, status, reason)
 
+    if placed is not None and placed.why in provider.REASONS:
+        return verdict("CPU", provider.REASONS[placed.why])
     if change.data is None or change.indices is None:
         return verdict("unknown", f"the provider decides when it runs: {change.reason}")
     level = FEATURE_LEVELS[level_name]
@@ -68,27 +74,43 @@ def check(
     """A verdict for every gather: standard ones as ONNX Runtime's DirectML provider would take them, DML-form ones
     (custom ops already in the model) by what the feature level accepts."""
     level = FEATURE_LEVELS[feature_level]
+    model = _sorted(model)
     _, report = convert(model, observation=observation)
-    order = {(body.where, node.name): k for k, (body, node) in enumerate(
-        (body, node) for body in bodies(model) for node in body.nodes)}  # fmt: skip
-    changes = sorted((*report.changed, *report.left), key=lambda c: order.get((c.where, c.node), len(order)))
-    verdicts = [_standard(change, feature_level) for change in changes]
+    placed = provider.place(model)
+    order = {(body.where, k): rank for rank, (body, k) in enumerate(
+        (body, k) for body in bodies(model) for k in range(len(body.nodes)))}  # fmt: skip
+    changes = sorted((*report.changed, *report.left), key=lambda c: order.get((c.where, c.position), len(order)))
+    verdicts = [
+        _standard(change, feature_level, placed[change.where][change.position] if change.where in placed else None)
+        for change in changes
+    ]
     types = value_types(model)
     for body in bodies(model):
         scope = types.get(body.scope, {})
-        for node in body.nodes:
+        for position, node in enumerate(body.nodes):
             if node.domain != DOMAIN or node.op_type not in DML_OP_TYPES:
                 continue
+            name = node.name or unnamed(node, position)
             data, indices = (scope.get(name) for name in node.input[:2])
             if data is None or data.rank is None or indices is None:
-                verdicts.append(Verdict(body.where, node.name, node.op_type, "unknown", "its input types are unknown"))
+                verdicts.append(Verdict(body.where, name, node.op_type, "unknown", "its input types are unknown"))
                 continue
             batch = next((a.i for a in node.attribute if a.name == "batch_dimension_count"), 0)
             dml = (node.op_type, data.rank, data.elem_type, indices.elem_type, batch)
             refusal = judge(level, *dml)
             reason = refusal or _describe(*dml)
-            verdicts.append(Verdict(body.where, node.name, node.op_type, "refused" if refusal else "DirectML", reason))
+            verdicts.append(Verdict(body.where, name, node.op_type, "refused" if refusal else "DirectML", reason))
     return verdicts
+
+
+def _sorted(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy of it in topological order where it is not."""
+    if not any(order.changed for order in orders(model)):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    sort_topologically(copy)
+    return copy
 
 
 def summary(verdicts: list[Verdict], feature_level: str) -> str:

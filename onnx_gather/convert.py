@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from onnx_gather import semantics
+from onnx_gather import provider, semantics
 from onnx_gather.graph import DOMAIN, Body, Emitter, Names, ValueType, bodies, value_types
 from onnx_gather.order import sort_topologically
 from onnx_gather.placement import FEATURE_LEVELS, FeatureLevel, place
@@ -66,6 +66,7 @@ class NodeChange:
     axis: int | None = None  # non-negative, where the rank is known
     batch: int = 0  # GatherND's batch_dims
     out_rank: int | None = None  # the standard output's rank, where known
+    position: int | None = None  # in its node list, topologically sorted
 
 
 @dataclass
@@ -117,6 +118,8 @@ class _Converter:
         self.dimension_count = dimension_count
         self.out_of_bounds = out_of_bounds
         self.keep_on_cpu = keep_on_cpu
+        # Where the provider puts each node, for the gathers it runs with its CPU kernels: shape computations, folded.
+        self.placed = provider.place(model) if keep_on_cpu is not None else {}
         self.names = Names(model)
         self.types = value_types(model)
         self.report = Report()
@@ -188,7 +191,10 @@ class _Converter:
         known = data is not None and data.rank is not None and indices is not None and indices.rank is not None
         axis = _attribute(node, "axis", 0) % data.rank if known and data.rank else None
         plan = _examine(body, types, node, self.dimension_count, self.unknown)
-        if isinstance(plan, _Plan) and self.keep_on_cpu is not None:
+        placed = self.placed[body.where][index] if body.where in self.placed else None
+        if placed is not None and placed.why in provider.REASONS:
+            plan = f"kept standard, as the DirectML provider keeps it: {provider.REASONS[placed.why]}"
+        elif isinstance(plan, _Plan) and self.keep_on_cpu is not None:
             placement = place(node.op_type, plan.data, plan.indices, plan.axis, self.keep_on_cpu, plan.out_rank)
             if placement.provider == "CPU":
                 plan = f"kept standard, as the DirectML provider keeps it: {placement.reason}"
@@ -197,7 +203,7 @@ class _Converter:
             batch = _attribute(node, "batch_dims", 0)
             self.report.left.append(NodeChange(
                 body.where, node.name, node.op_type, "", plan, data=data, indices=indices, axis=axis, batch=batch,
-                out_rank=_out_rank(node.op_type, data, indices, batch),
+                out_rank=_out_rank(node.op_type, data, indices, batch), position=index,
             ))  # fmt: skip
             return None, {}
         name = node.name or self.names.fresh(f"{node.op_type}_{index}")
@@ -214,7 +220,7 @@ class _Converter:
             ranks = f"{roles} observed in a run of ONNX Runtime on {self.observed_run}"
         self.report.changed.append(NodeChange(
             body.where, node.name, node.op_type, name, f"N={plan.n}", plan.n, plan.data.elem_type,
-            plan.indices.elem_type, note, ranks, plan.data, plan.indices, plan.axis, plan.batch, plan.out_rank,
+            plan.indices.elem_type, note, ranks, plan.data, plan.indices, plan.axis, plan.batch, plan.out_rank, index,
         ))  # fmt: skip
         return nodes, value_infos
 
@@ -449,14 +455,14 @@ def to_dml(
     observation: Observation | None = Observation(),  # noqa: B008 (frozen, never changed)
     keep_on_cpu: str | None = None,
 ) -> onnx.ModelProto:
-    """Every standard Gather and GatherElements that DirectML can express, rewritten into DML form.
+    """Every standard Gather, GatherElements and GatherND that DirectML can express, rewritten into DML form.
 
     ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider
     does) or a fixed N from 1 to 8 (4 emulates feature levels below 3.0). ``out_of_bounds`` is written
     on every DML node. Where shape inference cannot tell a gather's ranks, they are read off one run of the
     model with ONNX Runtime on the inputs ``observation`` gives or generates (None: no run). ``keep_on_cpu``, a
     feature level, leaves standard the gathers ONNX Runtime's DirectML provider on such a device keeps on its CPU
-    provider (BFLOAT16, a type the device lacks). Nodes that cannot be expressed stay standard (``convert`` reports
-    them).
+    provider (shape computations, gathers of constants it folds, BFLOAT16, a type the device lacks). Nodes that
+    cannot be expressed stay standard (``convert`` reports them).
     """
     return convert(model, dimension_count, out_of_bounds, observation, keep_on_cpu)[0]

@@ -10,8 +10,8 @@ from collections.abc import Iterator, Mapping
 import onnx
 
 from onnx_gather import model_io
-from onnx_gather.backends import Model, unnamed
-from onnx_gather.graph import value_types
+from onnx_gather.backends import Model
+from onnx_gather.graph import unnamed, value_types
 
 NOTE = "marking every value as an output can change what a backend fuses, and so what it computes"
 

@@ -42,6 +42,11 @@ def counted(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def unnamed(node: onnx.NodeProto, position: int) -> str:
+    """What reports call a node without a name: its op type and position in its graph."""
+    return f"{node.op_type} #{position}"
+
+
 def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
     for attribute in node.attribute:
         if attribute.type == onnx.AttributeProto.GRAPH:
@@ -143,19 +148,20 @@ def _collect(types: dict[str, ValueType], graph: onnx.GraphProto) -> None:
         types.setdefault(tensor.name, ValueType(tensor.data_type, tuple(tensor.dims)))
 
 
-def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+def _infer(model: onnx.ModelProto, propagate: bool = False) -> onnx.ModelProto:
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-    except Exception:  # an invalid or unusual model: use the types it declares
-        return model
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=propagate)
+    except Exception:  # an invalid or unusual model: use the types it declares, or infers without propagation
+        return _infer(model, False) if propagate else model
 
 
-def value_types(model: onnx.ModelProto) -> dict[int, dict[str, ValueType]]:
-    """Value types per scope (see ``Body.scope``): declared, and inferred by ONNX shape inference.
+def value_types(model: onnx.ModelProto, propagate: bool = False) -> dict[int, dict[str, ValueType]]:
+    """Value types per scope (see ``Body.scope``): declared, and inferred by ONNX shape inference; with
+    ``propagate``, its data propagation makes the dims computed from shapes known too.
 
     A function's values are typed from its call sites, where every call site agrees on the input types.
     """
-    inferred = _infer(_without_weights(model))
+    inferred = _infer(_without_weights(model), propagate)
     scopes: dict[int, dict[str, ValueType]] = {0: {}}
     for graph in _graphs(inferred):
         _collect(scopes[0], graph)

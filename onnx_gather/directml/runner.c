@@ -4,9 +4,11 @@
  * One process serves a whole batch: it reads one request per line on stdin and answers each with zero or more
  * "#R info ..." lines and one final "#R ok ..." or "#R error ..." line on stdout. Tensors travel as .npy files.
  *
- *   load <fallback 0|1> <model path>   -> info input <k> <name>, info output <k> <name>,
- *                                         with fallback 1: info placement <ONNX Runtime's placement log line>;
- *                                         ok <session id>
+ *   load <mode 0|1|2> <model path>     -> info input <k> <name>, info output <k> <name>,
+ *                                         with modes 1 and 2: info placement <ONNX Runtime's placement log line>;
+ *                                         ok <session id>. Mode 0: DirectML only; 1: nodes DirectML cannot take
+ *                                         fall back to the CPU provider; 2: as 1, with DirectML's graph fusion
+ *                                         off, so that the placement lists every node by its name
  *   run <session id> <folder>          -> reads <folder>/in<k>.npy for every input k, writes <folder>/out<k>.npy
  *   free <session id>                  -> ok
  *   caps                               -> ok shader_model <m.n> wave_ops <0|1> int64_ops <0|1> native16 <0|1>:
@@ -201,7 +203,8 @@ static int write_npy(const char *path, Ort value) {
     return 0;
 }
 
-static void load(int fallback, const char *path) {
+static void load(int mode, const char *path) {
+    int fallback = mode > 0;
     int id = 0;
     while (id < MAX_SESSIONS && sessions[id].session) id++;
     if (id == MAX_SESSIONS) return reply("error", "too many sessions open");
@@ -213,6 +216,7 @@ static void load(int fallback, const char *path) {
               CALL(SET_SESSION_EXECUTION_MODE, options, 0) ||
               CALL(ADD_SESSION_CONFIG_ENTRY, options, "session.disable_cpu_ep_fallback", fallback ? "0" : "1") ||
               (fallback && CALL(SET_SESSION_LOG_SEVERITY_LEVEL, options, 0)) ||
+              (mode == 2 && CALL(ADD_SESSION_CONFIG_ENTRY, options, "ep.dml.disable_graph_fusion", "1")) ||
               failed(append_dml(options, 0), "OrtSessionOptionsAppendExecutionProvider_DML") ||
               CALL(CREATE_SESSION, env, model, options, &s->session);
     reporting_placement = 0;
@@ -335,8 +339,8 @@ int main(int argc, char **argv) {
     char line[8192];
     while (fgets(line, sizeof line, stdin)) {
         line[strcspn(line, "\r\n")] = 0;
-        if (strncmp(line, "load ", 5) == 0 && (line[5] == '0' || line[5] == '1') && line[6] == ' ')
-            load(line[5] == '1', line + 7);
+        if (strncmp(line, "load ", 5) == 0 && line[5] >= '0' && line[5] <= '2' && line[6] == ' ')
+            load(line[5] - '0', line + 7);
         else if (strncmp(line, "run ", 4) == 0) run(line + 4);
         else if (strncmp(line, "free ", 5) == 0) free_session(line + 5);
         else if (strcmp(line, "caps") == 0) caps();

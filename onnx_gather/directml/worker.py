@@ -241,11 +241,12 @@ class Runner:
             self._end(patience=0.0)
             raise
 
-    def load(self, model: str | os.PathLike | onnx.ModelProto, fallback: bool = False) -> Loaded:
+    def load(self, model: str | os.PathLike | onnx.ModelProto, fallback: bool = False, fuse: bool = True) -> Loaded:
         """Create a DirectML session of ``model`` (a file, whose external data stays beside it, or a ModelProto).
 
         ``fallback``: let ONNX Runtime put nodes DirectML cannot take on its CPU provider, and report where each
-        node went; without it such a model fails to load.
+        node went; without it such a model fails to load. ``fuse=False`` (with ``fallback``) turns DirectML's graph
+        fusion off: the placement then names every node, where fused ones are listed as one ``DmlFusedNode``.
         """
         with self._lock:
             if isinstance(model, onnx.ModelProto):
@@ -258,7 +259,8 @@ class Runner:
             else:
                 path = Path(model)
             try:
-                infos, text = self._request(f"load {int(fallback)} {_windows_path(path)}", f"load of {path.name}")
+                mode = 0 if not fallback else 1 if fuse else 2
+                infos, text = self._request(f"load {mode} {_windows_path(path)}", f"load of {path.name}")
             finally:
                 if isinstance(model, onnx.ModelProto):
                     path.unlink(missing_ok=True)
