@@ -101,7 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     convert_command.add_argument(
         "--keep-cpu-gathers", nargs="?", const="4.1", choices=FEATURE_LEVELS, metavar="LEVEL",
         help="leave standard the gathers ONNX Runtime's DirectML provider keeps on its CPU provider on a device of "
-        "feature level LEVEL (default 4.1): BFLOAT16 data, and types the device lacks",
+        "feature level LEVEL (default 4.1): shape computations, gathers of constants it folds, BFLOAT16 data, and "
+        "types the device lacks",
     )  # fmt: skip
     _observation_options(convert_command, _RANK_RUN)
 
