@@ -28,6 +28,7 @@ class Verdict:
     op_type: str
     status: str
     reason: str
+    ranks: str = ""  # where ranks came from a run of the model, which inputs it ran on
 
 
 def _describe(op_type: str, n: int, data_type: int, index_type: int, batch: int = 0) -> str:
@@ -44,7 +45,7 @@ def _standard(change: NodeChange, level_name: str, placed: provider.Placed | Non
 
     def verdict(status: str, reason: str) -> Verdict:
         name = change.node or f"{change.op_type} #{change.position}"
-        return Verdict(change.where, name, change.op_type, status, reason)
+        return Verdict(change.where, name, change.op_type, status, reason, change.ranks)
 
     if placed is not None and placed.why in provider.REASONS:
         return verdict("CPU", provider.REASONS[placed.why])

@@ -255,6 +255,8 @@ def _check(args: argparse.Namespace) -> int:
     verdicts = check(model_io.load(args.model), args.feature_level, _observation(args))
     for verdict in verdicts:
         print(f"{verdict.status:<8} node {verdict.node!r} ({verdict.op_type}, {verdict.where}): {verdict.reason}")
+        if verdict.ranks:
+            print(f"         ranks: {verdict.ranks}")
     print(summary(verdicts, args.feature_level))
     return 0 if all(v.status in ("DirectML", "CPU", "unknown") for v in verdicts) else 1
 

@@ -171,6 +171,9 @@ def test_minilm_fused_by_onnxruntime_gets_the_ranks_shape_inference_lacks_from_a
     assert len(document["out_of_bounds"]) == 4
     assert cli.main(["convert", str(fused), "-o", str(tmp_path / "dml.onnx"), "--int-range", "0:2"]) == 0
     assert "(rank) observed in a run of ONNX Runtime on input_ids 1x1 (generated)" in capsys.readouterr().out
+    assert cli.main(["check", str(fused), "--int-range", "0:2"]) == 0  # check says so too
+    printed = capsys.readouterr().out
+    assert printed.count("         ranks: ") == 3 and "(rank) observed in a run of ONNX Runtime on input_ids" in printed
 
 
 _SESSION = """
