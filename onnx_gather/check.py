@@ -61,8 +61,10 @@ def _standard(change: NodeChange, level_name: str, placed: provider.Placed | Non
         return verdict("refused", f"cannot be expressed: {change.reason}")
     dml = (change.op_type, change.dimension_count, change.data_type, change.index_type, change.batch)
     refusal = judge(level, *dml)
-    if refusal is not None:
-        return verdict("refused", refusal)
+    if refusal is not None:  # the device has the node's types, so the provider takes it; DirectML refuses it
+        return verdict("fails", f"{refusal}: ONNX Runtime's provider takes the node (the device has its types) and "
+                                "DirectML refuses the operator when the session is created (from DirectML's "
+                                "operator tables; no device of that level was measured)")  # fmt: skip
     described = _describe(*dml)
     return verdict("DirectML", f"{described}; {placement.reason}")
 

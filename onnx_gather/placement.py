@@ -105,9 +105,12 @@ def place(
     cpu = "ONNX Runtime's CPU provider runs it, where an out-of-bounds index is an error"
     if data.elem_type in NOT_REGISTERED:
         return Placement("CPU", f"{dml_type_name(data.elem_type)} gathers are not registered for DirectML; {cpu}")
-    if _AS_DML.get(data.elem_type, data.elem_type) not in level.data_types:
-        lacks = f"a device of feature level {level.name} lacks {dml_type_name(data.elem_type)} data"
-        return Placement("CPU", f"{lacks}; {cpu}")
+    # The provider asks the device which tensor types it has, and takes no node with a tensor of another type.
+    has = level.data_types | level.index_types
+    lacking = [f"{dml_type_name(value.elem_type)} {role}" for role, value in (("data", data), ("indices", indices))
+               if _AS_DML.get(value.elem_type, value.elem_type) not in has]  # fmt: skip
+    if lacking:
+        return Placement("CPU", f"a device of feature level {level.name} lacks {' and '.join(lacking)}; {cpu}")
     ranks = {"data": data.rank, "indices": indices.rank, "output": out_rank}
     over = [f"{role} {rank}" for role, rank in ranks.items() if rank > MAX_DIMENSION_COUNT]
     when = "when the session is created (static shapes) or when it runs (dynamic ones)"

@@ -88,7 +88,7 @@ def test_strict_convert_exits_1_when_a_gather_stays_standard(tmp_path, capsys):
     assert "left as it was: node 'words_gather' (Gather, graph 'strings'): STRING data" in capsys.readouterr().out
 
 
-def test_check_accepts_at_4_1_and_refuses_int64_indices_at_2_1(tmp_path, capsys):
+def test_check_at_each_feature_level_says_what_onnx_runtime_does(tmp_path, capsys):
     path = _embedding_model(tmp_path, external=False)
     assert main(["check", str(path), "--feature-level", "4.1"]) == 0
     assert capsys.readouterr().out.splitlines() == [
@@ -96,10 +96,22 @@ def test_check_accepts_at_4_1_and_refuses_int64_indices_at_2_1(tmp_path, capsys)
         "INT64 indices (feature level 3.0 or later); runs on DirectML",
         "1 gather at DirectML feature level 4.1: 1 on DirectML.",
     ]
+    # Below 3.0 the device has no INT64 tensors: the provider leaves the gather to the CPU provider.
+    for level in ("1.0", "2.1"):
+        assert main(["check", str(path), "--feature-level", level]) == 0
+        printed = capsys.readouterr().out
+        assert f"CPU      node 'embed' (Gather, graph 'embedding'): a device of feature level {level} lacks INT64 " \
+               "indices; ONNX Runtime's CPU provider runs it" in printed  # fmt: skip
+    # INT32 indices: a device of 2.1 has INT32 tensors, so the provider takes the node; DML_GATHER at 2.1 takes
+    # UINT32 indices only.
+    model = onnx.load(path)
+    model.graph.input[0].type.tensor_type.elem_type = T.INT32
+    onnx.save(model, path)
     assert main(["check", str(path), "--feature-level", "2.1"]) == 1
     printed = capsys.readouterr().out
-    assert "refused  node 'embed'" in printed and "INT64 indices are not supported at feature level 2.1" in printed
-    assert "1 gather at DirectML feature level 2.1: 1 refused." in printed
+    assert "fails    node 'embed'" in printed and "INT32 indices are not supported at feature level 2.1: ONNX " \
+           "Runtime's provider takes the node (the device has its types) and DirectML refuses the operator" in printed
+    assert "1 gather at DirectML feature level 2.1: 1 failing." in printed
 
 
 def test_check_says_where_the_directml_provider_puts_each_gather(tmp_path, capsys):
