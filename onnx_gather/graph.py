@@ -42,6 +42,18 @@ def counted(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+# Operators that draw new values on every run (ONNX's random generators; Bernoulli from opset 15).
+RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+                        "Bernoulli"})  # fmt: skip
+
+
+def random_nodes(model: onnx.ModelProto) -> list[str]:
+    """The nodes of ``model`` (subgraphs included) that draw random values, as ``Op 'name'``."""
+    return [f"{node.op_type} {node.name or unnamed(node, position)!r}" for body in bodies(model)
+            for position, node in enumerate(body.nodes)
+            if node.domain in ("", "ai.onnx") and node.op_type in RANDOM_OPS]  # fmt: skip
+
+
 def unnamed(node: onnx.NodeProto, position: int) -> str:
     """What reports call a node without a name: its op type and position in its graph."""
     return f"{node.op_type} #{position}"

@@ -13,7 +13,7 @@ import numpy as np
 from onnx_gather import backends as backends_module
 from onnx_gather import divergence
 from onnx_gather.backends import Model
-from onnx_gather.graph import DML_OP_TYPES
+from onnx_gather.graph import DML_OP_TYPES, random_nodes
 from onnx_gather.inputs import dims_text
 
 
@@ -202,6 +202,9 @@ def run_parity(
     }
     if any(hints):
         report["hint"] = "; ".join(dict.fromkeys(h for h in hints if h))
+    drawing = random_nodes(model.proto)
+    if drawing:
+        report["random_nodes"] = drawing
     if all_tensors:
         report["all_tensors"] = {"compared": len(tensors) - len(outputs), "note": divergence.NOTE}
         report["divergence"] = {

@@ -31,13 +31,12 @@ from importlib import resources
 import onnx
 from onnx import TensorProto
 
-from onnx_gather.graph import Body, ValueType, bodies, subgraphs, value_types
+from onnx_gather.graph import RANDOM_OPS, Body, ValueType, bodies, subgraphs, value_types
 
 SMALL_INITIALIZER = 100  # kSmallInitializerThreshold: elements
 # Inputs of these types keep a node off the CPU provider (fallback_cpu_capability.cc).
 _NEVER_TO_CPU = frozenset({TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN,
                            TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ})  # fmt: skip
-_NONDETERMINISTIC = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial"})
 _TYPE_CODES = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16,
                "bool": TensorProto.BOOL, "string": TensorProto.STRING, "uint4": TensorProto.UINT4,
                "int4": TensorProto.INT4, "complex64": TensorProto.COMPLEX64, "complex128": TensorProto.COMPLEX128,
@@ -192,7 +191,7 @@ def _fold(graph: _Graph) -> set[int]:
     for position, node in enumerate(graph.body.nodes):
         if node.op_type == "Constant" or any(True for _ in subgraphs(node)):
             continue
-        if node.op_type == "DequantizeLinear" or node.op_type in _NONDETERMINISTIC:
+        if node.op_type == "DequantizeLinear" or node.op_type in RANDOM_OPS:
             continue
         if node.op_type == "Shape" and node.domain in ("", "ai.onnx"):
             foldable = _static_shape(graph.types, node.input[0])

@@ -124,6 +124,19 @@ def _divergence(parity: Parity) -> list[str]:
     return lines
 
 
+def _random(report: dict) -> list[str]:
+    """A line on a model that draws random values, if it does: backends cannot agree there."""
+    drawing = report.get("random_nodes", [])
+    if not drawing:
+        return []
+    listed = ", ".join(drawing[:5]) + (f" and {len(drawing) - 5} more" if len(drawing) > 5 else "")
+    draws = "draws" if len(drawing) == 1 else "draw"
+    return [f"The model is not deterministic: {listed} {draws} new values on every run, so backends can differ "
+            "wherever those values reach (output shapes too, where they decide a length). To compare the rest, give "
+            "inputs that cancel them (a Piper or VITS voice: --inputs with scales 0, 1, 0), or compare the values "
+            "before them with --all-tensors."]  # fmt: skip
+
+
 def _inputs(report: dict) -> str:
     """One line: the inputs the backends ran on, and where they came from."""
     listed = ", ".join(f"{name} {entry['dtype']} {dims_text(entry['shape'])} ({entry['source']})"
@@ -158,7 +171,15 @@ def text(parity: Parity) -> str:
     if output_rows:
         header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
         lines += [""] + ["  " + line for line in _table(output_rows, header)]
-    lines += ["", _inputs(report), *_placement(parity), *_divergence(parity), _out_of_bounds(parity), _summary(parity)]
+    lines += [
+        "",
+        _inputs(report),
+        *_random(report),
+        *_placement(parity),
+        *_divergence(parity),
+        _out_of_bounds(parity),
+        _summary(parity),
+    ]
     if "hint" in report:
         lines.append(f"Hint: {report['hint']}.")
     return "\n".join(lines)
@@ -196,7 +217,12 @@ def markdown(runs: list[Parity], refused: Mapping[Path, str] | None = None) -> s
         section += ["", _escape(_out_of_bounds(parity)), "", f"**{_escape(_summary(parity))}**"]
         if "hint" in report:
             section += ["", _escape(f"Hint: {report['hint']}.")]
-        section += ["", _escape(_inputs(report)), "", _escape(_versions(report))]
+        section += [
+            "",
+            _escape(_inputs(report)),
+            *(["", *map(_escape, _random(report))] if "random_nodes" in report else []),
+        ]
+        section += ["", _escape(_versions(report))]
         sections.append("\n".join(section))
     for path, reason in (refused or {}).items():
         sections.append(f"## {_escape(str(path))}\n\n**Refused:** {_escape(reason)}")

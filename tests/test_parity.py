@@ -514,3 +514,26 @@ def test_a_generated_integer_input_beyond_an_index_range_is_named_with_the_int_r
     assert main(["parity", str(path), "--backends", "pyop,cpu", "--seed", "3", "--report", str(report)]) == 1
     assert json.loads(report.read_text())["hint"] == hint
     assert main(["run", str(path), "--backend", "cpu", "--int-range", "0:2"]) == 0
+
+
+def test_a_model_that_draws_random_values_is_said_to_be_not_deterministic_naming_the_nodes(tmp_path, capsys):
+    graph = h.make_graph(
+        [h.make_node("RandomNormalLike", ["x"], ["noise"], name="noise"),
+         h.make_node("Mul", ["noise", "scale"], ["scaled"], name="scale_noise"),
+         h.make_node("Add", ["x", "scaled"], ["y"], name="add")],
+        "noisy",
+        [h.make_tensor_value_info("x", T.FLOAT, [2, 3]), h.make_tensor_value_info("scale", T.FLOAT, [])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2, 3])],
+    )  # fmt: skip
+    path = tmp_path / "noisy.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
+    report = tmp_path / "r.json"
+    main(["parity", str(path), "--backends", "pyop,cpu", "--report", str(report)])  # equal or not, by chance
+    assert "The model is not deterministic: RandomNormalLike 'noise' draws new values on every run" in (
+        capsys.readouterr().out
+    )
+    assert json.loads(report.read_text())["random_nodes"] == ["RandomNormalLike 'noise'"]
+    # Inputs that cancel the noise make the backends agree, and the report still says why to be careful.
+    np.savez(tmp_path / "quiet.npz", x=np.ones((2, 3), np.float32), scale=np.zeros((), np.float32))
+    assert main(["parity", str(path), "--backends", "pyop,cpu", "--inputs", str(tmp_path / "quiet.npz")]) == 0
+    assert "The model is not deterministic" in capsys.readouterr().out
