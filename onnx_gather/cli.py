@@ -24,6 +24,7 @@ from onnx_gather.graph import counted
 from onnx_gather.lower import lower
 from onnx_gather.parity import failure_hint, one_line, run_parity
 from onnx_gather.placement import FEATURE_LEVELS
+from onnx_gather.progress import Progress
 from onnx_gather.ranks import Observation
 from onnx_gather.semantics import OUT_OF_BOUNDS_MODES
 
@@ -304,15 +305,20 @@ def _run(args: argparse.Namespace) -> int:
     if reason is not None:
         raise UsageError(f"backend {args.backend} cannot run here: {reason}")
     feeds = _feeds(args, model)
+    progress = Progress(1, sys.stderr)
+    progress.step(f"{args.model}: {args.backend}")
     try:
         outcome = backend.run(model, feeds)
     except Exception as error:
+        progress.clear()
         if args.debug:
             traceback.print_exc()
         hint = failure_hint(error, _hint(args, model, error))
         hint = f"; {hint}" if hint else ""
         print(f"onnx-gather: {args.backend} failed on {args.model}: {one_line(error)}{hint}", file=sys.stderr)
         return 1
+    finally:
+        progress.clear()  # also when interrupted
     print(f"{args.model} on {args.backend}: {backend.description}")
     for name, array in feeds.items():
         print("  input  " + _describe(name, array))
@@ -377,25 +383,26 @@ def _parity(args: argparse.Namespace) -> int:
     models, refused = _load_models(paths)
     _check_parity_outputs(args, models, refused)
     runs = []
-    for number, model in enumerate(models, start=1):
-        if len(models) > 1:
-            filled = round(20 * (number - 1) / len(models))
-            bar = "#" * filled + "." * (20 - filled)
-            print(f"[{bar}] {number}/{len(models)} {model.path}", file=sys.stderr, flush=True)
+    progress = Progress(len(models), sys.stderr)
+    for model in models:
         try:
             feeds = _feeds(args, model)
         except inputs.InputError as error:  # in a folder, one model's inputs do not stop the others
             if len(paths) == 1:
                 raise
             refused[model.path] = str(error)
+            progress.model_done()
             continue
         if args.save_inputs:
             inputs.save(args.save_inputs, feeds)
         runs.append(run_parity(
             model, feeds, names, args.reference, args.atol, args.rtol, args.device_id, args.out_of_bounds,
             functools.partial(_hint, args, model), args.all_tensors, args.seed, list(_given(args)),
+            lambda name, path=model.path: progress.step(f"{path}: {name}"),
         ))  # fmt: skip
+        progress.model_done()
         print(report.text(runs[-1]) + "\n")
+    progress.finish()
     for path, reason in refused.items():
         print(f"{path}: refused: {reason}\n")
     passed = all(run.report["passed"] for run in runs) and not refused
@@ -452,6 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ops.set_max_output_elements(args.max_elements)
         return _COMMANDS[args.command](args)
     except KeyboardInterrupt:  # what was started (Wine, Xvfb) has been ended on the way out
+        Progress(0, sys.stderr).clear()
         print("onnx-gather: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # bad input, or a failure it caused: one line, never a traceback unless asked

@@ -106,7 +106,7 @@ def failure_hint(error: BaseException, inputs_hint: str) -> str:
 
 def _run_all(
     model: Model, feeds: Mapping[str, np.ndarray], names: Sequence[str], reference: str, device_id: int,
-    out_of_bounds: str, hint: Callable[[BaseException], str],
+    out_of_bounds: str, hint: Callable[[BaseException], str], starting: Callable[[str], object],
 ) -> tuple[dict[str, dict], dict[str, backends_module.Outcome], list[str]]:  # fmt: skip
     """Every backend named (the reference first): their statuses, what those that ran computed, and hints."""
     statuses, outcomes, hints = {}, {}, []
@@ -116,6 +116,7 @@ def _run_all(
         if reason is not None:
             statuses[name] = {"status": "skipped", "reason": reason, "seconds": None}
             continue
+        starting(name)
         start = time.perf_counter()
         try:
             outcomes[name] = backend.run(model, feeds)
@@ -154,15 +155,17 @@ def run_parity(
     all_tensors: bool = False,
     seed: int | None = None,
     given: Collection[str] = (),
+    starting: Callable[[str], object] = lambda name: None,
 ) -> Parity:
     """Run ``model`` on the ``names`` backends (the reference first) and compare every output with the reference's.
     ``hint`` says, for a backend's error, what other inputs could avoid it (generated integers beyond an index's
     range, dynamic dims generated as 1); it goes into the report with ``failure_hint``. The report lists the
-    inputs: with a ``seed``, those not named in ``given`` as generated from it, else all as given.
+    inputs: with a ``seed``, those not named in ``given`` as generated from it, else all as given. ``starting`` is
+    called with each backend's name as it starts (for progress).
     ``all_tensors``: every intermediate value is compared too, and the report's ``divergence`` names, per backend,
     the first nodes whose outputs differ while their inputs agree."""
     with divergence.marked(model) if all_tensors else contextlib.nullcontext(model) as wide:
-        statuses, outcomes, hints = _run_all(wide, feeds, names, reference, device_id, out_of_bounds, hint)
+        statuses, outcomes, hints = _run_all(wide, feeds, names, reference, device_id, out_of_bounds, hint, starting)
     tensors: dict[str, dict] = {name: {} for name in wide.output_names}
     expected = outcomes.get(reference)
     notes: dict[tuple[str, str], str] = {}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import json
 import shutil
+import sys
 
 import numpy as np
 import onnx
@@ -191,9 +193,34 @@ def test_several_models_in_a_folder(tmp_path, capsys):
     assert list(document) == ["models", "passed"] and document["passed"] is True
     assert [report["model"] for report in document["models"]] == [str(folder / "a.onnx"), str(folder / "b.onnx")]
     captured = capsys.readouterr()
-    assert f"[....................] 1/2 {folder / 'a.onnx'}" in captured.err
-    assert f"[##########..........] 2/2 {folder / 'b.onnx'}" in captured.err
+    assert captured.err == ""  # no progress where stderr is not a terminal
     assert "2 of 2 models passed." in captured.out
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_a_terminal_names_each_backend_as_it_runs_and_ends_full(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "zoo"
+    folder.mkdir()
+    _ids_model(folder, "a.onnx")
+    _ids_model(folder, "b.onnx")
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["parity", str(folder), "--backends", "pyop,cpu"]) == 0
+    shown = terminal.getvalue()
+    assert shown.startswith(f"\r\033[K[....................] 1/2 {folder / 'a.onnx'}: pyop")
+    assert f"\r\033[K[....................] 1/2 {folder / 'a.onnx'}: cpu" in shown
+    assert f"\r\033[K[##########..........] 2/2 {folder / 'b.onnx'}: cpu" in shown
+    assert shown.endswith("\r\033[K[####################] 2/2 models\n")
+    # Each report comes on a cleared line: the progress is erased before it.
+    assert "2 of 2 models passed." in capsys.readouterr().out
+    terminal.truncate(0)
+    terminal.seek(0)
+    assert main(["run", str(folder / "a.onnx"), "--backend", "cpu", "--shape", "ids:2"]) == 0
+    assert terminal.getvalue() == f"\r\033[K[....................] {folder / 'a.onnx'}: cpu\r\033[K"
 
 
 def test_a_folder_with_a_model_that_cannot_be_loaded_reports_it_as_refused_and_runs_the_others(tmp_path, capsys):
