@@ -15,7 +15,7 @@ from typing import NoReturn
 import numpy as np
 import onnx
 
-from onnx_gather import backends, demo, inputs, model_io, ops, report
+from onnx_gather import backends, demo, documents, inputs, model_io, ops, report
 from onnx_gather.check import check, summary
 from onnx_gather.convert import Report, convert
 from onnx_gather.directml import install
@@ -82,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
         "demo", help="the bundled sample model on every backend, real DirectML included where it is set up"
     )
     _out_of_bounds_option(demo_command)
+    docs_command = commands(
+        "docs", help="print a document installed with onnx-gather (without NAME: list them, with their paths)"
+    )
+    docs_command.add_argument(
+        "name", nargs="?", choices=documents.names(), metavar="NAME", help=f"one of: {', '.join(documents.names())}"
+    )
     setup_command = commands(
         "setup-directml", help="prepare real DirectML on this Linux machine (Wine, Mesa's lavapipe; as root)"
     )
@@ -156,7 +162,7 @@ def _out_of_bounds_option(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--out-of-bounds", choices=OUT_OF_BOUNDS_MODES, default=OUT_OF_BOUNDS_MODES[0],
         help="what an out-of-bounds index does in DML form: directml (what real DirectML reads, the default), "
-        "clamp (WebNN), zero (OpenVINO's Gather), error (ONNX Runtime's CPU kernels); see docs/semantics.md",
+        "clamp (WebNN), zero (OpenVINO's Gather), error (ONNX Runtime's CPU kernels); see `onnx-gather docs semantics`",
     )  # fmt: skip
 
 
@@ -440,6 +446,7 @@ def _setup_directml(args: argparse.Namespace) -> int:
 
 _COMMANDS = {
     "demo": lambda args: demo.run(sys.stdout, args.out_of_bounds),
+    "docs": lambda args: documents.show(args.name, sys.stdout),
     "setup-directml": _setup_directml,
     "convert": _convert,
     "lower": _lower,

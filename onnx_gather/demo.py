@@ -59,8 +59,8 @@ def run(out: TextIO, out_of_bounds: str = "directml") -> int:
         + (" bit for bit." if in_range.report["passed"] else ": NOT SO, see above.")
         + f" Out of range (out_of_bounds={out_of_bounds}): {report.PREDICTIONS[out_of_bounds]}; DirectML's"
         " documentation promises only that nothing fails. ONNX Runtime's CPU kernels refuse the index and OpenVINO"
-        " reads zeros. The semantics, and what DirectML was measured to read: docs/semantics.md in onnx-gather's"
-        " repository.",
+        " reads zeros. The semantics, and what DirectML was measured to read: `onnx-gather docs semantics`"
+        " (docs/semantics.md, installed with the package).",
         file=out,
     )
     return 0 if in_range.report["passed"] else 1

@@ -67,7 +67,7 @@ def _summary(parity: Parity) -> str:
 
 
 PREDICTIONS = {
-    "directml": "DirectML's measured reading (docs/semantics.md, 4.3)",
+    "directml": "DirectML's measured reading (`onnx-gather docs semantics`, section 4.3)",
     "clamp": "a stand-in, clamped per axis as WebNN does, not what DirectML reads",
     "zero": "a stand-in, zeros as OpenVINO's Gather gives, not what DirectML reads",
     "error": "an error, as ONNX Runtime's CPU kernels give",

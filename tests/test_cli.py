@@ -240,3 +240,15 @@ def test_run_prints_shapes_as_shape_takes_them(tmp_path, capsys):
     assert main(["run", str(path), "--backend", "cpu", "--shape", "ids:2x3"]) == 0
     printed = capsys.readouterr().out
     assert "ids                  int64 2x3 " in printed and "vectors              float32 2x3x64 " in printed
+
+
+def test_the_docs_the_messages_cite_are_installed_and_printed(capsys):
+    assert main(["docs"]) == 0
+    listed = capsys.readouterr().out
+    assert listed.startswith("semantics    ") and "semantics.md" in listed and "onnx-gather docs NAME" in listed
+    assert main(["docs", "semantics"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# The semantics onnx-gather implements") and "## 4" in text
+    # What the messages cite is there: section 4.3 and the provider's placement (section 6).
+    assert "4.3" in text and "GetCpuPreferredNodes" in text
+    assert main(["docs", "nothing"]) == 2
