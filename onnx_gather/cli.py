@@ -180,7 +180,9 @@ def _observation_options(command: argparse.ArgumentParser, title: str) -> None:
         default=0,
         help="seed of the generated inputs (default 0)",
     )
-    group.add_argument("--int-range", default="0:4", metavar="LOW:HIGH", help="generated integers, [LOW, HIGH)")
+    group.add_argument(
+        "--int-range", default="0:4", metavar="LOW:HIGH", help="generated integers come from [LOW, HIGH) (default 0:4)"
+    )
 
 
 _RANK_RUN = "inputs of the run of ONNX Runtime that tells the ranks shape inference cannot"
