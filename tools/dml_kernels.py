@@ -27,8 +27,15 @@ TYPE_NAMES = {
     "Int16": "int16", "Int32": "int32", "Int64": "int64", "String": "string", "Bool": "bool", "Float16": "float16",
     "Float64": "double", "UInt32": "uint32", "UInt64": "uint64", "Complex64": "complex64", "Complex128": "complex128",
 }  # fmt: skip
-DOMAINS = {"REG_INFO": "", "REG_INFO_VER": "", "REG_INFO_COPY": "", "REG_INFO_DYNAMIC_OUTPUTS": "",
-           "REG_INFO_MS": "com.microsoft", "REG_INFO_MS_ALIAS": "com.microsoft", "REG_INFO_MSDML": "com.microsoft.dml"}
+DOMAINS = {
+    "REG_INFO": "",
+    "REG_INFO_VER": "",
+    "REG_INFO_COPY": "",
+    "REG_INFO_DYNAMIC_OUTPUTS": "",
+    "REG_INFO_MS": "com.microsoft",
+    "REG_INFO_MS_ALIAS": "com.microsoft",
+    "REG_INFO_MSDML": "com.microsoft.dml",
+}
 # Registered outside the table, with the memory they use (see the module docstring).
 EXTRA = {
     "cpu_outputs": {"Shape": [0], "Size": [0], "SequenceLength": [0]},
@@ -69,7 +76,7 @@ def main(registration: str, versions: str, source_name: str) -> None:
     for m in re.finditer(r"std::array<SupportedTensorDataTypes, \d+> (\w+)\s*=\s*(\{[^;]*\}|\w+);", source):
         if m[2].startswith("{"):
             parts = [p for p in m[2].strip("{} ").split(",") if p.strip()]
-            supported[m[1]] = [sum_flags(p, flags) for p in parts]
+            supported[m[1]] = [_combined(p, flags) for p in parts]
         else:
             supported[m[1]] = supported[m[2]]
     since = {(ns[1], op): int(v) for ns in re.finditer(r"namespace (\w+)\s*\{([^{}]*)\}", Path(versions).read_text())
@@ -82,7 +89,8 @@ def main(registration: str, versions: str, source_name: str) -> None:
         if macro == "REG_INFO_MS_ALIAS":
             rest = rest[1:]  # the aliases
         prefix = "MsftOperatorSet" if DOMAINS[macro] else "OnnxOperatorSet"
-        constraints = {name: _types(mask, flags) for name, mask in zip(names[rest[0]], supported[rest[1]], strict=False)}
+        masks = zip(names[rest[0]], supported[rest[1]], strict=False)
+        constraints = {name: _types(mask, flags) for name, mask in masks}
         cpu_inputs = re.search(r"requiredConstantCpuInputs\(([\d, ]*)\)", m[4])
         cpu = [int(i) for i in cpu_inputs[1].split(",") if i.strip()] if cpu_inputs else []
         kernels.append([DOMAINS[macro], op, since[(prefix + version, op)], constraints, cpu])
@@ -104,7 +112,7 @@ def _arguments(text: str) -> list[str]:
     return [*arguments, current.strip()]
 
 
-def sum_flags(expression: str, flags: dict[str, int]) -> int:
+def _combined(expression: str, flags: dict[str, int]) -> int:
     value = 0
     for part in expression.split("|"):
         value |= flags[part.strip().removeprefix("SupportedTensorDataTypes::")]
