@@ -110,14 +110,16 @@ def generate(
 
 
 def _check_given(model: onnx.ModelProto, given: Mapping[str, np.ndarray]) -> None:
-    """Refuse arrays of an --inputs file that the model has no input for, or of another type, rank or fixed size."""
+    """Refuse arrays of an --inputs file that the model has no input for, or of another type, rank or fixed size:
+    every such array named in one line."""
     values = {value.name: value for value in model_inputs(model)}
     unknown = sorted(set(given) - set(values))
+    problems = []
     if unknown:
-        raise InputError(f"--inputs holds {', '.join(map(repr, unknown))}, which the model has no input for "
-                         f"(its inputs: {', '.join(values) or 'none'})")  # fmt: skip
+        problems.append(f"holds {', '.join(map(repr, unknown))}, which the model has no input for "
+                        f"(its inputs: {', '.join(values) or 'none'})")  # fmt: skip
     for name, array in given.items():
-        value_type = ValueType.of(values[name])
+        value_type = ValueType.of(values[name]) if name in values else None
         if value_type is None:
             continue
         array = np.asarray(array)
@@ -128,13 +130,15 @@ def _check_given(model: onnx.ModelProto, given: Mapping[str, np.ndarray]) -> Non
             wanted = np.dtype(helper.tensor_dtype_to_np_dtype(value_type.elem_type)).name
             expected_kind = array.dtype.name == wanted
         if not expected_kind:
-            raise InputError(f"--inputs array {name!r}: {array.dtype.name} where the model takes {wanted}")
+            problems.append(f"array {name!r} is {array.dtype.name} where the model takes {wanted}")
+            continue
         dims = value_type.dims
         if dims is not None and (len(dims) != array.ndim or any(
                 isinstance(d, int) and d != n for d, n in zip(dims, array.shape, strict=True))):  # fmt: skip
             declared = "x".join(str(d) if isinstance(d, int) else f"<{d or '?'}>" for d in dims) or "a scalar"
-            raise InputError(f"--inputs array {name!r}: shape {dims_text(array.shape)} where "
-                             f"the model takes {declared}")  # fmt: skip
+            problems.append(f"array {name!r} has shape {dims_text(array.shape)} where the model takes {declared}")
+    if problems:
+        raise InputError(f"--inputs {'; '.join(problems)}")
 
 
 def dynamic_hint(

@@ -300,8 +300,13 @@ def test_parity_on_a_model_with_string_and_bool_outputs(tmp_path, capsys):
             ["parity", "{model}", "--inputs", "{other}"],
             "--inputs holds 'idx', which the model has no input for (its inputs: ids, picks)",
         ),
-        (["parity", "{model}", "--inputs", "{int32}"], "--inputs array 'ids': int32 where the model takes int64"),
-        (["parity", "{model}", "--inputs", "{wide}"], "--inputs array 'picks': shape 1x3 where the model takes 1x2"),
+        (["parity", "{model}", "--inputs", "{int32}"], "--inputs array 'ids' is int32 where the model takes int64"),
+        (["parity", "{model}", "--inputs", "{wide}"], "--inputs array 'picks' has shape 1x3 where the model takes 1x2"),
+        (
+            ["parity", "{model}", "--inputs", "{mixed}"],
+            "--inputs holds 'idx', which the model has no input for (its inputs: ids, picks); array 'ids' is float32 "
+            "where the model takes int64; array 'picks' has shape 2 where the model takes 1x2",
+        ),
         (["run", "{model}", "--backend", "cpu", "--shape", "picks:1x5"], "--shape picks:1x5: dimension 1 is 2 in"),
         (["run", "{model}", "--backend", "cpu", "--shape", "ids:2", "--shape", "ids:3"], "--shape names 'ids' twice"),
     ],
@@ -309,7 +314,9 @@ def test_parity_on_a_model_with_string_and_bool_outputs(tmp_path, capsys):
 def test_bad_input_exits_2(tmp_path, capsys, arguments, message, no_directml):
     model = _ids_model(tmp_path)
     files = {"other": {"idx": np.array([1])}, "int32": {"ids": np.array([1], np.int32)},
-             "wide": {"picks": np.array([[1, 2, 3]])}}  # fmt: skip
+             "wide": {"picks": np.array([[1, 2, 3]])},
+             "mixed": {"idx": np.array([1]), "ids": np.array([1.0], np.float32),
+                       "picks": np.array([1, 2])}}  # fmt: skip
     for name, arrays in files.items():
         np.savez(tmp_path / f"{name}.npz", **arrays)
     paths = {name: tmp_path / f"{name}.npz" for name in files}
