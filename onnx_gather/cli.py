@@ -85,9 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     docs_command = commands(
         "docs", help="print a document installed with onnx-gather (without NAME: list them, with their paths)"
     )
-    docs_command.add_argument(
-        "name", nargs="?", choices=documents.names(), metavar="NAME", help=f"one of: {', '.join(documents.names())}"
-    )
+    docs_command.add_argument("name", nargs="?", metavar="NAME", help="the document, e.g. semantics")
     setup_command = commands(
         "setup-directml", help="prepare real DirectML on this Linux machine (Wine, Mesa's lavapipe; as root)"
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import TextIO
 
@@ -11,12 +10,13 @@ import numpy as np
 from onnx_gather import model_io, report
 from onnx_gather.backends import BACKENDS, Model
 from onnx_gather.convert import convert
+from onnx_gather.documents import installed_folder
 from onnx_gather.parity import Parity, run_parity
 
 
 def sample_model_path() -> str:
     """Where the bundled sample model (models/sample.onnx in the source tree) is installed."""
-    return str(resources.files("onnx_gather.models") / "sample.onnx")
+    return str(installed_folder("onnx_gather.models", "models") / "sample.onnx")
 
 
 def _side_by_side(parity: Parity, token_ids: np.ndarray, out: TextIO) -> None:

@@ -252,3 +252,4 @@ def test_the_docs_the_messages_cite_are_installed_and_printed(capsys):
     # What the messages cite is there: section 4.3 and the provider's placement (section 6).
     assert "4.3" in text and "GetCpuPreferredNodes" in text
     assert main(["docs", "nothing"]) == 2
+    assert "no document 'nothing' (there are: semantics)" in capsys.readouterr().err
