@@ -107,7 +107,8 @@ def test_a_second_set_up_changes_nothing():
     out = io.StringIO()
     assert install.setup(where, out) == 0
     assert "system packages: installed" in out.getvalue()
-    assert "runner.exe and d3d12.dll: in place" in out.getvalue() and "Wine prefix: in place" in out.getvalue()
+    assert "runner.exe, direct.exe and d3d12.dll: in place" in out.getvalue()
+    assert "Wine prefix: in place" in out.getvalue()
     after = {p: p.stat().st_mtime_ns for p in before}
     assert after == before
 
