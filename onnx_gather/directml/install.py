@@ -338,8 +338,33 @@ def probe(layout: Layout) -> str:
             f"Direct3D 12 {d3d12_stack()} ({D3D12_VARIABLE}): {device}; memory limit {memory}")  # fmt: skip
 
 
+def probe_direct(layout: Layout) -> str:
+    """Run DirectML's documented DML_GATHER example 1 through direct.exe (DirectML.dll called directly, no ONNX
+    Runtime); returns what ran, raises if it did not."""
+    from onnx_gather.directml.direct import Case, DirectRunner, TensorDesc, from_buffer, to_buffer
+
+    data, indices, output = TensorDesc.of("FLOAT32", [4]), TensorDesc.of("UINT32", [5]), TensorDesc.of("FLOAT32", [5])
+    case = Case("GATHER", {"axis": 0, "index_dimensions": 1}, data, indices, output,
+                to_buffer(data, np.array([11, 12, 13, 14])), to_buffer(indices, np.array([3, 1, 3, 0, 2])))  # fmt: skip
+    start = time.perf_counter()
+    with DirectRunner(layout) as runner:
+        outcome = runner.run([case])[0]
+        level = runner.feature_level
+    got = outcome.refused or from_buffer(output, outcome.output or b"").tolist()
+    if got != [14, 12, 14, 11, 13]:
+        raise SetupError(f"DML_GATHER's example 1 through direct.exe gave {got}, not [14, 12, 14, 11, 13]")
+    return (f"a DML_GATHER ran on DirectML called directly (direct.exe) in {time.perf_counter() - start:.1f} s; "
+            f"DirectML feature level {level}")  # fmt: skip
+
+
+def _probes(layout: Layout, out: TextIO) -> None:
+    print(f"probe: {probe(layout)}", file=out)
+    print(f"direct: {probe_direct(layout)}", file=out)
+
+
 def check(layout: Layout, out: TextIO) -> int:
-    """``--check``: 0 if real DirectML is ready (a probe runs on it), else 2 with what is missing."""
+    """``--check``: 0 if real DirectML is ready (a probe runs on it through each program), else 2 with what is
+    missing."""
     problems = layout.problems()
     if problems:
         for problem in problems:
@@ -347,7 +372,7 @@ def check(layout: Layout, out: TextIO) -> int:
         print(f"Run `{SETUP_COMMAND}` (as root) to set it up.", file=out)
         return 2
     print(f"ready: {_versions(layout)}; cache {layout.home}", file=out)
-    print(f"probe: {probe(layout)}", file=out)
+    _probes(layout, out)
     return 0
 
 
@@ -361,6 +386,6 @@ def setup(layout: Layout, out: TextIO) -> int:
         write_bytes(layout.state_file, (json.dumps(state, indent=2) + "\n").encode())
     make_prefix(layout, out)
     print(f"ready: {_versions(layout)}", file=out)
-    print(f"probe: {probe(layout)}", file=out)
+    _probes(layout, out)
     print(f"Set-up took {time.perf_counter() - start:.1f} s.", file=out)
     return 0
