@@ -214,7 +214,7 @@ class Runner:
                 else:
                     reason = f"no answer within {seconds:g} s"
                 detail = self._log_tail()
-                self._end()
+                self._end(patience=5.0 if ready else 0.0)  # past its time limit, it is not waited for again
                 raise RunnerError(f"DirectML {what}: {reason}; Wine and Xvfb were ended{detail}")
             self._buffer += chunk
 
@@ -387,6 +387,8 @@ def _stop(process: subprocess.Popen, patience: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sig)
+            if sig == signal.SIGTERM:
+                os.killpg(process.pid, signal.SIGCONT)  # a stopped process acts on SIGTERM once it runs again
         except ProcessLookupError:
             break
         try:
