@@ -19,6 +19,7 @@ import numpy as np
 
 from onnx_gather.directml.layout import Layout
 from onnx_gather.directml.worker import REQUEST_SECONDS, DirectMlError, Runner, windows_path
+from onnx_gather.graph import counted
 
 PROGRAM = "direct.exe"
 BATCH = 500  # cases per request: a case takes a few milliseconds, a request has REQUEST_SECONDS
@@ -169,7 +170,8 @@ class DirectRunner:
                 (folder / str(k) / "desc.txt").write_text(case.text())
                 (folder / str(k) / "input.bin").write_bytes(case.input_bytes)
                 (folder / str(k) / "indices.bin").write_bytes(case.indices_bytes)
-            infos, _ = self.runner.request(f"cases {windows_path(folder)} {len(cases)}", f"{len(cases)} cases")
+            what = f"run of {counted(len(cases), 'case')}"
+            infos, _ = self.runner.request(f"cases {windows_path(folder)} {len(cases)}", what)
             answers = dict(rest.split(" ", 1) for kind, rest in infos if kind == "case")
             return [_outcome(folder / str(k), answers.get(str(k), ""), case) for k, case in enumerate(cases)]
 
