@@ -102,6 +102,19 @@ def test_a_desc_directml_refuses_comes_back_as_its_stage_and_hresult_and_the_nex
     assert _output(outcomes[2], good) == [14, 12, 14, 11, 13]
 
 
+def test_a_total_must_reach_the_extent_rounded_up_to_4_but_need_not_be_a_multiple_of_4(direct):
+    # Five UINT8 values gathered from five: each extent is 5 bytes, 8 when rounded up.
+    data, indices = TensorDesc("UINT8", (5,), None, 8), TensorDesc.of("UINT32", (5,))
+    cases = [
+        Case("GATHER", {"axis": 0, "index_dimensions": 1}, data, indices, TensorDesc("UINT8", (5,), None, total),
+             to_buffer(data, np.arange(1, 6)), to_buffer(indices, np.array([4, 3, 2, 1, 0])))
+        for total in (5, 7, 8, 9)
+    ]  # fmt: skip
+    outcomes = direct.run(cases)
+    assert [outcome.refused for outcome in outcomes] == ["create 0x80070057"] * 2 + [None] * 2
+    assert outcomes[3].output == bytes([5, 4, 3, 2, 1]) + b"\xcd" * 4
+
+
 def test_the_output_buffer_comes_back_whole_and_bytes_not_written_keep_the_fill(direct):
     # Example 1 into every other FLOAT32 of a 40-byte buffer: the gaps and the 4 bytes past the last element stay.
     output = TensorDesc("FLOAT32", (5,), (2,), 40)
