@@ -21,7 +21,6 @@ from onnx_gather.directml.layout import Layout
 from onnx_gather.directml.worker import REQUEST_SECONDS, DirectMlError, Runner, windows_path
 from onnx_gather.graph import counted
 
-PROGRAM = "direct.exe"
 BATCH = 500  # cases per request: a case takes a few milliseconds, a request has REQUEST_SECONDS
 ATTRIBUTES = {  # each operator's UINT fields after its three tensors, in the order of its desc
     "GATHER": ("axis", "index_dimensions"),
@@ -141,7 +140,7 @@ class DirectRunner:
     """direct.exe under Wine, serving batches of cases. Use as a context manager, or call ``close()``."""
 
     def __init__(self, layout: Layout | None = None, timeout: float = REQUEST_SECONDS, batch: int = BATCH) -> None:
-        self.runner = Runner(layout, timeout, program=PROGRAM)
+        self.runner = Runner(layout, timeout, program="direct")
         self.batch = batch
 
     def __enter__(self) -> DirectRunner:

@@ -254,10 +254,7 @@ def install_binaries(layout: Layout, out: TextIO) -> dict[str, str]:
     """Steps 2 and 3: the DLLs, the programs and d3d12.dll in ``layout.bin``; returns what state.json records."""
     state = layout.state()
     have_dlls = all((layout.bin / dll).is_file() for dll in DLLS) and state.get("onnxruntime") == ORT_DIRECTML_VERSION
-    have_programs = all(
-        (layout.bin / f"{name}.exe").is_file() and state.get(f"{name}_source_sha256") == source_hash(name)
-        for name in PROGRAMS
-    )
+    have_programs = all(layout.program_is_current(name) for name in PROGRAMS)
     have_d3d12 = (layout.bin / "d3d12.dll").is_file() and state.get("d3d12_source_sha256") == d3d12_hash()
     if have_dlls and have_programs and have_d3d12:
         print(f"  onnxruntime-directml {ORT_DIRECTML_VERSION}, runner.exe, direct.exe and d3d12.dll: in place",

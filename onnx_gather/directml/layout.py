@@ -87,13 +87,13 @@ class Layout:
     def bin(self) -> Path:
         return self.home / "bin"
 
-    @property
-    def runner(self) -> Path:
-        return self.bin / "runner.exe"
+    def program(self, name: str) -> Path:
+        """One of ``PROGRAMS`` as set-up builds it: ``bin/<name>.exe``."""
+        return self.bin / f"{name}.exe"
 
-    @property
-    def direct(self) -> Path:
-        return self.bin / "direct.exe"
+    def program_is_current(self, name: str) -> bool:
+        """Whether <name>.exe is there, built from this version's <name>.c (set-up recorded the source's hash)."""
+        return self.program(name).is_file() and self.state().get(f"{name}_source_sha256") == source_hash(name)
 
     @property
     def prefix(self) -> Path:
@@ -137,7 +137,7 @@ class Layout:
         if any(not (self.bin / dll).is_file() for dll in DLLS) or state.get("onnxruntime") != ORT_DIRECTML_VERSION:
             found.append(f"onnxruntime-directml {ORT_DIRECTML_VERSION}'s DLLs are not in {self.bin}")
         for name in PROGRAMS:
-            if not (self.bin / f"{name}.exe").is_file() or state.get(f"{name}_source_sha256") != source_hash(name):
+            if not self.program_is_current(name):
                 found.append(f"{name}.exe is not built from this version's {name}.c in {self.bin}")
         if not (self.bin / "d3d12.dll").is_file() or state.get("d3d12_source_sha256") != d3d12_hash():
             found.append(f"d3d12.dll (vkd3d 1.14 with DXIL) is not built from this version's sources in {self.bin}")

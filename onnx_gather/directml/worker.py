@@ -74,13 +74,11 @@ def windows_path(path: Path) -> str:
 class Runner:
     """One runner process under Wine, with its own Xvfb. Use as a context manager, or call ``close()``.
 
-    ``program``: the Windows program in the set-up's ``bin`` folder that serves the requests (same framing:
-    ``#R info``, ``#R ok``, ``#R error`` lines), runner.exe by default.
+    ``program``: which of the set-up's programs (``layout.PROGRAMS``) serves the requests, with the same framing
+    (``#R info``, ``#R ok``, ``#R error`` lines): runner.exe by default.
     """
 
-    def __init__(
-        self, layout: Layout | None = None, timeout: float = REQUEST_SECONDS, program: str = "runner.exe"
-    ) -> None:
+    def __init__(self, layout: Layout | None = None, timeout: float = REQUEST_SECONDS, program: str = "runner") -> None:
         self.layout = layout or Layout.default()
         self.timeout = timeout
         self.program = program
@@ -125,7 +123,7 @@ class Runner:
 
             with open(self._folder / "wine.log", "wb") as log:
                 self._wine = subprocess.Popen(
-                    [WINE, str(self.layout.bin / self.program), windows_path(self.layout.bin).replace("/", "\\")],
+                    [WINE, str(self.layout.program(self.program)), windows_path(self.layout.bin).replace("/", "\\")],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=environment,
                     start_new_session=True, preexec_fn=prepare,
                 )  # fmt: skip
