@@ -1,9 +1,10 @@
-"""Helpers shared by the tests: cached sessions for one DML or native node, and exact comparison."""
+"""Helpers shared by the tests: cached sessions for one DML or native node, exact comparison, a runner's processes."""
 
 from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 
 import numpy as np
 import onnxruntime
@@ -132,3 +133,36 @@ def directml():
 
     with Runner() as runner:
         yield runner
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Processes whose environment or command line mentions ``text`` (a runner's private folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            blob = (entry / "environ").read_bytes() + (entry / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if status != "Z" and text.encode() in blob:
+            found.append(int(entry.name))
+    return found
+
+
+def runner_children(runner) -> tuple[list[int], str]:
+    """A running worker.Runner's Wine and Xvfb processes and its private folder, seen alive."""
+    folder = str(runner._folder)
+    pids = [runner._wine.pid, runner._xvfb.pid]
+    assert processes_mentioning(folder), "the runner's processes should be visible while it runs"
+    return pids, folder
+
+
+def assert_runner_ended(pids: list[int], folder: str) -> None:
+    """Nothing of a runner is left: its processes, its Wine server and services, its private folder."""
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert processes_mentioning(folder) == [], "a Wine server, Wine service or Xvfb of the runner is left"
+    assert not Path(folder).exists()

@@ -19,7 +19,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import SUMMARIES, assert_identical, require_directml
+from conftest import (
+    SUMMARIES,
+    assert_identical,
+    assert_runner_ended,
+    processes_mentioning,
+    require_directml,
+    runner_children,
+)
 from onnx import TensorProto as T
 from onnx import helper as h
 
@@ -44,37 +51,6 @@ def _gather_model(count: int = 1) -> onnx.ModelProto:
 
 
 FEEDS = {"data": np.arange(10, 16, dtype=np.float32), "indices": np.array([1, 0, -1])}
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    """Processes whose environment or command line mentions ``text`` (a runner's private folder)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            blob = (entry / "environ").read_bytes() + (entry / "cmdline").read_bytes()
-        except (OSError, IndexError):
-            continue
-        if status != "Z" and text.encode() in blob:
-            found.append(int(entry.name))
-    return found
-
-
-def _children(runner: Runner) -> tuple[list[int], str]:
-    folder = str(runner._folder)
-    pids = [runner._wine.pid, runner._xvfb.pid]
-    assert _processes_mentioning(folder), "the runner's processes should be visible while it runs"
-    return pids, folder
-
-
-def _assert_ended(pids: list[int], folder: str) -> None:
-    for pid in pids:
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
-    assert _processes_mentioning(folder) == [], "a Wine server, Wine service or Xvfb of the runner is left"
-    assert not Path(folder).exists()
 
 
 # --- set-up ---------------------------------------------------------------------------------------------------------
@@ -107,7 +83,8 @@ def test_a_second_set_up_changes_nothing():
     out = io.StringIO()
     assert install.setup(where, out) == 0
     assert "system packages: installed" in out.getvalue()
-    assert "runner.exe and d3d12.dll: in place" in out.getvalue() and "Wine prefix: in place" in out.getvalue()
+    assert "runner.exe, direct.exe and d3d12.dll: in place" in out.getvalue()
+    assert "Wine prefix: in place" in out.getvalue()
     after = {p: p.stat().st_mtime_ns for p in before}
     assert after == before
 
@@ -142,13 +119,13 @@ def test_set_up_without_root_or_apt_says_what_is_missing_per_line_and_exits_2(tm
 def test_runner_runs_a_model_and_ends_its_processes():
     require_directml()
     with Runner() as runner:
-        pids, folder = _children(runner)
+        pids, folder = runner_children(runner)
         loaded = runner.load(_gather_model(2))
         assert loaded.inputs == ["data", "indices"] and loaded.outputs == ["y0", "y1"]
         outputs = runner.run(loaded, FEEDS)
         assert outputs["y0"].tolist() == [11, 10, 15] and outputs["y1"].tolist() == [11, 10, 15]
         assert runner.version == layout.ORT_DIRECTML_VERSION
-    _assert_ended(pids, folder)
+    assert_runner_ended(pids, folder)
 
 
 def test_an_onnx_runtime_error_comes_back_as_a_message_and_the_runner_goes_on(directml):
@@ -188,11 +165,11 @@ def test_a_request_past_its_time_limit_ends_wine_and_xvfb():
     require_directml()
     runner = Runner(timeout=0.5)
     runner.start()
-    pids, folder = _children(runner)
+    pids, folder = runner_children(runner)
     os.kill(runner._wine.pid, signal.SIGSTOP)  # stopped, it cannot answer however fast the machine is
     with pytest.raises(RunnerError, match=r"no answer within 0.5 s; Wine and Xvfb were ended"):
         runner.load(_gather_model())
-    _assert_ended(pids, folder)
+    assert_runner_ended(pids, folder)
     assert not runner.running
 
 
@@ -202,26 +179,26 @@ def test_a_runner_that_dies_during_a_run_is_reported_at_once_with_how_it_ended()
     require_directml()
     with Runner(timeout=600) as runner:
         loaded = runner.load(_gather_model())
-        pids, folder = _children(runner)
+        pids, folder = runner_children(runner)
         os.kill(runner._wine.pid, signal.SIGSTOP)
         killer = threading.Timer(0.5, os.kill, (runner._wine.pid, signal.SIGKILL))
         killer.start()
         with pytest.raises(RunnerError, match=r"run: the runner ended unexpectedly \(killed by SIGKILL\); Wine and"):
             runner.run(loaded, FEEDS)
         killer.join()
-        _assert_ended(pids, folder)
+        assert_runner_ended(pids, folder)
 
 
 def test_a_runner_that_died_is_reported_and_the_next_load_starts_a_new_one():
     require_directml()
     with Runner() as runner:
         loaded = runner.load(_gather_model())
-        pids, folder = _children(runner)
+        pids, folder = runner_children(runner)
         os.killpg(runner._wine.pid, signal.SIGKILL)
         runner._wine.wait()
         with pytest.raises(RunnerError, match="the runner was ended; load the model again"):
             runner.run(loaded, FEEDS)
-        _assert_ended(pids, folder)
+        assert_runner_ended(pids, folder)
         again = runner.load(_gather_model())
         assert runner.run(again, FEEDS)["y0"].tolist() == [11, 10, 15]
 
@@ -229,9 +206,9 @@ def test_a_runner_that_died_is_reported_and_the_next_load_starts_a_new_one():
 def test_an_error_inside_the_with_block_still_ends_everything():
     require_directml()
     with pytest.raises(KeyError), Runner() as runner:
-        pids, folder = _children(runner)
+        pids, folder = runner_children(runner)
         raise KeyError("boom")
-    _assert_ended(pids, folder)
+    assert_runner_ended(pids, folder)
 
 
 # --- conformance ----------------------------------------------------------------------------------------------------
@@ -417,7 +394,7 @@ def test_ctrl_c_during_a_dml_run_ends_at_once_with_one_line_and_leaves_nothing(t
     assert (child.returncode, err) == (130, "onnx-gather: interrupted\n"), err
     # No private prefix, no wine-XXXXXX folder (ONNX Runtime 1.32's telemetry leaves its .ses file: not ours).
     assert [p.name for p in private.iterdir() if p.name != ".ses"] == []
-    assert _processes_mentioning(folders[0]) == [], "a Wine server, Wine service or Xvfb of the runner is left"
+    assert processes_mentioning(folders[0]) == [], "a Wine server, Wine service or Xvfb of the runner is left"
 
 
 def test_the_kernels_directml_compiles_for_the_gathers_are_reported(tmp_path, monkeypatch):

@@ -6,10 +6,10 @@ Steps, each skipped when already done (a second run changes nothing):
    from bookworm-backports, whose apt source is added for it). Needs root and apt.
 2. The three DLLs of the pinned ``onnxruntime-directml`` win_amd64 wheel, downloaded with pip from the
    package registry and checked against its SHA-256.
-3. ``runner.exe``, compiled from the package's ``runner.c``, and ``d3d12.dll``: vkd3d 1.14 with DXIL (shader
-   model 6) switched on, from the Wine 10 source of Debian 13, downloaded with apt (a private apt configuration with
-   a deb-src line for trixie: nothing of trixie is installed) and checked against its SHA-256, built by the package's
-   ``d3d12/build.sh`` with our D3D12 entry points and one fix.
+3. ``runner.exe`` and ``direct.exe``, compiled from the package's ``runner.c`` and ``direct.c``, and ``d3d12.dll``:
+   vkd3d 1.14 with DXIL (shader model 6) switched on, from the Wine 10 source of Debian 13, downloaded with apt (a
+   private apt configuration with a deb-src line for trixie: nothing of trixie is installed) and checked against its
+   SHA-256, built by the package's ``d3d12/build.sh`` with our D3D12 entry points and one fix.
 4. A Wine prefix (``wineboot -i``).
 
 Everything but the system packages goes to the cache folder (``Layout``); each part is built beside its
@@ -41,6 +41,7 @@ from onnx_gather.directml.layout import (
     MESA_MINIMUM,
     MESA_PACKAGE,
     ORT_DIRECTML_VERSION,
+    PROGRAMS,
     SETUP_COMMAND,
     WHEEL,
     WHEEL_SHA256,
@@ -54,13 +55,13 @@ from onnx_gather.directml.layout import (
     d3d12_stack,
     mesa_major,
     package_version,
-    runner_source,
+    program_source,
     source_hash,
     wine_environment,
 )
 from onnx_gather.model_io import write_bytes
 
-# Wine, Xvfb, mingw-w64 for runner.exe and d3d12.dll, what d3d12.dll's build needs besides, Mesa's Vulkan driver.
+# Wine, Xvfb, mingw-w64 for the programs and d3d12.dll, what d3d12.dll's build needs besides, Mesa's Vulkan driver.
 PACKAGES = ("wine", "wine64", "xvfb", "gcc-mingw-w64-x86-64", "flex", "bison", "wine64-tools", "libvulkan-dev",
             MESA_PACKAGE)  # fmt: skip
 TRIXIE_SOURCES = (
@@ -204,16 +205,17 @@ def _download_dlls(folder: Path, out: TextIO) -> None:
     print(f"  onnxruntime-directml {ORT_DIRECTML_VERSION}: downloaded, SHA-256 checked", file=out)
 
 
-def _compile_runner(folder: Path, out: TextIO) -> None:
-    source = folder / "runner.c"
-    source.write_bytes(runner_source())
+def _compile(folder: Path, name: str, out: TextIO) -> None:
+    """One of the Windows programs (``PROGRAMS``): <name>.c compiled into <name>.exe in ``folder``."""
+    source = folder / f"{name}.c"
+    source.write_bytes(program_source(name))
     done = subprocess.run(
-        [COMPILER, "-O2", "-Wall", "-o", str(folder / "runner.exe"), str(source)], capture_output=True, text=True
+        [COMPILER, "-O2", "-Wall", "-o", str(folder / f"{name}.exe"), str(source)], capture_output=True, text=True
     )
     source.unlink()
     if done.returncode != 0:
-        raise SetupError(f"compiling runner.c failed: {done.stderr.strip().splitlines()[-1]}")
-    print("  runner.exe: compiled from runner.c", file=out)
+        raise SetupError(f"compiling {name}.c failed: {done.stderr.strip().splitlines()[-1]}")
+    print(f"  {name}.exe: compiled from {name}.c", file=out)
 
 
 def _wine_source(folder: Path) -> Path:
@@ -249,13 +251,14 @@ def _build_d3d12(folder: Path, out: TextIO) -> None:
 
 
 def install_binaries(layout: Layout, out: TextIO) -> dict[str, str]:
-    """Steps 2 and 3: the DLLs, the runner and d3d12.dll in ``layout.bin``; returns what state.json records."""
+    """Steps 2 and 3: the DLLs, the programs and d3d12.dll in ``layout.bin``; returns what state.json records."""
     state = layout.state()
     have_dlls = all((layout.bin / dll).is_file() for dll in DLLS) and state.get("onnxruntime") == ORT_DIRECTML_VERSION
-    have_runner = layout.runner.is_file() and state.get("runner_source_sha256") == source_hash()
+    have_programs = all(layout.program_is_current(name) for name in PROGRAMS)
     have_d3d12 = (layout.bin / "d3d12.dll").is_file() and state.get("d3d12_source_sha256") == d3d12_hash()
-    if have_dlls and have_runner and have_d3d12:
-        print(f"  onnxruntime-directml {ORT_DIRECTML_VERSION}, runner.exe and d3d12.dll: in place", file=out)
+    if have_dlls and have_programs and have_d3d12:
+        print(f"  onnxruntime-directml {ORT_DIRECTML_VERSION}, runner.exe, direct.exe and d3d12.dll: in place",
+              file=out)  # fmt: skip
         return state
 
     def build(folder: Path) -> None:
@@ -264,7 +267,8 @@ def install_binaries(layout: Layout, out: TextIO) -> dict[str, str]:
                 shutil.copy2(layout.bin / dll, folder / dll)
         if not have_dlls:
             _download_dlls(folder, out)
-        _compile_runner(folder, out)
+        for name in PROGRAMS:
+            _compile(folder, name, out)
         if not have_d3d12:
             _build_d3d12(folder, out)
 
@@ -272,7 +276,7 @@ def install_binaries(layout: Layout, out: TextIO) -> dict[str, str]:
     return {
         "onnxruntime": ORT_DIRECTML_VERSION,
         "directml": _version_resource(layout.bin / "DirectML.dll"),
-        "runner_source_sha256": source_hash(),
+        **{f"{name}_source_sha256": source_hash(name) for name in PROGRAMS},
         "d3d12": "vkd3d 1.14 (Debian's Wine 10 source) with DXIL",
         "d3d12_source_sha256": d3d12_hash(),
     }
@@ -331,8 +335,33 @@ def probe(layout: Layout) -> str:
             f"Direct3D 12 {d3d12_stack()} ({D3D12_VARIABLE}): {device}; memory limit {memory}")  # fmt: skip
 
 
+def probe_direct(layout: Layout) -> str:
+    """Run DirectML's documented DML_GATHER example 1 through direct.exe (DirectML.dll called directly, no ONNX
+    Runtime); returns what ran, raises if it did not."""
+    from onnx_gather.directml.direct import Case, DirectRunner, TensorDesc, from_buffer, to_buffer
+
+    data, indices, output = TensorDesc.of("FLOAT32", [4]), TensorDesc.of("UINT32", [5]), TensorDesc.of("FLOAT32", [5])
+    case = Case("GATHER", {"axis": 0, "index_dimensions": 1}, data, indices, output,
+                to_buffer(data, np.array([11, 12, 13, 14])), to_buffer(indices, np.array([3, 1, 3, 0, 2])))  # fmt: skip
+    start = time.perf_counter()
+    with DirectRunner(layout) as runner:
+        outcome = runner.run([case])[0]
+        level = runner.feature_level
+    got = outcome.refused or from_buffer(output, outcome.output or b"").tolist()
+    if got != [14, 12, 14, 11, 13]:
+        raise SetupError(f"DML_GATHER's example 1 through direct.exe gave {got}, not [14, 12, 14, 11, 13]")
+    return (f"a DML_GATHER ran on DirectML called directly (direct.exe) in {time.perf_counter() - start:.1f} s; "
+            f"DirectML feature level {level}")  # fmt: skip
+
+
+def _probes(layout: Layout, out: TextIO) -> None:
+    print(f"probe: {probe(layout)}", file=out)
+    print(f"direct: {probe_direct(layout)}", file=out)
+
+
 def check(layout: Layout, out: TextIO) -> int:
-    """``--check``: 0 if real DirectML is ready (a probe runs on it), else 2 with what is missing."""
+    """``--check``: 0 if real DirectML is ready (a probe runs on it through each program), else 2 with what is
+    missing."""
     problems = layout.problems()
     if problems:
         for problem in problems:
@@ -340,7 +369,7 @@ def check(layout: Layout, out: TextIO) -> int:
         print(f"Run `{SETUP_COMMAND}` (as root) to set it up.", file=out)
         return 2
     print(f"ready: {_versions(layout)}; cache {layout.home}", file=out)
-    print(f"probe: {probe(layout)}", file=out)
+    _probes(layout, out)
     return 0
 
 
@@ -354,6 +383,6 @@ def setup(layout: Layout, out: TextIO) -> int:
         write_bytes(layout.state_file, (json.dumps(state, indent=2) + "\n").encode())
     make_prefix(layout, out)
     print(f"ready: {_versions(layout)}", file=out)
-    print(f"probe: {probe(layout)}", file=out)
+    _probes(layout, out)
     print(f"Set-up took {time.perf_counter() - start:.1f} s.", file=out)
     return 0

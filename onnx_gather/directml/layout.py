@@ -33,9 +33,14 @@ MESA_PACKAGE = "mesa-vulkan-drivers"
 MESA_MINIMUM = 25  # bookworm's Mesa 22.3 lacks what vkd3d needs, and DirectML then computes garbage
 
 
-def runner_source() -> bytes:
-    """The C source of the runner, as installed with the package."""
-    return (resources.files("onnx_gather.directml") / "runner.c").read_bytes()
+# The Windows programs set-up compiles, each from <name>.c into <name>.exe: ONNX Runtime's DirectML provider
+# (runner), and DirectML's gather operators called directly, without ONNX Runtime (direct).
+PROGRAMS = ("runner", "direct")
+
+
+def program_source(name: str) -> bytes:
+    """The C source of one of ``PROGRAMS``, as installed with the package."""
+    return (resources.files("onnx_gather.directml") / f"{name}.c").read_bytes()
 
 
 def d3d12_files() -> Traversable:
@@ -66,7 +71,7 @@ def d3d12_stack() -> str:
 
 @dataclass(frozen=True)
 class Layout:
-    """The cache folder: ``bin/`` (the DLLs and runner.exe), ``prefix/`` (the Wine prefix), ``state.json``."""
+    """The cache folder: ``bin/`` (the DLLs and the programs), ``prefix/`` (the Wine prefix), ``state.json``."""
 
     home: Path
 
@@ -82,9 +87,13 @@ class Layout:
     def bin(self) -> Path:
         return self.home / "bin"
 
-    @property
-    def runner(self) -> Path:
-        return self.bin / "runner.exe"
+    def program(self, name: str) -> Path:
+        """One of ``PROGRAMS`` as set-up builds it: ``bin/<name>.exe``."""
+        return self.bin / f"{name}.exe"
+
+    def program_is_current(self, name: str) -> bool:
+        """Whether <name>.exe is there, built from this version's <name>.c (set-up recorded the source's hash)."""
+        return self.program(name).is_file() and self.state().get(f"{name}_source_sha256") == source_hash(name)
 
     @property
     def prefix(self) -> Path:
@@ -95,7 +104,7 @@ class Layout:
         return self.home / "state.json"
 
     def state(self) -> dict:
-        """What set-up recorded: versions and the hash of the runner's source; empty if nothing was."""
+        """What set-up recorded: versions and the hashes of the programs' sources; empty if nothing was."""
         try:
             return json.loads(self.state_file.read_text())
         except (OSError, ValueError):
@@ -127,8 +136,9 @@ class Layout:
         state = self.state()
         if any(not (self.bin / dll).is_file() for dll in DLLS) or state.get("onnxruntime") != ORT_DIRECTML_VERSION:
             found.append(f"onnxruntime-directml {ORT_DIRECTML_VERSION}'s DLLs are not in {self.bin}")
-        if not self.runner.is_file() or state.get("runner_source_sha256") != source_hash():
-            found.append(f"the runner is not built from this version's runner.c in {self.bin}")
+        for name in PROGRAMS:
+            if not self.program_is_current(name):
+                found.append(f"{name}.exe is not built from this version's {name}.c in {self.bin}")
         if not (self.bin / "d3d12.dll").is_file() or state.get("d3d12_source_sha256") != d3d12_hash():
             found.append(f"d3d12.dll (vkd3d 1.14 with DXIL) is not built from this version's sources in {self.bin}")
         if not (self.prefix / "system.reg").is_file():
@@ -147,8 +157,9 @@ def wine_environment(prefix: Path, temporary: Path, **extra: str) -> dict[str, s
     return {**os.environ, "WINEPREFIX": str(prefix), "TMPDIR": str(temporary), **quiet, **extra}
 
 
-def source_hash() -> str:
-    return hashlib.sha256(runner_source()).hexdigest()
+def source_hash(name: str) -> str:
+    """The SHA-256 of a program's C source: set-up records it, and a changed source means the program is rebuilt."""
+    return hashlib.sha256(program_source(name)).hexdigest()
 
 
 def package_version(package: str) -> str | None:

@@ -1,4 +1,7 @@
-"""The Python side of real DirectML: one Xvfb and one runner under Wine serve a whole batch of models and runs.
+"""The Python side of real DirectML: one Xvfb and one Windows program under Wine serve a whole batch of requests.
+
+The program is runner.exe (ONNX Runtime's DirectML provider: models and runs) unless told otherwise; direct.exe
+(DirectML's operators called directly, ``onnx_gather.directml.direct``) is started through the same class.
 
 Every request has a time limit; on a timeout, an error of the runner, or ``close()``, the runner, the Wine
 server it used and Xvfb are ended. Both children also die with this process (``PR_SET_PDEATHSIG``).
@@ -16,7 +19,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +63,7 @@ def _die_with_parent() -> None:
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _windows_path(path: Path) -> str:
+def windows_path(path: Path) -> str:
     """Wine maps the Unix root to drive Z:."""
     text = str(path.absolute())
     if "\n" in text or "\r" in text:
@@ -68,13 +72,18 @@ def _windows_path(path: Path) -> str:
 
 
 class Runner:
-    """One runner process under Wine, with its own Xvfb. Use as a context manager, or call ``close()``."""
+    """One runner process under Wine, with its own Xvfb. Use as a context manager, or call ``close()``.
 
-    def __init__(self, layout: Layout | None = None, timeout: float = REQUEST_SECONDS) -> None:
+    ``program``: which of the set-up's programs (``layout.PROGRAMS``) serves the requests, with the same framing
+    (``#R info``, ``#R ok``, ``#R error`` lines): runner.exe by default.
+    """
+
+    def __init__(self, layout: Layout | None = None, timeout: float = REQUEST_SECONDS, program: str = "runner") -> None:
         self.layout = layout or Layout.default()
         self.timeout = timeout
-        self.version = ""  # ONNX Runtime's, as the runner reports it
-        self._lock = threading.Lock()
+        self.program = program
+        self.version = ""  # what the program says when it has started: runner.exe, ONNX Runtime's version
+        self._lock = threading.RLock()  # workspace() holds it across the requests made inside it
         self._xvfb: subprocess.Popen | None = None
         self._wine: subprocess.Popen | None = None
         self._folder: Path | None = None
@@ -114,7 +123,7 @@ class Runner:
 
             with open(self._folder / "wine.log", "wb") as log:
                 self._wine = subprocess.Popen(
-                    [WINE, str(self.layout.runner), _windows_path(self.layout.bin).replace("/", "\\")],
+                    [WINE, str(self.layout.program(self.program)), windows_path(self.layout.bin).replace("/", "\\")],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=environment,
                     start_new_session=True, preexec_fn=prepare,
                 )  # fmt: skip
@@ -203,7 +212,7 @@ class Runner:
                 else:
                     reason = f"no answer within {seconds:g} s"
                 detail = self._log_tail()
-                self._end()
+                self._end(patience=5.0 if ready else 0.0)  # past its time limit, it is not waited for again
                 raise RunnerError(f"DirectML {what}: {reason}; Wine and Xvfb were ended{detail}")
             self._buffer += chunk
 
@@ -241,6 +250,31 @@ class Runner:
             self._end(patience=0.0)
             raise
 
+    def request(self, line: str, what: str) -> tuple[list[tuple[str, str]], str]:
+        """Send one request line (the runner started if need be); its ``info`` lines (kind, text) and ``ok`` text.
+
+        ``what`` names the request in errors. Raises DirectMlError on the program's ``error`` reply, RunnerError
+        (everything ended) when the program dies or does not answer within the time limit.
+        """
+        with self._lock:
+            return self._request(line, what)
+
+    @contextmanager
+    def workspace(self, stem: str) -> Iterator[Path]:
+        """A fresh folder for one request's files in the runner's private folder (the runner started if need be),
+        removed afterwards; other requests wait until it is."""
+        with self._lock:
+            if not self.running:
+                self.start()
+            assert self._folder is not None
+            self._requests += 1
+            folder = self._folder / f"{stem}{self._requests}"
+            folder.mkdir()
+            try:
+                yield folder
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+
     def load(self, model: str | os.PathLike | onnx.ModelProto, fallback: bool = False, fuse: bool = True) -> Loaded:
         """Create a DirectML session of ``model`` (a file, whose external data stays beside it, or a ModelProto).
 
@@ -260,7 +294,7 @@ class Runner:
                 path = Path(model)
             try:
                 mode = 0 if not fallback else 1 if fuse else 2
-                infos, text = self._request(f"load {mode} {_windows_path(path)}", f"load of {path.name}")
+                infos, text = self._request(f"load {mode} {windows_path(path)}", f"load of {path.name}")
             finally:
                 if isinstance(model, onnx.ModelProto):
                     path.unlink(missing_ok=True)
@@ -282,19 +316,13 @@ class Runner:
             if not self.running:
                 self._end()
                 raise RunnerError("the runner was ended; load the model again")
-            assert self._folder is not None
-            self._requests += 1
-            folder = self._folder / f"run{self._requests}"
-            folder.mkdir()
-            try:
+            with self.workspace("run") as folder:
                 for k, name in enumerate(loaded.inputs):
                     np.save(folder / f"in{k}.npy", np.asarray(feeds[name], order="C"), allow_pickle=False)  # keeps 0-d
-                self._request(f"run {loaded.id} {_windows_path(folder)}", "run")
+                self._request(f"run {loaded.id} {windows_path(folder)}", "run")
                 return {
                     name: np.load(folder / f"out{k}.npy", allow_pickle=False) for k, name in enumerate(loaded.outputs)
                 }
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
 
     @property
     def memory_limit(self) -> str:
@@ -357,6 +385,8 @@ def _stop(process: subprocess.Popen, patience: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sig)
+            if sig == signal.SIGTERM:
+                os.killpg(process.pid, signal.SIGCONT)  # a stopped process acts on SIGTERM once it runs again
         except ProcessLookupError:
             break
         try:

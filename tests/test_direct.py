@@ -1,0 +1,178 @@
+"""DirectML called directly (direct.exe, no ONNX Runtime): the operators' documented examples, refusals, the output
+buffer read back whole, and the process ending like runner.exe's.
+
+Skipped where real DirectML is not set up; in CI (CI=true) they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from conftest import SUMMARIES, assert_runner_ended, require_directml, runner_children
+
+from onnx_gather import cli
+from onnx_gather.directml import layout
+from onnx_gather.directml.direct import DTYPES, Case, DirectRunner, Outcome, TensorDesc, from_buffer, to_buffer
+from onnx_gather.directml.worker import RunnerError
+
+NAMES = {np.dtype(numpy): name for name, numpy in DTYPES.items()}
+
+
+@pytest.fixture(scope="module")
+def direct():
+    require_directml()
+    with DirectRunner() as runner:
+        yield runner
+
+
+def _case(operator: str, attributes: dict, data, indices, output_sizes, output: TensorDesc | None = None, fill=0xCD):
+    """A case of packed tensors of the arrays' types and shapes (FLOAT32 data, UINT32 indices as in the pages)."""
+    data, indices = np.asarray(data, np.float32), np.asarray(indices, np.uint32)
+    input_desc = TensorDesc.of(NAMES[data.dtype], data.shape)
+    indices_desc = TensorDesc.of(NAMES[indices.dtype], indices.shape)
+    output = output or TensorDesc.of(NAMES[data.dtype], output_sizes)
+    return Case(operator, attributes, input_desc, indices_desc, output, to_buffer(input_desc, data),
+                to_buffer(indices_desc, indices), fill)  # fmt: skip
+
+
+def _output(outcome: Outcome, case: Case) -> list:
+    assert outcome.refused is None, f"DirectML refused the case: {outcome.refused}"
+    return from_buffer(case.output, outcome.output).tolist()
+
+
+# DML_GATHER_OPERATOR_DESC's page, examples 1, 2, 4 and 5 (3 below): axis, index_dimensions, input, indices, output.
+GATHER_EXAMPLES = [
+    pytest.param(0, 1, [11, 12, 13, 14], [3, 1, 3, 0, 2], [14, 12, 14, 11, 13], id="1 1D remapping"),
+    pytest.param(0, 1, [[1, 2], [3, 4], [5, 6]], [[0, 1, 1, 2]], [[1, 2], [3, 4], [3, 4], [5, 6]],
+                 id="2 concatenate rows"),
+    pytest.param(2, 2, [[[1, 2, 3], [4, 5, 6], [7, 8, 9]]], [[[0, 2]]], [[[1, 3]], [[4, 6]], [[7, 9]]],
+                 id="4 nested indices axis 2"),
+    pytest.param(1, 2, [[[1, 2], [3, 4], [5, 6]]], [[[0, 1], [1, 2]]], [[[1, 2], [3, 4]], [[3, 4], [5, 6]]],
+                 id="5 nested indices axis 1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("axis", "index_dimensions", "data", "indices", "expected"), GATHER_EXAMPLES)
+def test_dml_gather_gives_its_documented_examples(direct, axis, index_dimensions, data, indices, expected):
+    attributes = {"axis": axis, "index_dimensions": index_dimensions}
+    case = _case("GATHER", attributes, data, indices, np.shape(expected))
+    assert _output(direct.run([case])[0], case) == expected
+
+
+def test_dml_gather_refuses_its_documented_example_3_as_printed_and_gives_it_with_a_leading_dimension(direct):
+    # Printed: 2 dimensions, axis 1, index_dimensions 2, so C = {3} + {1,2} + {} = {3,1,2}. DirectML crops only
+    # leading 1s of C to fit the dimension count: refused. With a leading 1 on every tensor, C = {1,3,1,2} crops to
+    # {3,1,2}, and the values are the page's.
+    printed = _case("GATHER", {"axis": 1, "index_dimensions": 2}, [[1, 2], [3, 4], [5, 6]], [[1, 0]], (3, 2))
+    padded = _case("GATHER", {"axis": 2, "index_dimensions": 2}, [[[1, 2], [3, 4], [5, 6]]], [[[1, 0]]], (3, 1, 2))
+    outcomes = direct.run([printed, padded])
+    assert outcomes[0] == Outcome("create 0x80070057", None)
+    assert _output(outcomes[1], padded) == [[[2, 1]], [[4, 3]], [[6, 5]]]
+
+
+def test_dml_gather_elements_gives_its_documented_example(direct):
+    case = _case("GATHER_ELEMENTS", {"axis": 0}, [[1, 2, 3], [4, 5, 6], [7, 8, 9]], [[1, 2, 0], [2, 0, 0]], (2, 3))
+    assert _output(direct.run([case])[0], case) == [[4, 8, 3], [7, 2, 3]]
+
+
+def test_dml_gather_nd1_gives_its_documented_examples(direct):
+    names = ("input_dimension_count", "indices_dimension_count", "batch_dimension_count")
+    remap = _case("GATHER_ND1", dict(zip(names, (2, 2, 0), strict=True)), [[0, 1], [2, 3]], [[1], [0]], (2, 2))
+    batches = _case(
+        "GATHER_ND1", dict(zip(names, (3, 3, 1), strict=True)), np.arange(12).reshape(1, 3, 2, 2),
+        [[[[0, 0], [1, 1]], [[1, 1], [0, 0]], [[0, 1], [1, 0]]]], (1, 1, 3, 2),
+    )  # fmt: skip
+    outcomes = direct.run([remap, batches])
+    assert _output(outcomes[0], remap) == [[2, 3], [0, 1]]
+    assert _output(outcomes[1], batches) == [[[[0, 3], [7, 4], [9, 10]]]]
+
+
+def test_a_desc_directml_refuses_comes_back_as_its_stage_and_hresult_and_the_next_case_runs(direct):
+    example_1 = ([11, 12, 13, 14], [3, 1, 3, 0, 2])
+    attributes = {"axis": 0, "index_dimensions": 1}
+    wrong_sizes = _case("GATHER", attributes, *example_1, (4,))  # 5 indices make 5 elements, not 4
+    too_small = _case("GATHER", attributes, *example_1, (5,), TensorDesc("FLOAT32", (5,), None, 16))  # 20 needed
+    good = _case("GATHER", attributes, *example_1, (5,))
+    outcomes = direct.run([wrong_sizes, too_small, good])
+    assert outcomes[:2] == [Outcome("create 0x80070057", None)] * 2
+    assert _output(outcomes[2], good) == [14, 12, 14, 11, 13]
+
+
+def test_a_total_must_reach_the_extent_rounded_up_to_4_but_need_not_be_a_multiple_of_4(direct):
+    # Five UINT8 values gathered from five: each extent is 5 bytes, 8 when rounded up.
+    data, indices = TensorDesc("UINT8", (5,), None, 8), TensorDesc.of("UINT32", (5,))
+    cases = [
+        Case("GATHER", {"axis": 0, "index_dimensions": 1}, data, indices, TensorDesc("UINT8", (5,), None, total),
+             to_buffer(data, np.arange(1, 6)), to_buffer(indices, np.array([4, 3, 2, 1, 0])))
+        for total in (5, 7, 8, 9)
+    ]  # fmt: skip
+    outcomes = direct.run(cases)
+    assert [outcome.refused for outcome in outcomes] == ["create 0x80070057"] * 2 + [None] * 2
+    assert outcomes[3].output == bytes([5, 4, 3, 2, 1]) + b"\xcd" * 4
+
+
+def test_the_output_buffer_comes_back_whole_and_bytes_not_written_keep_the_fill(direct):
+    # Example 1 into every other FLOAT32 of a 40-byte buffer: the gaps and the 4 bytes past the last element stay.
+    output = TensorDesc("FLOAT32", (5,), (2,), 40)
+    case = _case("GATHER", {"axis": 0, "index_dimensions": 1}, [11, 12, 13, 14], [3, 1, 3, 0, 2], (5,), output, 0xAB)
+    data = direct.run([case])[0].output
+    assert from_buffer(output, data).tolist() == [14, 12, 14, 11, 13]
+    elements = np.frombuffer(data, np.uint32)
+    assert elements[1::2].tolist() == [0xABABABAB] * 5  # elements 1, 3, 5, 7 and the bytes 36..39
+
+
+def test_a_batch_of_cases_gives_each_its_own_output(direct):
+    cases = [_case("GATHER", {"axis": 0, "index_dimensions": 1}, [11, 12, 13, 14], [k % 4], (1,)) for k in range(200)]
+    direct.run(cases[:1])  # DirectML's shaders for this case compiled
+    start = time.perf_counter()
+    outcomes = direct.run(cases)
+    seconds = time.perf_counter() - start
+    assert [_output(outcome, case) for outcome, case in zip(outcomes, cases, strict=True)] == [
+        [[11, 12, 13, 14][k % 4]] for k in range(200)
+    ]
+    milliseconds = 1000 * seconds / len(cases)
+    SUMMARIES.append(f"direct.exe: {len(cases)} DML_GATHER cases in {seconds:.2f} s ({milliseconds:.1f} ms a case), "
+                     f"DirectML feature level {direct.feature_level}")  # fmt: skip
+
+
+def test_a_direct_runner_past_its_time_limit_is_ended_with_wine_and_xvfb():
+    require_directml()
+    runner = DirectRunner(timeout=0.5)
+    runner.runner.start()
+    pids, folder = runner_children(runner.runner)
+    os.kill(runner.runner._wine.pid, signal.SIGSTOP)  # stopped, it cannot answer however fast the machine is
+    case = _case("GATHER", {"axis": 0, "index_dimensions": 1}, [11, 12, 13, 14], [3, 1, 3, 0, 2], (5,))
+    with pytest.raises(RunnerError, match=r"run of 1 case: no answer within 0.5 s; Wine and Xvfb were ended"):
+        runner.run([case])
+    assert_runner_ended(pids, folder)
+    assert not runner.runner.running
+
+
+def test_check_runs_a_case_through_direct_exe(capsys):
+    require_directml()
+    assert cli.main(["setup-directml", "--check"]) == 0
+    assert "direct: a DML_GATHER ran on DirectML called directly (direct.exe) in" in capsys.readouterr().out
+
+
+def test_a_changed_direct_c_must_be_rebuilt(monkeypatch):
+    require_directml()
+    where = layout.Layout.default()
+    source = layout.program_source
+
+    def changed(name: str) -> bytes:
+        return source(name) + (b"\n" if name == "direct" else b"")
+
+    monkeypatch.setattr(layout, "program_source", changed)
+    assert where.problems() == [f"direct.exe is not built from this version's direct.c in {where.bin}"]
+
+
+def test_a_case_states_what_is_wrong_with_it():
+    desc = TensorDesc.of("FLOAT32", (4,))
+    with pytest.raises(ValueError, match=r"GATHER takes the attributes axis, index_dimensions, not \['axis'\]"):
+        Case("GATHER", {"axis": 0}, desc, desc, desc, bytes(16), bytes(16))
+    with pytest.raises(ValueError, match="input_bytes holds 15 bytes; its desc's total is 16"):
+        Case("GATHER_ELEMENTS", {"axis": 0}, desc, desc, desc, bytes(15), bytes(16))
