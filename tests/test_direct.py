@@ -15,8 +15,9 @@ import pytest
 from conftest import SUMMARIES, assert_runner_ended, require_directml, runner_children
 
 from onnx_gather import cli
+from onnx_gather.descs import DTYPES, Case, Outcome, TensorDesc, from_buffer, to_buffer
 from onnx_gather.directml import layout
-from onnx_gather.directml.direct import DTYPES, Case, DirectRunner, Outcome, TensorDesc, from_buffer, to_buffer
+from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.directml.worker import RunnerError
 
 NAMES = {np.dtype(numpy): name for name, numpy in DTYPES.items()}

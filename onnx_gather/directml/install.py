@@ -338,7 +338,8 @@ def probe(layout: Layout) -> str:
 def probe_direct(layout: Layout) -> str:
     """Run DirectML's documented DML_GATHER example 1 through direct.exe (DirectML.dll called directly, no ONNX
     Runtime); returns what ran, raises if it did not."""
-    from onnx_gather.directml.direct import Case, DirectRunner, TensorDesc, from_buffer, to_buffer
+    from onnx_gather.descs import Case, TensorDesc, from_buffer, to_buffer
+    from onnx_gather.directml.direct import DirectRunner
 
     data, indices, output = TensorDesc.of("FLOAT32", [4]), TensorDesc.of("UINT32", [5]), TensorDesc.of("FLOAT32", [5])
     case = Case("GATHER", {"axis": 0, "index_dimensions": 1}, data, indices, output,
