@@ -46,6 +46,14 @@ class TensorDesc:
         extent = (last + 1) * np.dtype(DTYPES[dtype]).itemsize if all(sizes) else 0
         return cls(dtype, sizes, None if strides is None else steps, -(-extent // 4) * 4)
 
+    @classmethod
+    def provider(cls, dtype: str, sizes: Sequence[int]) -> TensorDesc:
+        """The desc the custom ops read a tensor through, as ONNX Runtime's DirectML provider lays tensors out:
+        packed strides, 0 on every dimension of size 1, the smallest total."""
+        sizes = tuple(sizes)
+        steps = tuple(0 if size == 1 else step for size, step in zip(sizes, _packed(sizes), strict=True))
+        return cls(dtype, sizes, steps, cls.of(dtype, sizes).total_bytes)
+
     def text(self) -> str:
         """The desc as direct.exe reads it in desc.txt."""
         strides = f"{len(self.strides)} {' '.join(map(str, self.strides))}" if self.strides is not None else "0"

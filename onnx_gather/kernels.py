@@ -97,9 +97,12 @@ def gather_nd(
     semantics.check_output_elements(op, output_sizes, max_output_elements)
     # ONNX's GatherND takes INT64 indices only; an unsigned one from 2^31 is out of bounds (no dimension is that
     # large) and, as INT64, could pass for a negative one.
-    if 0 not in output_sizes and not (indices.dtype.kind == "u" and indices.size and int(indices.max()) >= 2**31):
-        data = input.reshape(input.shape[input.ndim - input_dimension_count :])
-        index = indices.reshape(indices.shape[indices.ndim - indices_dimension_count :]).astype(np.int64, copy=False)
+    data = input.reshape(input.shape[input.ndim - input_dimension_count :])
+    index = indices.reshape(indices.shape[indices.ndim - indices_dimension_count :])
+    native = data.shape[:batch_dimension_count] == index.shape[:batch_dimension_count]  # ONNX's batches agree
+    wide = indices.dtype.kind == "u" and indices.size and int(indices.max()) >= 2**31
+    if native and 0 not in output_sizes and not wide:
+        index = index.astype(np.int64, copy=False)
         session = _native("GatherND", input.dtype, np.dtype(np.int64), batch_dims=batch_dimension_count)
         try:
             return session.run(None, {"input": data, "indices": index})[0].reshape(output_sizes)

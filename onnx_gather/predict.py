@@ -217,6 +217,31 @@ def _nd_offsets(case: Case, out: np.ndarray, steps: np.ndarray) -> np.ndarray:
     return offsets + (inner * steps[first + batch + k :]).sum(axis=1)
 
 
+def out_of_bounds(case: Case) -> bool:
+    """Whether an accepted case has an index value outside ``[-size, size)`` of its dimension (``[0, size)`` for
+    UINT32; a UINT64 value with its top bit set counts as negative, as DirectML reads it), or an ND1 indices batch
+    size above the input's."""
+    n = len(case.indices.sizes)
+    at = np.indices(case.indices.sizes, np.uint64).reshape(n, -1).T
+    offsets = (at * np.array(_steps(case.indices), np.uint64)).sum(axis=1)
+    raw = _elements(case.indices, case.indices_bytes, offsets)
+    values = raw.astype(np.uint64).astype(object)
+    bits = 8 * _itemsize(case.indices)
+    if case.indices.dtype != "UINT32":
+        values = np.array([v - 2**bits if v >= 2 ** (bits - 1) else v for v in values], dtype=object)
+    if case.operator in ("GATHER", "GATHER_ELEMENTS"):
+        sizes = [case.input.sizes[case.attributes["axis"]]]
+    else:
+        data, index = _nd_sizes(case)
+        batch = case.attributes.get("batch_dimension_count", 0)
+        if any(j > d for j, d in zip(index[:batch], data[:batch], strict=True)):
+            return True
+        sizes = list(data[batch : batch + index[-1]])
+    limits = np.resize(np.array(sizes, dtype=object), len(values))
+    low = 0 if case.indices.dtype == "UINT32" else -limits
+    return bool(((values < low) | (values >= limits)).any())
+
+
 _OFFSETS = {"GATHER": _gather_offsets, "GATHER_ELEMENTS": _elements_offsets, "GATHER_ND": _nd_offsets,
             "GATHER_ND1": _nd_offsets}  # fmt: skip
 

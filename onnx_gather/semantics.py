@@ -164,14 +164,16 @@ def count_out_of_bounds(indices: np.ndarray, size: int) -> int:
 
 
 def _axis_words(indices: np.ndarray, size: int) -> np.ndarray:
-    """DirectML's axis coordinate for each index: its low 32 bits, plus ``size`` if the whole value is negative,
-    wrapping at 2^32; 0 on an axis of size 1 (docs/semantics.md section 4.3, steps 1 and 2). As uint64."""
+    """DirectML's axis coordinate for each index: its low 32 bits, plus ``size`` if the value's top bit is set
+    (INT32, INT64 and UINT64 alike; UINT32 values are never negative), wrapping at 2^32; 0 on an axis of size 1
+    (docs/semantics.md section 4.3, steps 1 and 2). As uint64."""
     if size == 1:
         return np.zeros(indices.shape, np.uint64)
     low = indices.astype(np.uint64) & _MASK32  # two's complement: the low word of a negative value
-    if indices.dtype.kind == "u":
+    if indices.dtype == np.uint32:
         return low
-    return np.where(indices < 0, (low + np.uint64(size)) & _MASK32, low)
+    negative = indices.view(np.int64) < 0 if indices.dtype == np.uint64 else indices < 0
+    return np.where(negative, (low + np.uint64(size)) & _MASK32, low)
 
 
 def _directml_read(input: np.ndarray, axis: int, words: np.ndarray, element_size: int) -> np.ndarray:
@@ -278,7 +280,8 @@ def gather_nd_output_sizes(
 
     Of the N sizes, the last ``input_dimension_count`` of the input and ``indices_dimension_count`` of the indices
     count (the rest must be 1s); the first ``batch_dimension_count`` of those are batches, equal in both; the
-    indices' last size k is the tuple length. ``C = indices[:-1] + input[batch + k:]``, right-aligned to N.
+    indices' last size k is the tuple length. ``C = indices[:-1] + input[batch + k:]``, right-aligned to N: the batch
+    sizes are the indices', which DirectML lets differ from the input's (section 3b).
     """
     op = "DmlGatherNd"
     n = _check_dimension_counts(op, input_sizes, indices_sizes)
@@ -298,8 +301,6 @@ def gather_nd_output_sizes(
             f"{op}: batch_dimension_count {batch} is out of range [0, {min(len(data), len(index))}) for "
             f"input_dimension_count {len(data)} and indices_dimension_count {len(index)}"
         )
-    if data[:batch] != index[:batch]:
-        raise GatherError(f"{op}: the batch sizes differ: input {data[:batch]}, indices {index[:batch]}")
     k = index[-1]
     if not 1 <= k <= len(data) - batch:
         raise GatherError(
@@ -333,6 +334,29 @@ def count_out_of_bounds_nd(
     return sum(count_out_of_bounds(tuples[..., j], size) for j, size in enumerate(dims))
 
 
+def _directml_nd(
+    input: np.ndarray, indices: np.ndarray, input_count: int, indices_count: int, batch: int, element_size: int
+) -> np.ndarray:
+    """What DirectML reads for DML_GATHER_ND1 (section 4.3): per tuple of the indices, in their order, the slice at
+    its batch coordinates (the indices' own, which may pass the input's batch sizes) times the input's strides plus
+    its coordinates' words times theirs, in wrapping 32-bit arithmetic, clamped to the tensor's memory."""
+    data = input.shape[input.ndim - input_count :]
+    index = indices.shape[indices.ndim - indices_count :]
+    k = index[-1]
+    tuples = indices.reshape(-1, k)
+    positions = np.unravel_index(np.arange(tuples.shape[0]), index[:-1]) if len(index) > 1 else ()
+    # Strides in slices of the dims after the tuple's (whose elements a tuple reads in a row); 0 on a dimension of
+    # size 1, as ONNX Runtime's provider lays its tensors out (a batch past such a dimension reads its one row).
+    steps = [int(np.prod(data[d + 1 : batch + k], dtype=np.int64)) if data[d] != 1 else 0 for d in range(batch + k)]
+    rows = np.zeros(tuples.shape[0], np.uint64)
+    for q in range(batch):
+        rows = (rows + positions[q].astype(np.uint64) * np.uint64(steps[q])) & _MASK32
+    for c in range(k):
+        rows = (rows + _axis_words(tuples[:, c], data[batch + c]) * np.uint64(steps[batch + c])) & _MASK32
+    inner = int(np.prod(data[batch + k :], dtype=np.int64))
+    return _read_rows(input, rows[:, None], inner, element_size)
+
+
 def dml_gather_nd(
     input: np.ndarray,
     indices: np.ndarray,
@@ -353,18 +377,18 @@ def dml_gather_nd(
         input.shape, indices.shape, input_dimension_count, indices_dimension_count, batch_dimension_count
     )
     check_out_of_bounds(op, out_of_bounds)
+    if out_of_bounds.startswith("directml"):
+        return _directml_nd(input, indices, input_dimension_count, indices_dimension_count, batch_dimension_count,
+                            _element_size(input, out_of_bounds)).reshape(output_sizes)  # fmt: skip
+    data = input.shape[input.ndim - input_dimension_count :]
+    index = indices.shape[indices.ndim - indices_dimension_count :]
+    if data[:batch_dimension_count] != index[:batch_dimension_count]:
+        raise GatherError(f"{op}: the batch sizes differ (input {data[:batch_dimension_count]}, indices "
+                          f"{index[:batch_dimension_count]}): only out_of_bounds=directml reads such a desc, as "
+                          "DirectML does")  # fmt: skip
     view, tuples, dims = _tuple_view(input, indices, input_dimension_count, indices_dimension_count,
                                      batch_dimension_count)  # fmt: skip
     batches, inner = view.shape[0], view.shape[-1]
-    if out_of_bounds.startswith("directml"):
-        # The tuple's linear position within its batch, then the batch's, in wrapping 32-bit arithmetic.
-        rows = np.arange(batches, dtype=np.uint64).reshape(-1, 1)
-        rows = rows * np.uint64(int(np.prod(dims, dtype=np.int64))) & _MASK32
-        for j, size in enumerate(dims):
-            stride = int(np.prod(dims[j + 1 :], dtype=np.int64))
-            rows = (rows + _axis_words(tuples[..., j], size) * np.uint64(stride)) & _MASK32
-        read = _read_rows(input, rows[..., None], inner, _element_size(input, out_of_bounds))
-        return read.reshape(output_sizes)
     fixed, outside = zip(*(fix_indices(op, tuples[..., j], size, "clamp") for j, size in enumerate(dims)), strict=True)
     if out_of_bounds == "error" and any(o.any() for o in outside):
         j = next(j for j, o in enumerate(outside) if o.any())

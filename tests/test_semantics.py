@@ -221,9 +221,9 @@ VALIDATION_ERRORS = {
         lambda: dml_gather_nd(np.zeros((2, 3)), np.zeros((2, 1), np.int64), 2, 2, 2),
         r"batch_dimension_count 2 is out of range \[0, 2\)",
     ),
-    "gather nd batch sizes differ": (
-        lambda: dml_gather_nd(np.zeros((2, 3)), np.zeros((3, 1), np.int64), 2, 2, 1),
-        r"the batch sizes differ: input \(2,\), indices \(3,\)",
+    "gather nd batch sizes differ, outside the directml mode": (
+        lambda: dml_gather_nd(np.zeros((2, 3)), np.zeros((3, 1), np.int64), 2, 2, 1, "clamp"),
+        r"the batch sizes differ \(input \(2,\), indices \(3,\)\): only out_of_bounds=directml reads",
     ),
     "gather nd tuples too long": (
         lambda: dml_gather_nd(np.zeros((2, 3)), np.zeros((1, 3), np.int64), 2, 1, 0),
@@ -261,3 +261,20 @@ def test_semantics_does_not_import_onnxruntime():
     }
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert not any(name.startswith("onnxruntime") for name in imported)
+
+
+def test_directml_reads_gather_nd_batches_the_indices_have_and_the_input_lacks():
+    # Measured on DirectML called directly: the indices' batch sizes rule the output; a batch past the input's reads
+    # on in memory (batch 2 of an input of 2 batches: offset 2 * 3 + 1 = 7, clamped to the last element).
+    data = np.arange(10, 16, dtype=np.float32).reshape(2, 3)
+    assert dml_gather_nd(data, np.array([[2], [0], [1]], np.int32), 2, 2, 1).tolist() == [[12, 13, 15]]
+    data = np.arange(10, 19, dtype=np.float32).reshape(3, 3)
+    assert dml_gather_nd(data, np.array([[2], [0]], np.int32), 2, 2, 1).tolist() == [[12, 13]]
+
+
+def test_directml_reads_a_uint64_index_with_its_top_bit_set_as_negative():
+    data = np.arange(10, 18, dtype=np.float32).reshape(1, 8)
+    indices = np.array([[2**64 - 2, 2**63 + 1, 2**32 + 1, 5]], np.uint64)
+    assert dml_gather_elements(data, indices, 1).tolist() == [[16, 17, 11, 15]]
+    unsigned32 = np.array([[2**32 - 2, 2**31 + 1, 1, 5]], np.uint32)  # never negative: clamped
+    assert dml_gather_elements(data, unsigned32, 1).tolist() == [[17, 17, 11, 15]]
