@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import SUMMARIES, assert_runner_ended, require_directml, runner_children
 
-from onnx_gather import cli
+from onnx_gather import cli, predict
 from onnx_gather.descs import DTYPES, Case, Outcome, TensorDesc, from_buffer, to_buffer
 from onnx_gather.directml import direct_conformance, layout, random_descs
 from onnx_gather.directml.direct import DirectRunner
@@ -209,3 +209,41 @@ def test_conformance_every_random_desc_is_predicted_bit_for_bit_and_the_custom_o
     assert unpredicted < len(cases) // 50
     bad = run.disagreements
     assert not bad, f"{len(bad)} cases differ, the first: {bad[0].case}"
+
+
+def test_the_examples_of_docs_section_8_on_directml_and_in_the_prediction(direct):
+    def case(operator, attributes, data, indices, output_sizes, input_desc=None, input_bytes=None):
+        data, indices = np.asarray(data), np.asarray(indices)
+        x = input_desc or TensorDesc.of(NAMES[data.dtype], data.shape)
+        j = TensorDesc.of(NAMES[indices.dtype], indices.shape)
+        o = TensorDesc.of(x.dtype, output_sizes)
+        raw = input_bytes if input_bytes is not None else to_buffer(x, data)
+        return Case(operator, attributes, x, j, o, raw, to_buffer(j, indices), 0xCD)
+
+    row = np.arange(10, 18, dtype=np.float32).reshape(1, 8)
+    uint8 = TensorDesc("UINT8", (5,), None, 8)
+    int64 = TensorDesc("INT64", (2,), None, 20)
+    examples = [
+        (case("GATHER_ELEMENTS", {"axis": 1}, row, np.array([[2**64 - 2, 2**63 + 1, 2**32 + 1, 5]], np.uint64),
+              (1, 4)), [[16, 17, 11, 15]]),
+        (case("GATHER_ELEMENTS", {"axis": 1}, row, np.array([[2**32 - 2, 2**31 + 1, 1, 5]], np.uint32), (1, 4)),
+         [[17, 17, 11, 15]]),
+        (case("GATHER_ELEMENTS", {"axis": 0}, np.arange(1, 6, dtype=np.uint8), np.array([5, 6, 7, 100], np.int32),
+              (4,), uint8, bytes([1, 2, 3, 4, 5, 0xAA, 0xBB, 0xCC])), [0xAA, 0xBB, 0xCC, 0xCC]),
+        (case("GATHER_ELEMENTS", {"axis": 0}, np.array([7, 8], np.int64), np.array([1, 2, 100, -3], np.int64), (4,),
+              int64, to_buffer(TensorDesc.of("INT64", (2,)), np.array([7, 8])) + b"\x11" * 4), [8, 0, 0, 0]),
+        (case("GATHER_ND1", {"input_dimension_count": 2, "indices_dimension_count": 2, "batch_dimension_count": 1},
+              np.arange(10, 16, dtype=np.float32).reshape(2, 3), np.array([[2], [0], [1]], np.int32), (1, 3)),
+         [[12, 13, 15]]),
+        (case("GATHER_ND", {"input_dimension_count": 2, "indices_dimension_count": 2},
+              np.arange(10, 14, dtype=np.float32).reshape(1, 4), np.array([[1]], np.int32), (1, 4)),
+         [[13, 13, 13, 13]]),
+        (case("GATHER", {"axis": 1, "index_dimensions": 1}, np.arange(6, dtype=np.float32).reshape(2, 1, 3),
+              np.array([[[5]]], np.int32), (2, 1, 3), TensorDesc("FLOAT32", (2, 1, 3), (3, 0, 1), 24)),
+         [[[0, 1, 2]], [[3, 4, 5]]]),
+    ]  # fmt: skip
+    outcomes = direct.run([c for c, _ in examples])
+    for (c, expected), outcome in zip(examples, outcomes, strict=True):
+        assert outcome.refused is None, c
+        assert from_buffer(c.output, outcome.output).tolist() == expected, c
+        assert predict.predict(c) == outcome
