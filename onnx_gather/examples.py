@@ -47,12 +47,14 @@ EXAMPLES = (
         _f32([[1, 2], [3, 4], [3, 4], [5, 6]]),
     ),
     Example(
-        "DML_GATHER example 3: 2D, axis 1, swap columns",
+        # As printed (input {3,2}, indices {1,2}, output {3,2}) DirectML refuses it: it keeps the last N sizes of
+        # C = {3,1,2}. With a leading 1 on every tensor it takes it and gives the page's values.
+        "DML_GATHER example 3: axis 1 of {3,2} (with a leading 1), swap columns",
         "DmlGather",
-        {"axis": 1, "index_dimensions": 2},
-        _f32([[1, 2], [3, 4], [5, 6]]),
-        _u32([[1, 0]]),
-        _f32([[2, 1], [4, 3], [6, 5]]),
+        {"axis": 2, "index_dimensions": 2},
+        _f32([[[1, 2], [3, 4], [5, 6]]]),
+        _u32([[[1, 0]]]),
+        _f32([[[2, 1]], [[4, 3]], [[6, 5]]]),
     ),
     Example(
         "DML_GATHER example 4: nested indices on the last axis",

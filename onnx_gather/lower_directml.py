@@ -138,7 +138,8 @@ class _Tensor:
 
 def _words(emit: Emitter, t: _Tensor, w: str, size: tuple[str, int | list[int] | None], signed: bool) -> str:
     """DirectML's coordinate of each INT64 index in ``w`` on a dimension of ``size`` (section 4.3, steps 1, 2); for
-    GatherND's tuples, ``size`` holds the sizes of the tuples' dimensions (the last axis of ``w``)."""
+    GatherND's tuples, ``size`` holds the sizes of the tuples' dimensions (the last axis of ``w``). ``signed``: a
+    negative ``w`` counts from the end (INT32 and INT64 indices, and UINT64 ones from 2^63, negative as INT64)."""
     size_value, known = size
     if signed:  # a negative index counts from the end: (w + size) mod 2^32, as (w mod 2^32 + size) mod 2^32 is
         w = emit.node("Where", [emit.node("Less", [w, t.zero], "negative"),
@@ -242,7 +243,7 @@ def _repair(
     w = emit.node("GatherElements", [flat_v, q], "outside_values", axis=0)
     if index_type == TensorProto.INT32:
         w = emit.node("Cast", [w], "outside_int64", to=TensorProto.INT64)
-    words = _words(emit, t, w, (t.size, t.known_size), signed)
+    words = _words(emit, t, w, (t.size, t.known_size), signed or index_type == TensorProto.UINT64)
     if not gather:  # single elements, at their coordinates in the indices (the data's sizes off the axis)
         shape = t.data.sizes(emit, 0, rank, "data_sizes")
         p, s = _position(emit, at, shape, range(axis)), _position(emit, at, shape, range(axis + 1, rank))
@@ -427,7 +428,8 @@ def directml_gather_nd(
         native = exact.node("GatherND", [x, safe], "native", **({"batch_dims": batch} if batch else {}))
         # Each bad tuple's linear position, in wrapping 32-bit arithmetic: its batch's position, then each coordinate
         # (Horner's rule: ((b * size0 + word0) * size1 + word1) ..., each step taken mod 2^32).
-        words = _words(exact, t, bad, (sizes, data.known(batch, batch + k)), signed)  # (M, k)
+        negative = signed or index_type == TensorProto.UINT64  # a UINT64 from 2^63 is negative, as an INT64
+        words = _words(exact, t, bad, (sizes, data.known(batch, batch + k)), negative)  # (M, k)
         rows = None if batch == 0 else _position(exact, at, exact.node("Shape", [v], "indices_shape"), range(batch))
         for j in range(k):
             word = exact.node("Gather", [words, exact.constant(j, np.int64, f"k{j}")], f"word{j}", axis=1)

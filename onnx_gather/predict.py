@@ -69,14 +69,23 @@ def _output_overlap(desc: TensorDesc) -> str | None:
 
 
 def gather_output_sizes(case: Case) -> tuple[int, ...]:
-    """DML_GATHER: the output sizes DirectML takes for leading index sizes 1 (A: cropping and others pending)."""
+    """DML_GATHER: the one output size DirectML takes for index sizes 1 before the last ``index_dimensions`` m: the
+    last N entries of ``C = input[:axis] + indices[N-m:] + input[axis+1:]``, whatever they crop (1 or not), with a
+    1 prepended where C is shorter (m = 0)."""
     n = len(case.input.sizes)
     axis, m = case.attributes["axis"], case.attributes["index_dimensions"]
-    if m > 1:
-        raise NotPredicted(f"DML_GATHER with index_dimensions {m}: not predicted")
+    if m > n:
+        raise NotPredicted(f"DML_GATHER with index_dimensions {m} above the dimension count {n}")
     if any(size != 1 for size in case.indices.sizes[: n - m]):
         raise NotPredicted(f"DML_GATHER with leading index sizes {case.indices.sizes[: n - m]} that are not 1")
-    return (*[1] * (1 - m), *case.input.sizes[:axis], *case.indices.sizes[n - m :], *case.input.sizes[axis + 1 :])
+    c = (*case.input.sizes[:axis], *case.indices.sizes[n - m :], *case.input.sizes[axis + 1 :])
+    cropped = max(len(c) - n, 0)
+    if cropped > axis or any(size != 1 for size in case.input.sizes[:cropped]):
+        raise NotPredicted(
+            f"DML_GATHER whose output crops {c[:cropped]} of {c}, beyond the input's leading 1s: DirectML was seen "
+            "to leave output elements unwritten there, and to write elsewhere"
+        )
+    return (1,) * (n - len(c)) + c[cropped:]
 
 
 def nd_output_sizes(case: Case) -> tuple[int, ...]:
@@ -184,7 +193,12 @@ def _read(case: Case, offsets: np.ndarray) -> np.ndarray:
 
 def _gather_offsets(case: Case, out: np.ndarray, steps: np.ndarray) -> np.ndarray:
     n, axis, m = len(case.input.sizes), case.attributes["axis"], case.attributes["index_dimensions"]
-    full = out[:, 1 - m :]  # coordinates over input[:axis] + Q + input[axis+1:]
+    # Coordinates over C = input[:axis] + Q + input[axis+1:]: those the output crops are 0.
+    cropped = n + m - 1 - n
+    if cropped >= 0:
+        full = np.concatenate([np.zeros((len(out), cropped), np.uint64), out], axis=1)
+    else:
+        full = out[:, -cropped:]
     at = np.concatenate([np.zeros((len(out), n - m), np.uint64), full[:, axis : axis + m]], axis=1)
     words = _words(case, at, case.input.sizes[axis])
     rest = np.concatenate([full[:, :axis], full[:, axis + m :]], axis=1)

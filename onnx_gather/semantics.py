@@ -74,10 +74,11 @@ def _check_axis(op: str, axis: int, n: int) -> None:
 def gather_output_sizes(
     input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int, index_dimensions: int
 ) -> tuple[int, ...]:
-    """The output sizes of DML_GATHER, validating the shapes and attributes (docs/semantics.md section 2).
+    """The output sizes of DML_GATHER, validating the shapes and attributes (docs/semantics.md sections 2 and 8).
 
-    ``C = input[:axis] + indices[N - index_dimensions:] + input[axis + 1:]``, then right-aligned to
-    N dimensions: 1s are removed from the left while C is too long, or prepended while it is short.
+    ``C = input[:axis] + indices[N - index_dimensions:] + input[axis + 1:]``; DirectML takes exactly its last N
+    entries, with a 1 prepended where it is shorter. Where those entries crop more than the input's leading 1s, or
+    where index sizes before the last ``index_dimensions`` are not 1, DirectML's result is not predicted: an error.
     """
     op = "DmlGather"
     n = _check_dimension_counts(op, input_sizes, indices_sizes)
@@ -88,17 +89,18 @@ def gather_output_sizes(
     if any(size != 1 for size in leading):
         raise GatherError(
             f"{op}: indices sizes {tuple(indices_sizes)} with index_dimensions {index_dimensions} have leading "
-            f"sizes {leading}; the {n - index_dimensions} irrelevant leading sizes must be 1"
+            f"sizes {leading} that are not 1: DirectML takes some such descs, but what it computes there is not "
+            "predicted (docs/semantics.md section 8)"
         )
-    sizes = [*input_sizes[:axis], *indices_sizes[n - index_dimensions :], *input_sizes[axis + 1 :]]
-    while len(sizes) > n:
-        if 1 not in sizes:
-            raise GatherError(
-                f"{op}: output sizes {tuple(sizes)} have {len(sizes)} dimensions and no 1 to remove; "
-                f"they cannot be cropped to the dimension count {n}"
-            )
-        sizes.remove(1)
-    return (1,) * (n - len(sizes)) + tuple(sizes)
+    sizes = (*input_sizes[:axis], *indices_sizes[n - index_dimensions :], *input_sizes[axis + 1 :])
+    cropped = max(len(sizes) - n, 0)
+    if cropped > axis or any(size != 1 for size in input_sizes[:cropped]):
+        raise GatherError(
+            f"{op}: the output keeps the last {n} of {sizes}, cropping {sizes[:cropped]} beyond the input's leading "
+            "1s: what DirectML computes there is not predicted (it was seen to leave output elements unwritten "
+            "and to write outside them; docs/semantics.md section 8)"
+        )
+    return (1,) * (n - len(sizes)) + sizes[cropped:]
 
 
 def check_output_elements(op: str, sizes: Sequence[int], limit: int) -> None:

@@ -108,9 +108,9 @@ RUN_TIME_ERRORS = {
         "DmlGather", (2, 3), (1, 2), {"axis": 0, "index_dimensions": 3}, r"index_dimensions 3 is out of range",
     ),
     "leading index sizes not 1": (
-        "DmlGather", (2, 3), (2, 2), {"axis": 0, "index_dimensions": 1}, r"irrelevant leading sizes must be 1",
+        "DmlGather", (2, 3), (2, 2), {"axis": 0, "index_dimensions": 1}, r"leading sizes \(2,\) that are not 1",
     ),
-    "output cannot be cropped": ("DmlGather", (2, 3), (2, 2), {"axis": 0, "index_dimensions": 2}, r"no 1 to remove"),
+    "output cannot be cropped": ("DmlGather", (2, 3), (2, 2), {"axis": 0, "index_dimensions": 2}, r"is not predicted"),
     "sizes differ off the axis": ("DmlGatherElements", (2, 3), (2, 2), {"axis": 0}, r"on dimension 1 \(2 != 3\)"),
     "unknown out_of_bounds": (
         "DmlGatherElements", (3,), (1,), {"axis": 0, "out_of_bounds": "wrap"}, r"out_of_bounds 'wrap' is unknown",

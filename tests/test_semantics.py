@@ -57,9 +57,12 @@ def test_openvino_gather_1_example_has_the_documented_output_shape():
     assert sizes == (6, 15, 4, 20, 28, 10, 24)
 
 
-def test_output_sizes_remove_ones_from_the_left_even_past_a_larger_size():
-    # Example 3: C = {3,1,2} is cropped to {3,2}.
-    assert gather_output_sizes((3, 2), (1, 2), axis=1, index_dimensions=2) == (3, 2)
+def test_output_sizes_keep_the_last_n_of_c_and_say_where_directml_is_not_predicted():
+    # DirectML keeps the last N entries of C: the input's leading 1s go (ONNX Runtime's provider makes such descs).
+    assert gather_output_sizes((1, 3, 2), (1, 1, 2), axis=2, index_dimensions=2) == (3, 1, 2)
+    # Example 3 as printed: C = {3,1,2}; DirectML takes only {1,2}, dropping the 3, where no rule was found.
+    with pytest.raises(GatherError, match=r"cropping \(3,\) beyond the input's leading 1s: what DirectML computes"):
+        gather_output_sizes((3, 2), (1, 2), axis=1, index_dimensions=2)
 
 
 def test_output_sizes_are_padded_with_leading_ones():
@@ -187,11 +190,11 @@ VALIDATION_ERRORS = {
     ),
     "leading index sizes not 1": (
         lambda: dml_gather(np.zeros((2, 3)), np.zeros((2, 2), np.int64), 0, 1),
-        r"leading sizes \(2,\); the 1 irrelevant leading sizes must be 1",
+        r"leading sizes \(2,\) that are not 1: DirectML takes some such descs, but what it computes there is not",
     ),
     "output cannot be cropped": (
         lambda: dml_gather(np.zeros((2, 3)), np.zeros((2, 2), np.int64), 0, 2),
-        r"output sizes \(2, 2, 3\) have 3 dimensions and no 1 to remove",
+        r"the output keeps the last 2 of \(2, 2, 3\), cropping \(2,\) beyond the input's leading 1s",
     ),
     "gather elements sizes differ off the axis": (
         lambda: dml_gather_elements(np.zeros((2, 3)), np.zeros((2, 2), np.int64), 0),

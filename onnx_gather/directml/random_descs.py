@@ -2,7 +2,9 @@
 DML_GATHER, DML_GATHER_ELEMENTS, DML_GATHER_ND and DML_GATHER_ND1; 1 to 8 dimensions; the 11 data types and 4 index
 types; packed, transposed, gapped and zero strides; totals with slack and alignments; index values in range, at the
 edges and far out of bounds (beyond 32 bits, multiples of 2^32 that wrap); and a fifth of the cases changed in one
-field DirectML checks (a type, a size, an axis, a count, a total), to hold its refusals too. Buffers hold random bytes
+field DirectML checks (a type, a size, an axis, a count, a total), to hold its refusals too. Never a DML_GATHER whose
+output crops more than its input's leading 1s: DirectML leaves such outputs partly unwritten and can write outside
+them, which makes later work in the process crash (docs/semantics.md section 8). Buffers hold random bytes
 wherever the tensor has no element (padding, gaps, slack), so that what DirectML reads there shows.
 """
 
@@ -117,14 +119,16 @@ def _buffer(rng: Rng, desc: TensorDesc, values: np.ndarray | None) -> bytes:
 
 
 def _gather(rng: Rng, n: int) -> tuple[dict, list[int], list[int], list[int], list[int]]:
-    """DML_GATHER with leading index sizes 1 and index_dimensions 0 or 1: attributes, the three sizes, and the
-    input dimensions the index values address."""
-    axis, m = int(rng.integers(0, n)), int(rng.choice([0, 1, 1]))
-    xs = _sizes(rng, n)
-    js = [1] * n
-    if m:
-        js[-1] = int(rng.choice([1, 2, 3, 4, 6]))
-    os_ = [*[1] * (1 - m), *xs[:axis], *js[n - m :], *xs[axis + 1 :]]
+    """DML_GATHER with index sizes 1 before the last ``index_dimensions`` m (0 to N) and an input of r dimensions
+    padded with N - r leading 1s, which the output crops where C is longer than N (as ONNX Runtime's provider makes
+    them): attributes, the three sizes, and the input dimension the index values address."""
+    m = int(rng.integers(0, n + 1))
+    r = int(rng.integers(1, n - max(m - 1, 0) + 1))  # C has N + m - 1 entries: the m - 1 cropped are padding 1s
+    axis = int(rng.integers(n - r, n))
+    xs = [1] * (n - r) + _sizes(rng, r)
+    js = [1] * (n - m) + _sizes(rng, m, 100) if m else [1] * n
+    c = [*xs[:axis], *js[n - m :], *xs[axis + 1 :]]
+    os_ = [1] * (n - len(c)) + c[max(len(c) - n, 0) :]
     return {"axis": axis, "index_dimensions": m}, xs, js, os_, [axis]
 
 
@@ -172,9 +176,9 @@ def _change(rng: Rng, operator: str, attributes: dict, sizes: list[list[int]], t
             del which[0]
         else:
             which.insert(0, 1)
-    elif change == "attribute":
+    elif change == "attribute":  # never a DML_GATHER that crops more than its input's leading 1s (see the docs)
         name = str(rng.choice(sorted(attributes)))
-        attributes[name] = int(rng.choice([n, n + 1, 9, 2**32 - 1]))
+        attributes[name] = int(rng.choice([n + 1, 9, 2**32 - 1] if operator == "GATHER" else [n, n + 1, 9, 2**32 - 1]))
     elif change == "zero size":
         which = sizes[int(rng.integers(0, 3))]
         which[int(rng.integers(0, len(which)))] = 0
