@@ -2,6 +2,10 @@
 
 python tools/conformance.py [--seed N] [--count N] [--out-of-bounds F] [--beyond-int32 F] [--mode clamp] [--show K]
                             [--nd]
+python tools/conformance.py --direct [--seed N] [--count N] [--show K]
+
+With --direct: random operator descs over the whole domain (onnx_gather.directml.random_descs) on DirectML called
+directly, against onnx_gather.predict and the custom ops; prints the table per operator and kind.
 
 Prints the per-type table (cases in range, out of bounds and with int64 values beyond int32, and how many DirectML
 matches bit for bit), the time DirectML took, and the first K mismatching cases with their values. Exits 1 when
@@ -13,10 +17,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 
 import numpy as np
 
-from onnx_gather.directml import conformance
+from onnx_gather.directml import conformance, direct_conformance, random_descs
+from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.directml.worker import Runner
 from onnx_gather.semantics import OUT_OF_BOUNDS_MODES
 
@@ -37,7 +43,10 @@ def main() -> int:
     parser.add_argument("--mode", choices=OUT_OF_BOUNDS_MODES, default=OUT_OF_BOUNDS_MODES[0])
     parser.add_argument("--show", type=int, default=3, help="print this many mismatching cases")
     parser.add_argument("--nd", action="store_true", help="GatherND cases (else Gather and GatherElements)")
+    parser.add_argument("--direct", action="store_true", help="operator descs on DirectML called directly")
     args = parser.parse_args()
+    if args.direct:
+        return _direct(args.seed, args.count, args.show)
     cases = conformance.random_cases(args.seed, args.count, args.out_of_bounds, args.beyond_int32, args.nd)
     start = time.perf_counter()
     with Runner() as runner:
@@ -53,6 +62,25 @@ def main() -> int:
     print(f"custom ops and lowered graph: {routes} of {args.count} cases bit-identical with the semantics")
     broken = [o for o in run.outcomes if not (o.matches and o.ops_match and o.lowered_matches)]
     return 1 if broken else 0
+
+
+def _direct(seed: int, count: int, show: int) -> int:
+    start = time.perf_counter()
+    cases = random_descs.random_cases(seed, count)
+    with DirectRunner() as runner:
+        run = direct_conformance.run(runner, cases)
+    print(f"seed {seed}, {count} random descs on DirectML called directly (feature level {runner.feature_level})")
+    print(direct_conformance.table(run))
+    unpredicted = [r for r in run.results if r.predicted is None]
+    print(f"DirectML: {run.seconds:.1f} s ({1000 * run.seconds / count:.1f} s per 1,000 descs); "
+          f"{time.perf_counter() - start:.1f} s in all; {len(unpredicted)} not predicted")  # fmt: skip
+    for reason, n in Counter(r.reason.split(":")[0] for r in unpredicted).most_common(5):
+        print(f"  not predicted: {n} x {reason}")
+    for r in run.disagreements[:show]:
+        print(f"  differs: {r.case.operator} {r.case.attributes} {r.case.input} {r.case.indices} {r.case.output}: "
+              f"DirectML {r.directml.refused or 'ran'}, predicted {r.predicted and (r.predicted.refused or 'ran')}, "
+              f"custom ops {r.custom_ops}")  # fmt: skip
+    return 1 if run.disagreements else 0
 
 
 if __name__ == "__main__":
