@@ -74,8 +74,6 @@ def gather_output_sizes(case: Case) -> tuple[int, ...]:
     1 prepended where C is shorter (m = 0)."""
     n = len(case.input.sizes)
     axis, m = case.attributes["axis"], case.attributes["index_dimensions"]
-    if m > n:
-        raise NotPredicted(f"DML_GATHER with index_dimensions {m} above the dimension count {n}")
     if any(size != 1 for size in case.indices.sizes[: n - m]):
         raise NotPredicted(f"DML_GATHER with leading index sizes {case.indices.sizes[: n - m]} that are not 1")
     c = (*case.input.sizes[:axis], *case.indices.sizes[n - m :], *case.input.sizes[axis + 1 :])
@@ -148,6 +146,8 @@ def refusal(case: Case) -> str | None:
             if any(case.indices.sizes[d] != case.input.sizes[d] for d in range(n) if d != axis):
                 return f"indices sizes {case.indices.sizes} unlike the input's {case.input.sizes} off the axis"
             sizes = case.indices.sizes
+        elif case.attributes["index_dimensions"] > n:
+            return f"index_dimensions {case.attributes['index_dimensions']} above the dimension count {n}"
         else:
             sizes = gather_output_sizes(case)
             if case.attributes["index_dimensions"] == 0 and case.output.sizes[1:] == sizes[1:]:
