@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime
 from onnx import helper
 
 from onnx_gather import inputs
@@ -88,6 +87,8 @@ def observe(model: onnx.ModelProto, names: Iterable[str], observation: Observati
     except inputs.InputError as error:
         return Observed(failure=f"no inputs to run it on: {error}")
     described = _describe(feeds, observation.feeds)
+    import onnxruntime  # only when a run is asked for: the conversion itself imports no runtime
+
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 4
     if observation.folder is not None:
