@@ -22,6 +22,7 @@ from onnx_gather import model_io, ops
 from onnx_gather.convert import to_dml
 from onnx_gather.directml import layout as directml_layout
 from onnx_gather.directml import worker
+from onnx_gather.errors import UserError
 from onnx_gather.graph import DML_OP_TYPES, DOMAIN, bodies, unnamed
 from onnx_gather.lower import to_onnx
 from onnx_gather.ranks import Observation
@@ -272,5 +273,5 @@ BACKENDS = tuple(_CLASSES)
 def create(name: str, device_id: int = 0, out_of_bounds: str = "directml") -> Backend:
     """The backend called ``name`` (one of ``BACKENDS``)."""
     if name not in _CLASSES:
-        raise ValueError(f"unknown backend {name!r} (expected one of: {', '.join(BACKENDS)})")
+        raise UserError(f"unknown backend {name!r} (expected one of: {', '.join(BACKENDS)})")
     return _CLASSES[name](device_id, out_of_bounds)

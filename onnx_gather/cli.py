@@ -20,6 +20,7 @@ from onnx_gather.check import check, summary
 from onnx_gather.convert import Report, convert
 from onnx_gather.directml import install
 from onnx_gather.directml.layout import Layout
+from onnx_gather.errors import UserError
 from onnx_gather.graph import counted
 from onnx_gather.lower import lower
 from onnx_gather.parity import failure_hint, one_line, run_parity
@@ -29,7 +30,7 @@ from onnx_gather.ranks import Observation
 from onnx_gather.semantics import OUT_OF_BOUNDS_MODES
 
 
-class UsageError(Exception):
+class UsageError(UserError):
     """Bad arguments: exit 2 with one line."""
 
 
@@ -457,7 +458,8 @@ _COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 success, 1 a check failed, 2 bad input)."""
+    """Run the command line; returns the exit code (0 success, 1 a check failed, 2 bad input, 3 an internal error,
+    130 interrupted)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     try:
@@ -469,12 +471,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         Progress(0, sys.stderr).clear()
         print("onnx-gather: interrupted", file=sys.stderr)
         return 130
-    except Exception as error:  # bad input, or a failure it caused: one line, never a traceback unless asked
+    except (UserError, OSError) as error:  # bad input (a file one cannot read too): one line naming it
         if debug:
             traceback.print_exc()
-        ours = isinstance(error, UsageError | ValueError | OSError)  # their messages say what went wrong
-        print(f"onnx-gather: error: {one_line(error, typed=not ours)}", file=sys.stderr)
+        print(f"onnx-gather: error: {one_line(error, typed=False)}", file=sys.stderr)
         return 2
+    except Exception as error:  # onnx-gather's own failure: one line saying so
+        if debug:
+            traceback.print_exc()
+        hint = "" if debug else "; run with --debug for the traceback"
+        print(f"onnx-gather: internal error: {one_line(error)}{hint}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from onnx_gather import provider, semantics
+from onnx_gather.errors import UserError
 from onnx_gather.graph import DOMAIN, Body, Emitter, Names, ValueType, bodies, value_types
 from onnx_gather.order import sort_topologically
 from onnx_gather.placement import FEATURE_LEVELS, FeatureLevel, place
@@ -96,7 +97,7 @@ def parse_dimension_count(value: str | int) -> int | None:
     except (TypeError, ValueError):
         count = 0
     if not 1 <= count <= semantics.MAX_DIMENSION_COUNT:
-        raise ValueError(f"dimension_count must be 'auto' or 1 to {semantics.MAX_DIMENSION_COUNT}, got {value!r}")
+        raise UserError(f"dimension_count must be 'auto' or 1 to {semantics.MAX_DIMENSION_COUNT}, got {value!r}")
     return count
 
 
@@ -436,7 +437,7 @@ def convert(
     semantics.check_out_of_bounds("to_dml", out_of_bounds)
     count = parse_dimension_count(dimension_count)
     if keep_on_cpu is not None and keep_on_cpu not in FEATURE_LEVELS:
-        raise ValueError(f"keep_on_cpu must be a feature level ({', '.join(FEATURE_LEVELS)}), got {keep_on_cpu!r}")
+        raise UserError(f"keep_on_cpu must be a feature level ({', '.join(FEATURE_LEVELS)}), got {keep_on_cpu!r}")
     result = onnx.ModelProto()
     result.CopyFrom(model)
     sort_topologically(result)

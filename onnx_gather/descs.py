@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from onnx_gather.errors import UserError
+
 ATTRIBUTES = {  # each operator's UINT fields after its three tensors, in the order of its desc
     "GATHER": ("axis", "index_dimensions"),
     "GATHER_ELEMENTS": ("axis",),
@@ -101,23 +103,23 @@ class Case:
 
     def __post_init__(self) -> None:
         if self.operator not in ATTRIBUTES:
-            raise ValueError(f"operator {self.operator!r}: expected one of {', '.join(ATTRIBUTES)}")
+            raise UserError(f"operator {self.operator!r}: expected one of {', '.join(ATTRIBUTES)}")
         names = ATTRIBUTES[self.operator]
         if set(self.attributes) != set(names):
-            raise ValueError(f"{self.operator} takes the attributes {', '.join(names)}, not {sorted(self.attributes)}")
+            raise UserError(f"{self.operator} takes the attributes {', '.join(names)}, not {sorted(self.attributes)}")
         for name, value in self.attributes.items():
             if not 0 <= value < 2**32:
-                raise ValueError(f"{name} = {value}: a UINT is 0 to {2**32 - 1}")
+                raise UserError(f"{name} = {value}: a UINT is 0 to {2**32 - 1}")
         for role, desc in (("input", self.input), ("indices", self.indices), ("output", self.output)):
             if desc.dtype not in DTYPES:
-                raise ValueError(f"{role}: data type {desc.dtype!r}: expected one of {', '.join(DTYPES)}")
+                raise UserError(f"{role}: data type {desc.dtype!r}: expected one of {', '.join(DTYPES)}")
             if len(desc.sizes) > MAX_DIMENSIONS or (desc.strides is not None and len(desc.strides) != len(desc.sizes)):
-                raise ValueError(f"{role}: {len(desc.sizes)} sizes (at most {MAX_DIMENSIONS}) and as many strides")
+                raise UserError(f"{role}: {len(desc.sizes)} sizes (at most {MAX_DIMENSIONS}) and as many strides")
         for role, data, desc in ("input", self.input_bytes, self.input), ("indices", self.indices_bytes, self.indices):
             if len(data) != desc.total_bytes:
-                raise ValueError(f"{role}_bytes holds {len(data)} bytes; its desc's total is {desc.total_bytes}")
+                raise UserError(f"{role}_bytes holds {len(data)} bytes; its desc's total is {desc.total_bytes}")
         if not 0 <= self.fill <= 255:
-            raise ValueError(f"fill = {self.fill}: a byte is 0 to 255")
+            raise UserError(f"fill = {self.fill}: a byte is 0 to 255")
 
     def text(self) -> str:
         """The case's desc.txt."""

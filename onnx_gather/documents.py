@@ -8,8 +8,10 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TextIO
 
+from onnx_gather.errors import UserError
 
-class UnknownDocument(ValueError):
+
+class UnknownDocument(UserError):
     """A name that is not one of the documents."""
 
 

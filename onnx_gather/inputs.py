@@ -13,10 +13,11 @@ import onnx
 from onnx import helper
 
 from onnx_gather import model_io
+from onnx_gather.errors import UserError
 from onnx_gather.graph import ValueType, bodies
 
 
-class InputError(ValueError):
+class InputError(UserError):
     """Inputs that cannot be loaded, parsed or generated; the message names the input."""
 
 

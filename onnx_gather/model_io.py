@@ -12,16 +12,17 @@ from typing import BinaryIO
 
 import onnx
 
+from onnx_gather.errors import UserError
 from onnx_gather.graph import bodies
 from onnx_gather.order import sort_topologically
 from onnx_gather.validate import InvalidModel, validate
 
 
-class ModelError(ValueError):
+class ModelError(UserError):
     """A model file that cannot be read or written, with a one-line message naming the file and the problem."""
 
 
-class OutputError(ValueError):
+class OutputError(UserError):
     """An output path that must not or cannot be written, with a one-line message naming the flag and the path."""
 
 

@@ -24,6 +24,7 @@ from onnxruntime_extensions import PyCustomOpDef, get_library_path
 from onnxruntime_extensions import _ocos as bridge
 
 from onnx_gather import kernels, semantics
+from onnx_gather.errors import UserError
 from onnx_gather.graph import DOMAIN
 
 # The types the bridge can carry: DirectML's data types less FLOAT16, which it refuses.
@@ -202,7 +203,7 @@ def register(options: onnxruntime.SessionOptions) -> onnxruntime.SessionOptions:
 def set_max_output_elements(limit: int) -> None:
     """From now on the ops refuse, before allocating it, an output of more than ``limit`` elements."""
     if limit < 1:
-        raise ValueError(f"the output element limit must be positive, got {limit}")
+        raise UserError(f"the output element limit must be positive, got {limit}")
     kernels.max_output_elements = limit
 
 
@@ -228,7 +229,7 @@ class InferenceSession(onnxruntime.InferenceSession):
     ) -> None:
         options = register(sess_options or onnxruntime.SessionOptions())
         if options.execution_mode != onnxruntime.ExecutionMode.ORT_SEQUENTIAL:
-            raise ValueError("onnx_gather.InferenceSession needs sequential execution (execution_mode ORT_SEQUENTIAL)")
+            raise UserError("onnx_gather.InferenceSession needs sequential execution (execution_mode ORT_SEQUENTIAL)")
         if isinstance(model, onnx.ModelProto):
             model = model.SerializeToString()
         elif isinstance(model, os.PathLike):

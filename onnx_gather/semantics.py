@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from onnx_gather.errors import UserError
+
 MAX_DIMENSION_COUNT = 8
 # What an out-of-bounds index does (docs/semantics.md section 4): what real DirectML reads, the default; clamped
 # into its axis (WebNN); a zero (OpenVINO's Gather); an error (ONNX Runtime's CPU kernels).
@@ -32,7 +34,7 @@ DATA_DTYPES = tuple(
 INDEX_DTYPES = tuple(np.dtype(t) for t in (np.int64, np.int32, np.uint64, np.uint32))
 
 
-class GatherError(ValueError):
+class GatherError(UserError):
     """A gather DirectML would refuse, or an out-of-bounds index under ``out_of_bounds="error"``."""
 
 

@@ -14,6 +14,7 @@ import onnx
 from onnx import AttributeProto
 
 from onnx_gather import semantics
+from onnx_gather.errors import UserError
 from onnx_gather.graph import DML_OP_TYPES, DOMAIN, ValueType, bodies, subgraphs, value_types
 from onnx_gather.order import orders
 
@@ -33,7 +34,7 @@ _DML_ATTRIBUTES = {
 }
 
 
-class InvalidModel(ValueError):
+class InvalidModel(UserError):
     """A model that is not well formed; the message names where."""
 
 

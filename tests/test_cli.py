@@ -253,3 +253,18 @@ def test_the_docs_the_messages_cite_are_installed_and_printed(capsys):
     assert "4.3" in text and "GetCpuPreferredNodes" in text
     assert main(["docs", "nothing"]) == 2
     assert "no document 'nothing' (there are: semantics)" in capsys.readouterr().err
+
+
+def test_an_internal_error_exits_3_with_one_line_and_debug_gives_its_traceback(tmp_path, capsys, monkeypatch):
+    def broken(*args, **kwargs):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr("onnx_gather.cli.check", broken)
+    path = _embedding_model(tmp_path, external=False)
+    assert main(["check", str(path)]) == 3
+    error = capsys.readouterr().err
+    assert error == "onnx-gather: internal error: KeyError: 'a bug'; run with --debug for the traceback\n"
+    assert main(["check", str(path), "--debug"]) == 3
+    error = capsys.readouterr().err
+    assert error.startswith("Traceback (most recent call last):")
+    assert error.endswith("onnx-gather: internal error: KeyError: 'a bug'\n")

@@ -12,6 +12,8 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from onnx_gather.errors import UserError
+
 ORT_DIRECTML_VERSION = "1.24.4"
 # The win_amd64 wheel for CPython 3.11 on PyPI; only its three DLLs are used.
 WHEEL = f"onnxruntime_directml-{ORT_DIRECTML_VERSION}-cp311-cp311-win_amd64.whl"
@@ -65,7 +67,7 @@ def d3d12_stack() -> str:
     """The Direct3D 12 that DirectML runs on: ``$ONNX_GATHER_DIRECTML_D3D12``, else vkd3d 1.14 with DXIL."""
     stack = os.environ.get(D3D12_VARIABLE) or "vkd3d-1.14"
     if stack not in D3D12_STACKS:
-        raise ValueError(f"${D3D12_VARIABLE}={stack!r}: expected one of {', '.join(D3D12_STACKS)}")
+        raise UserError(f"${D3D12_VARIABLE}={stack!r}: expected one of {', '.join(D3D12_STACKS)}")
     return stack
 
 

@@ -10,6 +10,8 @@ import signal
 import time
 from pathlib import Path
 
+from onnx_gather.errors import UserError
+
 VARIABLE = "ONNX_GATHER_DIRECTML_MEMORY_GB"
 _V2 = Path("/sys/fs/cgroup")
 _V1 = Path("/sys/fs/cgroup/memory")
@@ -29,9 +31,9 @@ def default_bytes() -> int:
         try:
             value = float(given)
         except ValueError:
-            raise ValueError(f"${VARIABLE}={given!r}: expected a number of gigabytes") from None
+            raise UserError(f"${VARIABLE}={given!r}: expected a number of gigabytes") from None
         if value <= 0:
-            raise ValueError(f"${VARIABLE}={given!r}: expected a positive number of gigabytes")
+            raise UserError(f"${VARIABLE}={given!r}: expected a positive number of gigabytes")
         return int(value * 2**30)
     return _total_bytes() * 3 // 4
 

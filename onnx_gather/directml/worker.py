@@ -30,6 +30,7 @@ import onnx
 from onnx_gather.directml.layout import SETUP_COMMAND, WINE, WINESERVER, Layout, wine_environment
 from onnx_gather.directml.memory import MemoryLimit
 from onnx_gather.directml.memory import default_bytes as memory_limit_bytes
+from onnx_gather.errors import UserError
 
 START_SECONDS = 120.0
 REQUEST_SECONDS = 600.0
@@ -67,7 +68,7 @@ def windows_path(path: Path) -> str:
     """Wine maps the Unix root to drive Z:."""
     text = str(path.absolute())
     if "\n" in text or "\r" in text:
-        raise ValueError(f"{text!r}: a path with a line break cannot be passed to the DirectML runner")
+        raise UserError(f"{text!r}: a path with a line break cannot be passed to the DirectML runner")
     return "Z:" + text
 
 
@@ -311,7 +312,7 @@ class Runner:
         """Run a loaded model on DirectML; the outputs by name."""
         missing = [name for name in loaded.inputs if name not in feeds]
         if missing:
-            raise ValueError(f"no value given for the model's inputs {', '.join(missing)}")
+            raise UserError(f"no value given for the model's inputs {', '.join(missing)}")
         with self._lock:
             if not self.running:
                 self._end()
