@@ -1,4 +1,5 @@
-"""DirectML's Gather and GatherElements, stated in numpy (docs/semantics.md sections 1-5).
+"""DirectML's Gather, GatherElements and GatherND, stated in numpy (docs/semantics.md sections 1-5 and 8), on the
+tensors ONNX Runtime's provider hands DirectML; ``onnx_gather.predict`` states DirectML for any buffer desc.
 
 This module is the reference the rest of the package is tested against. It imports no
 runtime: every rule is readable here, and testable without ONNX Runtime.

@@ -4,8 +4,10 @@ that names the node, instead of somewhere deep inside a runtime.
 1. Every value a node or a graph output uses is defined: a graph input, an initializer, a node's output, or (in
    a subgraph) a value of an enclosing graph, wherever it is listed (ONNX Runtime sorts the nodes); and no node
    depends on its own output (a cycle).
-2. Every standard Gather and GatherElements has an axis within the rank of its data, where the rank is known.
-3. Every DML node has exactly its attributes, of the right types, with valid values.
+2. Every standard Gather and GatherElements has an axis within the rank of its data, and every GatherND a batch_dims
+   below the ranks of its data and indices, where the ranks are known.
+3. Every DML node (DmlGather, DmlGatherElements, DmlGatherNd) has exactly its attributes, of the right types, with
+   valid values.
 """
 
 from __future__ import annotations
@@ -89,6 +91,18 @@ def _check_gather(node: onnx.NodeProto, data: ValueType | None) -> str | None:
     return None
 
 
+def _check_gather_nd(node: onnx.NodeProto, data: ValueType | None, indices: ValueType | None) -> str | None:
+    batch = next((a for a in node.attribute if a.name == "batch_dims"), None)
+    if batch is None:
+        return None
+    if batch.type != AttributeProto.INT:
+        return f"attribute 'batch_dims' must be an integer, not {AttributeProto.AttributeType.Name(batch.type)}"
+    ranks = [value.rank for value in (data, indices) if value is not None and value.rank is not None]
+    if ranks and not 0 <= batch.i < min(ranks):
+        return f"batch_dims {batch.i} is out of range [0, {min(ranks)}) for data and indices of ranks {ranks}"
+    return None
+
+
 def _check_dml(node: onnx.NodeProto, data: ValueType | None) -> str | None:
     declared = _DML_ATTRIBUTES[node.op_type]
     present = {a.name: a for a in node.attribute}
@@ -134,6 +148,8 @@ def validate(model: onnx.ModelProto) -> None:
             problem = None
             if node.domain in ("", "ai.onnx") and node.op_type in ("Gather", "GatherElements"):
                 problem = _check_gather(node, data)
+            elif node.domain in ("", "ai.onnx") and node.op_type == "GatherND":
+                problem = _check_gather_nd(node, data, scope.get(node.input[1]) if len(node.input) > 1 else None)
             elif node.domain == DOMAIN and node.op_type in DML_OP_TYPES:
                 problem = _check_dml(node, data)
             if problem:

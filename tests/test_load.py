@@ -109,3 +109,21 @@ def test_a_model_of_100000_nodes_converts():
     converted, report = convert(chain(100_000))
     assert len(report.changed) == 100_000 and not report.left
     assert len(converted.graph.node) == 300_000
+
+
+def test_a_gather_nd_with_batch_dims_past_the_ranks_is_refused_naming_the_node(tmp_path, capsys):
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    from onnx_gather.cli import main
+
+    graph = h.make_graph(
+        [h.make_node("GatherND", ["data", "indices"], ["out"], name="nd", batch_dims=2)], "nd",
+        [h.make_tensor_value_info("data", T.FLOAT, [2, 3]), h.make_tensor_value_info("indices", T.INT64, [2, 1])],
+        [h.make_tensor_value_info("out", T.FLOAT, None)],
+    )  # fmt: skip
+    path = tmp_path / "nd.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8), path)
+    assert main(["check", str(path)]) == 2
+    assert "node 'nd' (GatherND): batch_dims 2 is out of range [0, 2)" in capsys.readouterr().err
