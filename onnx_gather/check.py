@@ -72,7 +72,7 @@ def _standard(change: NodeChange, level_name: str, placed: provider.Placed | Non
 def check(
     model: onnx.ModelProto,
     feature_level: str = "4.1",
-    observation: Observation | None = Observation(),  # noqa: B008
+    observation: Observation | None = None,
 ) -> list[Verdict]:
     """A verdict for every gather: standard ones as ONNX Runtime's DirectML provider would take them, DML-form ones
     (custom ops already in the model) by what the feature level accepts."""

@@ -30,7 +30,7 @@ from onnx_gather.errors import UserError
 from onnx_gather.graph import DOMAIN, Body, Emitter, Names, ValueType, bodies, value_types
 from onnx_gather.order import sort_topologically
 from onnx_gather.placement import FEATURE_LEVELS, FeatureLevel, place
-from onnx_gather.ranks import Observation, branch_dependence, observe
+from onnx_gather.ranks import Observation, branch_dependence, observe, symbolic_types
 
 # The element types a DML node can carry, and what the others travel as.
 _DML_TYPES = {
@@ -125,14 +125,15 @@ class _Converter:
         self.types = value_types(model)
         self.report = Report()
         self.unknown: dict[str, str] = {}  # value -> why its rank stays unknown
-        self.observed: dict[str, str] = {}  # value -> what of its shape one run told
+        self.observed: dict[str, str] = {}  # value -> what of its shape symbolic inference or one run told
+        self.ran: set[str] = set()  # the values a run told
         self.observed_run = ""  # that run's inputs
-        if observation is not None:
-            self._observe(observation)
+        self._resolve(observation)
 
-    def _observe(self, observation: Observation) -> None:
-        """Ranks shape inference could not tell, for the main graph's gathers, from one run of the model; for
-        GatherND's indices also the tuple length (their last dim), which fixes the output's rank."""
+    def _resolve(self, observation: Observation | None) -> None:
+        """Ranks ONNX shape inference could not tell, for the main graph's gathers: from ONNX Runtime's symbolic
+        shape inference, else from one run of the model if ``observation`` asks for it. For GatherND's indices also
+        the tuple length (their last dim), which fixes the output's rank."""
         wanted, tuples = [], set()
         for body in bodies(self.model):
             types = self.types.get(body.scope, {})
@@ -155,6 +156,22 @@ class _Converter:
                         wanted.append(name)
         if not wanted:
             return
+        for name, value_type in symbolic_types(self.model, wanted).items():
+            last = value_type.dims[-1:] if name in tuples else ()
+            if last and not isinstance(last[0], int):
+                continue
+            self.types[0][name] = ValueType(value_type.elem_type, (None,) * (value_type.rank - len(last)) + last)
+            self.observed[name] = "rank and tuple length" if name in tuples else "rank"
+        wanted = [name for name in wanted if name not in self.observed]
+        if not wanted:
+            return
+        if observation is None:
+            for name in wanted:
+                self.unknown[name] = (
+                    "shape inference cannot tell it; give observation= (or --inputs/--shape on the "
+                    "command line) to read it off a run"
+                )
+            return
         found = observe(self.model, wanted, observation)
         for name in wanted:
             if name in found.types:
@@ -162,6 +179,7 @@ class _Converter:
                 last = seen.dims[-1:] if name in tuples else ()
                 self.types[0][name] = ValueType(seen.elem_type, (None,) * (seen.rank - len(last)) + last)
                 self.observed[name] = "rank and tuple length" if name in tuples else "rank"
+                self.ran.add(name)
                 self.observed_run = found.inputs
             else:
                 self.unknown[name] = found.failure
@@ -218,7 +236,9 @@ class _Converter:
         if observed:  # one run observed them all
             roles = " and ".join(f"{'data' if value == node.input[0] else 'indices'} {value!r} ({self.observed[value]})"
                                  for value in observed)  # fmt: skip
-            ranks = f"{roles} observed in a run of ONNX Runtime on {self.observed_run}"
+            how = f"observed in a run of ONNX Runtime on {self.observed_run}" if self.ran & set(observed) else \
+                "from ONNX Runtime's symbolic shape inference"  # fmt: skip
+            ranks = f"{roles} {how}"
         self.report.changed.append(NodeChange(
             body.where, node.name, node.op_type, name, f"N={plan.n}", plan.n, plan.data.elem_type,
             plan.indices.elem_type, note, ranks, plan.data, plan.indices, plan.axis, plan.batch, plan.out_rank, index,
@@ -430,7 +450,7 @@ def convert(
     model: onnx.ModelProto,
     dimension_count: str | int = "auto",
     out_of_bounds: str = "directml",
-    observation: Observation | None = Observation(),  # noqa: B008 (frozen, never changed)
+    observation: Observation | None = None,
     keep_on_cpu: str | None = None,
 ) -> tuple[onnx.ModelProto, Report]:
     """``to_dml`` with a report of what was converted and what was left standard, and why."""
@@ -453,17 +473,18 @@ def to_dml(
     model: onnx.ModelProto,
     dimension_count: str | int = "auto",
     out_of_bounds: str = "directml",
-    observation: Observation | None = Observation(),  # noqa: B008 (frozen, never changed)
+    observation: Observation | None = None,
     keep_on_cpu: str | None = None,
 ) -> onnx.ModelProto:
     """Every standard Gather, GatherElements and GatherND that DirectML can express, rewritten into DML form.
 
     ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider
     does) or a fixed N from 1 to 8 (4 emulates feature levels below 3.0). ``out_of_bounds`` is written
-    on every DML node. Where shape inference cannot tell a gather's ranks, they are read off one run of the
-    model with ONNX Runtime on the inputs ``observation`` gives or generates (None: no run). ``keep_on_cpu``, a
-    feature level, leaves standard the gathers ONNX Runtime's DirectML provider on such a device keeps on its CPU
-    provider (shape computations, gathers of constants it folds, BFLOAT16, a type the device lacks). Nodes that
-    cannot be expressed stay standard (``convert`` reports them).
+    on every DML node. Where ONNX shape inference cannot tell a gather's ranks, ONNX Runtime's symbolic shape
+    inference is asked (nothing runs); what it cannot tell either is read off one run of the model with ONNX
+    Runtime on the inputs ``observation`` gives or generates, only when ``observation`` is given (None: no run).
+    ``keep_on_cpu``, a feature level, leaves standard the gathers ONNX Runtime's DirectML provider on such a device
+    keeps on its CPU provider (shape computations, gathers of constants it folds, BFLOAT16, a type the device
+    lacks). Nodes that cannot be expressed stay standard (``convert`` reports them).
     """
     return convert(model, dimension_count, out_of_bounds, observation, keep_on_cpu)[0]

@@ -173,7 +173,7 @@ def value_types(model: onnx.ModelProto, propagate: bool = False) -> dict[int, di
 
     A function's values are typed from its call sites, where every call site agrees on the input types.
     """
-    inferred = _infer(_without_weights(model), propagate)
+    inferred = _infer(without_weights(model), propagate)
     scopes: dict[int, dict[str, ValueType]] = {0: {}}
     for graph in _graphs(inferred):
         _collect(scopes[0], graph)
@@ -193,7 +193,7 @@ def value_types(model: onnx.ModelProto, propagate: bool = False) -> dict[int, di
     return scopes
 
 
-def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy to infer types on, without the main graph's large initializer data (inference needs only the
     types and dims of weights): converting a large model must not hold its weights twice."""
     graph = model.graph

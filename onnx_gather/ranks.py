@@ -18,7 +18,7 @@ import onnx
 from onnx import helper
 
 from onnx_gather import inputs
-from onnx_gather.graph import ValueType
+from onnx_gather.graph import ValueType, without_weights
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,39 @@ def _describe(feeds: Mapping[str, np.ndarray], given: Iterable[str]) -> str:
         f"{name} {inputs.dims_text(array.shape)} ({'given' if name in given else 'generated'})"
         for name, array in feeds.items()
     )
+
+
+def symbolic_types(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, ValueType]:
+    """The types of main-graph values ``names`` that ONNX Runtime's symbolic shape inference tells (it knows the
+    contrib operators ONNX's inference does not); those it cannot tell are left out. Runs nothing."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference  # only when ranks are wanted
+
+    wanted = set(names)
+    light = without_weights(model)
+    # Weights whose data were left out become graph inputs of their type and dims: inference reads the data of
+    # initializers, and needs only the dims of those.
+    kept = [t for t in light.graph.initializer if t.raw_data or not t.dims or _has_data(t)]
+    light.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                             for t in light.graph.initializer if t not in kept)  # fmt: skip
+    del light.graph.initializer[:]
+    light.graph.initializer.extend(kept)
+    try:
+        inferred = SymbolicShapeInference.infer_shapes(light, auto_merge=True)
+    except Exception:
+        return {}
+    if inferred is None:
+        return {}
+    found = {}
+    for value in (*inferred.graph.value_info, *inferred.graph.output):
+        value_type = ValueType.of(value)
+        if value.name in wanted and value_type is not None and value_type.rank is not None:
+            found[value.name] = value_type
+    return found
+
+
+def _has_data(tensor: onnx.TensorProto) -> bool:
+    return any(len(getattr(tensor, field)) for field in ("float_data", "int32_data", "int64_data", "double_data",
+                                                          "uint64_data", "string_data"))  # fmt: skip
 
 
 def observe(model: onnx.ModelProto, names: Iterable[str], observation: Observation) -> Observed:

@@ -200,9 +200,12 @@ def test_unknown_rank_stays_standard_with_the_reason():
         [h.make_value_info("x", h.make_tensor_type_proto(T.FLOAT, None)), h.make_tensor_value_info("i", T.INT64, [2])],
         [h.make_value_info("y", h.make_tensor_type_proto(T.FLOAT, None))],
     )
-    _, report = convert(model, observation=None)
-    assert report.left[0].reason == "the rank of data 'x' is unknown (no shape information)"
-    _, report = convert(model)  # a run would tell, but there is nothing to run it on
+    _, report = convert(model)  # by default nothing runs
+    assert report.left[0].reason == (
+        "the rank of data 'x' is unknown (shape inference cannot tell it; give observation= (or --inputs/--shape on "
+        "the command line) to read it off a run)"
+    )
+    _, report = convert(model, observation=Observation())  # a run would tell, but there is nothing to run it on
     assert report.left[0].reason == (
         "the rank of data 'x' is unknown (no inputs to run it on: input 'x' has no shape in the model: "
         "give one with --shape x:DIMS)"
