@@ -18,7 +18,7 @@ import onnx
 import onnxruntime
 from onnx import helper
 
-from onnx_gather import model_io, ops
+from onnx_gather import model_io, ops, reference
 from onnx_gather.convert import to_dml
 from onnx_gather.directml import layout as directml_layout
 from onnx_gather.directml import worker
@@ -266,8 +266,21 @@ def _named_nodes(model: Model) -> Iterator[Path]:
         yield path
 
 
-_CLASSES = {backend.name: backend for backend in (PyOp, Cpu, Lowered, OpenVino, Cuda, DirectMl)}
+class Reference(Backend):
+    name = "reference"
+    description = "to_dml(model) in onnx's reference evaluator: DirectML's semantics without ONNX Runtime"
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        converted = to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds))
+        return Outcome(_named(model, reference.run(converted, feeds)))
+
+    def versions(self) -> dict[str, str]:
+        return {"onnx": importlib.metadata.version("onnx")}
+
+
+_CLASSES = {backend.name: backend for backend in (PyOp, Cpu, Lowered, OpenVino, Cuda, DirectMl, Reference)}
 BACKENDS = tuple(_CLASSES)
+DEFAULT_BACKENDS = BACKENDS[:-1]  # parity's and the demo's: the reference evaluator only when named
 
 
 def create(name: str, device_id: int = 0, out_of_bounds: str = "directml") -> Backend:

@@ -135,8 +135,9 @@ def _parser() -> argparse.ArgumentParser:
     parity_command = commands("parity", help="run models on several backends and compare their outputs")
     parity_command.add_argument("models", nargs="+", metavar="MODEL", help="model files, or folders of them")
     parity_command.add_argument(
-        "--backends", default=",".join(backends.BACKENDS), help="comma-separated (default: all; those that cannot "
-        "run here are reported as skipped)"
+        "--backends", default=",".join(backends.DEFAULT_BACKENDS), help="comma-separated, of: "
+        f"{', '.join(backends.BACKENDS)} (default: all but reference; those that cannot run here are reported as "
+        "skipped)"
     )  # fmt: skip
     parity_command.add_argument(
         "--reference", default="pyop", choices=backends.BACKENDS,

@@ -8,7 +8,7 @@ from typing import TextIO
 import numpy as np
 
 from onnx_gather import model_io, report
-from onnx_gather.backends import BACKENDS, Model
+from onnx_gather.backends import DEFAULT_BACKENDS, Model
 from onnx_gather.convert import convert
 from onnx_gather.documents import installed_folder
 from onnx_gather.parity import Parity, run_parity
@@ -45,13 +45,13 @@ def run(out: TextIO, out_of_bounds: str = "directml") -> int:
 
     token_ids = np.random.default_rng(0).permutation(32)[:12].reshape(2, 6)  # distinct ids: no ties in TopK
     print(f"\n1. Token ids in range: {token_ids.tolist()}\n", file=out)
-    in_range = run_parity(model, {"token_ids": token_ids}, BACKENDS, out_of_bounds=out_of_bounds)
+    in_range = run_parity(model, {"token_ids": token_ids}, DEFAULT_BACKENDS, out_of_bounds=out_of_bounds)
     print(report.text(in_range), file=out)
 
     token_ids = token_ids.copy()
     token_ids[0, 1], token_ids[1, 4] = 40, -33  # the vocabulary has 32 entries
     print(f"\n2. Two token ids out of range (40 and -33 with 32 rows): {token_ids.tolist()}\n", file=out)
-    out_of_range = run_parity(model, {"token_ids": token_ids}, BACKENDS, out_of_bounds=out_of_bounds)
+    out_of_range = run_parity(model, {"token_ids": token_ids}, DEFAULT_BACKENDS, out_of_bounds=out_of_bounds)
     print(report.text(out_of_range), file=out)
     _side_by_side(out_of_range, token_ids, out)
     print(

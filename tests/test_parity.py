@@ -571,3 +571,17 @@ def test_a_model_that_draws_random_values_is_said_to_be_not_deterministic_naming
     np.savez(tmp_path / "quiet.npz", x=np.ones((2, 3), np.float32), scale=np.zeros((), np.float32))
     assert main(["parity", str(path), "--backends", "pyop,cpu", "--inputs", str(tmp_path / "quiet.npz")]) == 0
     assert "The model is not deterministic" in capsys.readouterr().out
+
+
+def test_the_reference_evaluator_backend_runs_the_dml_form_in_onnxs_own_evaluator(tmp_path):
+    # Out-of-bounds indices included: DirectML's reading, through onnx.reference instead of ONNX Runtime.
+    model = _ids_model(tmp_path)
+    report = tmp_path / "r.json"
+    inputs = _inputs(tmp_path, [0, 9, -7, 2], [1, 6])
+    arguments = ["parity", str(model), "--backends", "pyop,reference", "--inputs", str(inputs), "--atol", "0",
+                 "--rtol", "0", "--report", str(report)]  # fmt: skip
+    assert main(arguments) == 0
+    document = json.loads(report.read_text())
+    assert document["out_of_bounds"] == {"lookup": 2, "pick": 1}
+    assert all(by["reference"]["equal"] for by in document["outputs"].values())
+    assert document["backends"]["reference"]["versions"] == {"onnx": importlib.metadata.version("onnx")}
