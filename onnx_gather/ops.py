@@ -9,6 +9,7 @@ them; every other Python op still goes through the bridge's own hook, unchanged.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import logging
 import os
 import threading
@@ -138,7 +139,12 @@ class _RunState(threading.local):
 
 _state = _RunState()
 _registered: dict[int, _Operator] = {}
-_bridge_invoke = bridge._on_pyop_invocation
+_registering = threading.Lock()
+# The bridge's private names the ops hook into (onnxruntime-extensions has no public way to return arrays and keep
+# exceptions from aborting the process); pyproject.toml admits the versions they were tested with.
+_PRIVATE = ("_on_pyop_invocation", "Opdef")
+TESTED_EXTENSIONS = "0.15"
+_bridge_invoke: Callable[..., tuple] | None = None  # the bridge's own hook, once ours is in front of it
 
 
 def _record(operator: _Operator, error: BaseException) -> None:
@@ -153,6 +159,7 @@ def _record(operator: _Operator, error: BaseException) -> None:
 def _invoke(op_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> tuple:
     operator = _registered.get(op_id)
     if operator is None:
+        assert _bridge_invoke is not None  # set by _register_operators, before any op can run
         return _bridge_invoke(op_id, feed, attributes)
     try:
         result = np.ascontiguousarray(operator.call(feed, attributes))
@@ -163,6 +170,23 @@ def _invoke(op_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> t
 
 
 def _register_operators() -> None:
+    """Define the ops for the bridge and put our hook in front of its own: once, on first use."""
+    global _bridge_invoke
+    with _registering:
+        if _registered:
+            return
+        missing = [f"_ocos.{name}" for name in _PRIVATE if not hasattr(bridge, name)]
+        if missing:
+            version = importlib.metadata.version("onnxruntime-extensions")
+            raise ImportError(
+                f"onnxruntime-extensions {version} lacks {', '.join(missing)}, which onnx-gather's custom ops hook "
+                f"into; onnx-gather is tested with onnxruntime-extensions {TESTED_EXTENSIONS}"
+            )
+        _bridge_invoke = bridge._on_pyop_invocation
+        _define()
+
+
+def _define() -> None:
     for operator in _OPERATORS:
         for data_type in _BRIDGE_TYPES.values():
             for index_dtype in INDEX_DTYPES:
@@ -177,9 +201,6 @@ def _register_operators() -> None:
     PyCustomOpDef.install_hooker(_invoke)
 
 
-_register_operators()
-
-
 @contextlib.contextmanager
 def count_out_of_bounds() -> Iterator[Counter]:
     """While active, the traced ops count the out-of-bounds index values they meet, per node name."""
@@ -192,6 +213,7 @@ def count_out_of_bounds() -> Iterator[Counter]:
 
 def register(options: onnxruntime.SessionOptions) -> onnxruntime.SessionOptions:
     """Register the custom ops on ``options`` (once, however often it is called) and return it."""
+    _register_operators()
     try:
         options.get_session_config_entry(_REGISTERED_KEY)
     except RuntimeError:  # not registered yet

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 import textwrap
@@ -247,3 +248,22 @@ def test_error_mode_checks_indices_even_when_the_output_is_empty():
     with pytest.raises(GatherError, match=r"index 9223372036854775807 at indices position \(0, 0, 0\)"):
         run_dml("DmlGather", data, indices, axis=2, index_dimensions=1, out_of_bounds="error")
     assert run_dml("DmlGather", data, indices, axis=2, index_dimensions=1).shape == (3, 0, 1)
+
+
+def test_the_custom_ops_register_on_first_use_and_name_the_version_when_the_bridge_lacks_its_private_hook():
+    # In a fresh interpreter: importing the ops registers nothing; a bridge without the private names onnx-gather
+    # hooks into gives an error naming the installed version and the tested one.
+    import subprocess
+    import sys
+
+    code = (
+        "import onnx_gather.ops as ops; assert not ops._registered; "
+        "del ops.bridge._on_pyop_invocation\n"
+        "try:\n    ops.session_options()\nexcept ImportError as error:\n    print(error)"
+    )
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    version = importlib.metadata.version("onnxruntime-extensions")
+    assert printed.strip() == (
+        f"onnxruntime-extensions {version} lacks _ocos._on_pyop_invocation, which onnx-gather's custom ops hook "
+        "into; onnx-gather is tested with onnxruntime-extensions 0.15"
+    )
