@@ -50,7 +50,9 @@ class TensorDesc:
 
     @classmethod
     def provider(cls, dtype: str, sizes: Sequence[int]) -> TensorDesc:
-        """The desc the custom ops read a tensor through, as ONNX Runtime's DirectML provider lays tensors out:
+        """The desc the custom ops read a tensor through, the one whose results equal what ONNX Runtime's DirectML
+        provider was measured to compute (its source passes NULL strides; why it reads size-1 dims as stride 0 does
+        is not known, perhaps its graph fusion):
         packed strides, 0 on every dimension of size 1, the smallest total."""
         sizes = tuple(sizes)
         steps = tuple(0 if size == 1 else step for size, step in zip(sizes, _packed(sizes), strict=True))

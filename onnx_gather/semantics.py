@@ -351,7 +351,7 @@ def _directml_nd(
     tuples = indices.reshape(-1, k)
     positions = np.unravel_index(np.arange(tuples.shape[0]), index[:-1]) if len(index) > 1 else ()
     # Strides in slices of the dims after the tuple's (whose elements a tuple reads in a row); 0 on a dimension of
-    # size 1, as ONNX Runtime's provider lays its tensors out (a batch past such a dimension reads its one row).
+    # size 1, as ONNX Runtime's provider was measured to read (a batch past such a dimension reads its one row).
     steps = [int(np.prod(data[d + 1 : batch + k], dtype=np.int64)) if data[d] != 1 else 0 for d in range(batch + k)]
     rows = np.zeros(tuples.shape[0], np.uint64)
     for q in range(batch):

@@ -2,7 +2,8 @@
 DML_GATHER_ELEMENTS, DML_GATHER_ND1; 1 to 8 dimensions; IndexDimensions 0 to N; cropped outputs; leading index sizes;
 strides, slack and alignment; the 11 data types and 4 index types; indices in range and out of bounds), run on
 DirectML through direct.exe, predicted by ``onnx_gather.predict``, and, where the desc is one an ONNX tensor can
-carry as ONNX Runtime's provider lays it out (``TensorDesc.provider``), computed by the custom ops too.
+carry in the layout whose results equal ONNX Runtime's provider's (``TensorDesc.provider``), computed by the
+custom ops too.
 
 A case agrees when DirectML's verdict (refused at creation, or run) is the prediction's, and a run's whole output
 buffer (the bytes DirectML wrote and those it left at the fill) is the predicted one, bit for bit.
