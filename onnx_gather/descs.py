@@ -43,7 +43,7 @@ class TensorDesc:
     def of(cls, dtype: str, sizes: Sequence[int], strides: Sequence[int] | None = None) -> TensorDesc:
         """The desc with the smallest total DirectML accepts: the bytes up to the last element, rounded up to 4."""
         sizes = tuple(sizes)
-        steps = tuple(strides) if strides is not None else _packed(sizes)
+        steps = tuple(strides) if strides is not None else packed_strides(sizes)
         last = sum((size - 1) * step for size, step in zip(sizes, steps, strict=True))
         extent = (last + 1) * np.dtype(DTYPES[dtype]).itemsize if all(sizes) else 0
         return cls(dtype, sizes, None if strides is None else steps, -(-extent // 4) * 4)
@@ -55,8 +55,13 @@ class TensorDesc:
         is not known, perhaps its graph fusion):
         packed strides, 0 on every dimension of size 1, the smallest total."""
         sizes = tuple(sizes)
-        steps = tuple(0 if size == 1 else step for size, step in zip(sizes, _packed(sizes), strict=True))
+        steps = tuple(0 if size == 1 else step for size, step in zip(sizes, packed_strides(sizes), strict=True))
         return cls(dtype, sizes, steps, cls.of(dtype, sizes).total_bytes)
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        """The strides in elements: the desc's, or the packed (row-major) ones where it has none."""
+        return self.strides if self.strides is not None else packed_strides(self.sizes)
 
     def text(self) -> str:
         """The desc as direct.exe reads it in desc.txt."""
@@ -65,14 +70,15 @@ class TensorDesc:
                 f"total {self.total_bytes} align {self.alignment}")  # fmt: skip
 
 
-def _packed(sizes: tuple[int, ...]) -> tuple[int, ...]:
+def packed_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides in elements for ``sizes``."""
     return tuple(math.prod(sizes[d + 1 :]) for d in range(len(sizes)))
 
 
 def _view(desc: TensorDesc, buffer: np.ndarray) -> np.ndarray:
     """The elements of a buffer (bytes as uint8) that a desc addresses, as an array of its sizes."""
     dtype = np.dtype(DTYPES[desc.dtype])
-    steps = desc.strides if desc.strides is not None else _packed(desc.sizes)
+    steps = desc.steps
     return np.ndarray(desc.sizes, dtype, buffer, strides=tuple(step * dtype.itemsize for step in steps))
 
 

@@ -29,16 +29,9 @@ def _itemsize(desc: TensorDesc) -> int:
     return np.dtype(DTYPES[desc.dtype]).itemsize
 
 
-def _steps(desc: TensorDesc) -> tuple[int, ...]:
-    """The strides in elements: the desc's, or the packed (row-major) ones where it has none."""
-    if desc.strides is not None:
-        return desc.strides
-    return tuple(math.prod(desc.sizes[d + 1 :]) for d in range(len(desc.sizes)))
-
-
 def _extent(desc: TensorDesc) -> int:
     """Bytes from the buffer's start to the end of the last element, in exact arithmetic."""
-    last = sum((size - 1) * step for size, step in zip(desc.sizes, _steps(desc), strict=True))
+    last = sum((size - 1) * step for size, step in zip(desc.sizes, desc.steps, strict=True))
     return (last + 1) * _itemsize(desc)
 
 
@@ -58,7 +51,7 @@ def _desc_refusal(desc: TensorDesc) -> str | None:
 
 def _output_overlap(desc: TensorDesc) -> str | None:
     """DirectML's check against an output writing an address twice (not exact: some overlaps pass it)."""
-    steps = [step for size, step in zip(desc.sizes, _steps(desc), strict=True) if size > 1]
+    steps = [step for size, step in zip(desc.sizes, desc.steps, strict=True) if size > 1]
     if 0 in steps:
         return "an output stride of 0 on a dimension of size above 1"
     if len(set(steps)) != len(steps):
@@ -172,7 +165,7 @@ def _words(case: Case, coordinates: np.ndarray, size: int, component: int = -1) 
     if component >= 0:
         coordinates = coordinates.copy()
         coordinates[:, -1] = component
-    offsets = (coordinates.astype(np.uint64) * np.array(_steps(case.indices), np.uint64)).sum(axis=1)
+    offsets = (coordinates.astype(np.uint64) * np.array(case.indices.steps, np.uint64)).sum(axis=1)
     raw = _elements(case.indices, case.indices_bytes, offsets).astype(np.uint64)
     words = raw & _WORD
     if case.indices.dtype != "UINT32":
@@ -237,7 +230,7 @@ def out_of_bounds(case: Case) -> bool:
     size above the input's."""
     n = len(case.indices.sizes)
     at = np.indices(case.indices.sizes, np.uint64).reshape(n, -1).T
-    offsets = (at * np.array(_steps(case.indices), np.uint64)).sum(axis=1)
+    offsets = (at * np.array(case.indices.steps, np.uint64)).sum(axis=1)
     raw = _elements(case.indices, case.indices_bytes, offsets)
     values = raw.astype(np.uint64).astype(object)
     bits = 8 * _itemsize(case.indices)
@@ -268,10 +261,10 @@ def predict(case: Case) -> Outcome:
         raise NotPredicted("a buffer of 4 GiB or more (never measured)")
     sizes = case.output.sizes
     out = np.indices(sizes, np.uint64).reshape(len(sizes), -1).T  # every output coordinate, row-major
-    offsets = _OFFSETS[case.operator](case, out, np.array(_steps(case.input), np.uint64)) & _WORD
+    offsets = _OFFSETS[case.operator](case, out, np.array(case.input.steps, np.uint64)) & _WORD
     values = _read(case, offsets)
     buffer = np.full(case.output.total_bytes, case.fill, np.uint8)
-    at = (out * np.array(_steps(case.output), np.uint64)).sum(axis=1).astype(np.intp)
+    at = (out * np.array(case.output.steps, np.uint64)).sum(axis=1).astype(np.intp)
     order = np.argsort(at, kind="stable")
     shared = at[order][1:] == at[order][:-1]
     if shared.any() and (values[order][1:][shared] != values[order][:-1][shared]).any():

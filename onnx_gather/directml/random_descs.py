@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from onnx_gather.descs import DTYPES, Case, TensorDesc
+from onnx_gather.descs import DTYPES, Case, TensorDesc, packed_strides
 
 Rng = np.random.Generator
 DATA_TYPES = tuple(DTYPES)
@@ -25,10 +25,6 @@ OPERATORS = {"GATHER": 0.4, "GATHER_ELEMENTS": 0.25, "GATHER_ND1": 0.25, "GATHER
 
 def _itemsize(dtype: str) -> int:
     return np.dtype(DTYPES[dtype]).itemsize
-
-
-def _packed(sizes: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(math.prod(sizes[d + 1 :]) for d in range(len(sizes)))
 
 
 def _sizes(rng: Rng, count: int, budget: int = MAX_ELEMENTS) -> list[int]:
@@ -108,7 +104,7 @@ def _buffer(rng: Rng, desc: TensorDesc, values: np.ndarray | None) -> bytes:
     buffer = rng.integers(0, 256, desc.total_bytes, dtype=np.uint8)
     if values is not None and 0 not in desc.sizes:
         size = _itemsize(desc.dtype)
-        steps = desc.strides if desc.strides is not None else _packed(desc.sizes)
+        steps = desc.steps
         coordinates = np.indices(desc.sizes).reshape(len(desc.sizes), -1).T
         offsets = (coordinates * np.array(steps)).sum(axis=1) * size
         raw = np.ascontiguousarray(values).view(np.uint8).reshape(-1, size)
@@ -213,7 +209,7 @@ def random_case(rng: Rng) -> Case:
         x, j, o = (odd if d is desc else d for d in (x, j, o))
     data = rng.integers(0, 256, math.prod(x.sizes) * _itemsize(x.dtype), dtype=np.uint8).view(DTYPES[x.dtype])
     values = None
-    addressed = [(xs[d], _packed(tuple(xs))[d]) for d in dims if d < len(xs)]
+    addressed = [(xs[d], packed_strides(tuple(xs))[d]) for d in dims if d < len(xs)]
     if j.dtype in INDEX_TYPES and 0 not in j.sizes and addressed and all(size for size, _ in addressed):
         sizes_of, strides_of = [size for size, _ in addressed], [step for _, step in addressed]
         values = _index_values(rng, math.prod(j.sizes), sizes_of, strides_of, j.dtype)
