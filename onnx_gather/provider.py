@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import heapq
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
@@ -127,13 +128,6 @@ def _kernel(node: onnx.NodeProto, opset: int, types: dict[str, ValueType]) -> Ke
     return kernel
 
 
-def _elements(tensor: onnx.TensorProto) -> int:
-    count = 1
-    for dim in tensor.dims:
-        count *= dim
-    return count
-
-
 class _Graph:
     """One graph as ONNX Runtime holds it for placement: its constants, small initializers and inputs."""
 
@@ -145,7 +139,7 @@ class _Graph:
         self.produced = {output for node in body.nodes for output in node.output}
         overridable = {value.name for value in graph.input} & set(initializers)
         self.constants = set(initializers) - overridable
-        self.small = {name for name, tensor in initializers.items() if _elements(tensor) <= SMALL_INITIALIZER}
+        self.small = {name for name, tensor in initializers.items() if math.prod(tensor.dims) <= SMALL_INITIALIZER}
         for node in body.nodes:  # ONNX Runtime turns Constant nodes into initializers as it loads the model
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 self.constants.add(node.output[0])
@@ -174,7 +168,7 @@ class _Graph:
 def _constant_elements(node: onnx.NodeProto) -> int:
     for attribute in node.attribute:
         if attribute.type == onnx.AttributeProto.TENSOR:
-            return _elements(attribute.t)
+            return math.prod(attribute.t.dims)
         if attribute.type in (onnx.AttributeProto.FLOATS, onnx.AttributeProto.INTS, onnx.AttributeProto.STRINGS):
             return len(attribute.floats) + len(attribute.ints) + len(attribute.strings)
     return 1
@@ -201,16 +195,9 @@ def _fold(graph: _Graph) -> set[int]:
             folded.add(position)
             for output in node.output:
                 graph.constants.add(output)
-                if _static_shape(graph.types, output) and _count(graph.types[output]) <= SMALL_INITIALIZER:
+                if _static_shape(graph.types, output) and math.prod(graph.types[output].dims) <= SMALL_INITIALIZER:
                     graph.small.add(output)
     return folded
-
-
-def _count(value: ValueType) -> int:
-    count = 1
-    for dim in value.dims or ():
-        count *= dim
-    return count
 
 
 def _cpu_preferred(graph: _Graph, kernels: list[Kernel | None], live: list[int]) -> set[int]:
