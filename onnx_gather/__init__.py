@@ -1,10 +1,13 @@
 """DirectML's Gather, GatherElements and GatherND semantics for ONNX models, on any machine.
 
-* ``dml_gather``, ``dml_gather_elements`` and ``dml_gather_nd``: the semantics in numpy (``onnx_gather.semantics``);
+* ``dml_gather``, ``dml_gather_elements`` and ``dml_gather_nd``: the semantics in numpy
+  (``onnx_gather.core.semantics``);
 * ``DOMAIN``, ``session_options()`` and ``InferenceSession``: the same semantics as the ONNX Runtime
-  custom ops ``DmlGather``, ``DmlGatherElements`` and ``DmlGatherNd`` (``onnx_gather.ops``);
-* ``to_dml`` and ``to_onnx``: standard gathers into DML form and back (``onnx_gather.convert``, ``.lower``);
-  ``Observation``: the inputs of the run that tells ``to_dml`` the ranks shape inference cannot (``.ranks``).
+  custom ops ``DmlGather``, ``DmlGatherElements`` and ``DmlGatherNd`` (``onnx_gather.runtime.ops``);
+* ``to_dml`` and ``to_onnx``: standard gathers into DML form and back (``onnx_gather.graphs.convert``, ``.lower``);
+  ``Observation``: the run that tells ``to_dml`` the ranks no shape inference can (``onnx_gather.runtime.observe``);
+* ``register_schemas()``: the DML ops declared to onnx, whose shape inference and checker then know them
+  (``onnx_gather.core.contract``, the one declaration of the ops).
 
 Each name is imported when first used: importing the package, or its runtime-free core (semantics, predict, descs,
 convert, lower, placement, provider, check), loads neither onnxruntime nor onnxruntime-extensions.
@@ -16,16 +19,17 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "DOMAIN": "onnx_gather.graph",
-    "GatherError": "onnx_gather.semantics",
-    "InferenceSession": "onnx_gather.ops",
-    "Observation": "onnx_gather.ranks",
-    "dml_gather": "onnx_gather.semantics",
-    "dml_gather_elements": "onnx_gather.semantics",
-    "dml_gather_nd": "onnx_gather.semantics",
-    "session_options": "onnx_gather.ops",
-    "to_dml": "onnx_gather.convert",
-    "to_onnx": "onnx_gather.lower",
+    "DOMAIN": "onnx_gather.graphs.graph",
+    "GatherError": "onnx_gather.core.semantics",
+    "InferenceSession": "onnx_gather.runtime.ops",
+    "Observation": "onnx_gather.runtime.observe",
+    "dml_gather": "onnx_gather.core.semantics",
+    "dml_gather_elements": "onnx_gather.core.semantics",
+    "dml_gather_nd": "onnx_gather.core.semantics",
+    "register_schemas": "onnx_gather.core.contract",
+    "session_options": "onnx_gather.runtime.ops",
+    "to_dml": "onnx_gather.graphs.convert",
+    "to_onnx": "onnx_gather.graphs.lower",
 }
 __all__ = sorted(_WHERE)
 

@@ -1,5 +1,5 @@
 import sys
 
-from onnx_gather.cli import main
+from onnx_gather.app.cli import main
 
 sys.exit(main())

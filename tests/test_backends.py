@@ -13,8 +13,9 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-from onnx_gather import backends, model_io
-from onnx_gather.demo import sample_model_path
+from onnx_gather.app.demo import sample_model_path
+from onnx_gather.graphs import model_io
+from onnx_gather.runtime import backends
 
 SAMPLE = backends.Model(Path(sample_model_path()), model_io.load(sample_model_path()))
 IN_RANGE = {"token_ids": np.random.default_rng(3).permutation(32)[:18].reshape(3, 6)}

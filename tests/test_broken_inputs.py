@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from onnx_gather.cli import main
+from onnx_gather.app.cli import main
 
 CORPUS = Path(__file__).resolve().parent / "broken"
 
@@ -26,8 +26,8 @@ CASES = {
     "cycle.onnx": "node 'the_gather' (Gather) depends on its own output: node 'the_gather' (Gather) -> "
     "node 'shift' (Add) -> node 'pick' (ArgMax) -> node 'the_gather' (Gather)",
     "axis_out_of_range.onnx": "node 'the_gather' (Gather): axis 5 is out of range for data 'x' of rank 2",
-    "dml_unknown_attribute.onnx": "node 'the_gather' (DmlGather): attribute 'mode' is unknown",
-    "dml_missing_attribute.onnx": "node 'the_gather' (DmlGatherElements): attribute 'out_of_bounds' is missing",
+    "dml_unknown_attribute.onnx": "node 'the_gather' (DmlGather): Unrecognized attribute: mode for operator DmlGather",
+    "dml_missing_attribute.onnx": "(DmlGatherElements): Required attribute 'out_of_bounds' is missing",
     "external_missing.onnx": "tensor 'x' needs external data file 'missing.bin', which is missing",
     "external_short.onnx": "tensor 'x' reads bytes up to 48 of 'external_short.bin', which has only 20",
     "external_escapes.onnx": "tensor 'x' has external data at '../../etc/passwd', outside the model's folder",

@@ -15,8 +15,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-from onnx_gather.cli import main
-from onnx_gather.demo import sample_model_path
+from onnx_gather.app.cli import main
+from onnx_gather.app.demo import sample_model_path
 from onnx_gather.directml.layout import Layout
 
 
@@ -259,7 +259,7 @@ def test_an_internal_error_exits_3_with_one_line_and_debug_gives_its_traceback(t
     def broken(*args, **kwargs):
         raise KeyError("a bug")
 
-    monkeypatch.setattr("onnx_gather.cli.check", broken)
+    monkeypatch.setattr("onnx_gather.app.cli.check", broken)
     path = _embedding_model(tmp_path, external=False)
     assert main(["check", str(path)]) == 3
     error = capsys.readouterr().err

@@ -13,11 +13,12 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import onnx_gather
-from onnx_gather.convert import convert
-from onnx_gather.directml import conformance
-from onnx_gather.graph import DOMAIN, bodies
-from onnx_gather.lower import lower
-from onnx_gather.ranks import Observation
+from onnx_gather.conformance import provider as conformance
+from onnx_gather.core.contract import DOMAIN
+from onnx_gather.graphs.convert import convert
+from onnx_gather.graphs.graph import bodies
+from onnx_gather.graphs.lower import lower
+from onnx_gather.runtime.observe import Observation
 
 RNG = np.random.default_rng(7)
 

@@ -15,10 +15,12 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import onnx_gather
-from onnx_gather.convert import convert
-from onnx_gather.graph import DOMAIN, single_node_model
-from onnx_gather.lower import lower
-from onnx_gather.semantics import GatherError, gather_output_sizes
+import onnx_gather.core.contract
+from onnx_gather.core.contract import DOMAIN
+from onnx_gather.core.semantics import GatherError, gather_output_sizes
+from onnx_gather.graphs.convert import convert
+from onnx_gather.graphs.graph import single_node_model
+from onnx_gather.graphs.lower import lower
 
 # No deadline and no too-slow health check: how fast examples come depends on the machine, not on the code.
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -94,8 +96,8 @@ def test_converted_and_lowered_graphs_give_the_native_outputs(graph, dimension_c
 def dml_graphs_with_bad_indices(draw):
     """A DML node fed indices from a wide range: negative, out of bounds, huge unsigned ones."""
     op = draw(st.sampled_from(["DmlGather", "DmlGatherElements"]))
-    dtype = np.dtype(draw(st.sampled_from(onnx_gather.ops.DATA_DTYPES)))
-    index_dtype = np.dtype(draw(st.sampled_from(onnx_gather.ops.INDEX_DTYPES)))
+    dtype = np.dtype(draw(st.sampled_from(onnx_gather.runtime.ops.DATA_DTYPES)))
+    index_dtype = np.dtype(draw(st.sampled_from(onnx_gather.core.contract.INDEX_DTYPES)))
     n = draw(st.integers(1, 4))
     axis = draw(st.integers(0, n - 1))
     shape = [draw(st.integers(1, 3)) for _ in range(n)]

@@ -14,13 +14,16 @@ import numpy as np
 import pytest
 from conftest import SUMMARIES, assert_runner_ended, require_directml, runner_children
 
-from onnx_gather import cli, predict
-from onnx_gather.descs import DTYPES, Case, Outcome, TensorDesc, from_buffer, to_buffer
-from onnx_gather.directml import direct_conformance, layout, random_descs
+from onnx_gather.app import cli
+from onnx_gather.conformance import direct as direct_conformance
+from onnx_gather.core import predict
+from onnx_gather.core.contract import DIRECTML_DTYPES
+from onnx_gather.core.descs import Case, Outcome, TensorDesc, from_buffer, to_buffer
+from onnx_gather.directml import layout, random_descs
 from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.directml.worker import RunnerError
 
-NAMES = {np.dtype(numpy): name for name, numpy in DTYPES.items()}
+NAMES = {np.dtype(numpy): name for name, numpy in DIRECTML_DTYPES.items()}
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +198,7 @@ def test_conformance_every_random_desc_is_predicted_bit_for_bit_and_the_custom_o
     assert {(o, k) for o in direct_conformance.OPERATORS for k in ("refused", "in range", "out of bounds")} <= kinds
     assert {len(r.case.input.sizes) for r in run.results if r.kind != "refused"} == set(range(1, 9))
     accepted = [r.case for r in run.results if r.kind in ("in range", "out of bounds")]
-    assert {c.input.dtype for c in accepted} == set(DTYPES)
+    assert {c.input.dtype for c in accepted} == set(DIRECTML_DTYPES)
     assert {c.indices.dtype for c in accepted} == {"INT32", "INT64", "UINT32", "UINT64"}
     assert any(c.input.strides is not None and 0 in c.input.strides for c in accepted)  # broadcast strides
     assert any(c.input.total_bytes > TensorDesc.of(c.input.dtype, c.input.sizes, c.input.strides).total_bytes

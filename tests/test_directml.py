@@ -31,11 +31,12 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import onnx_gather
-from onnx_gather import cli
-from onnx_gather.check import check
-from onnx_gather.convert import convert
-from onnx_gather.directml import conformance, install, layout, memory
+from onnx_gather.app import cli
+from onnx_gather.conformance import provider as conformance
+from onnx_gather.directml import install, layout, memory
 from onnx_gather.directml.worker import DirectMlError, Runner, RunnerError
+from onnx_gather.graphs.check import check
+from onnx_gather.graphs.convert import convert
 
 SEED = 20261122
 

@@ -14,7 +14,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-from onnx_gather.cli import main
+from onnx_gather.app.cli import main
 
 
 def _model(folder, name="model.onnx", data="model.onnx.data", seed=1):

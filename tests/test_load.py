@@ -11,9 +11,9 @@ import pytest
 from conftest import assert_identical
 
 import onnx_gather
-from onnx_gather.convert import convert
-from onnx_gather.graph import single_node_model
-from onnx_gather.semantics import GatherError
+from onnx_gather.core.semantics import GatherError
+from onnx_gather.graphs.convert import convert
+from onnx_gather.graphs.graph import single_node_model
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 
@@ -116,7 +116,7 @@ def test_a_gather_nd_with_batch_dims_past_the_ranks_is_refused_naming_the_node(t
     from onnx import TensorProto as T
     from onnx import helper as h
 
-    from onnx_gather.cli import main
+    from onnx_gather.app.cli import main
 
     graph = h.make_graph(
         [h.make_node("GatherND", ["data", "indices"], ["out"], name="nd", batch_dims=2)], "nd",

@@ -13,10 +13,11 @@ import pytest
 from conftest import assert_identical, run_dml
 
 import onnx_gather
-from onnx_gather import ops
-from onnx_gather.examples import EXAMPLES
-from onnx_gather.graph import single_node_model
-from onnx_gather.semantics import GatherError
+from onnx_gather.core import contract
+from onnx_gather.core.examples import EXAMPLES
+from onnx_gather.core.semantics import GatherError
+from onnx_gather.graphs.graph import single_node_model
+from onnx_gather.runtime import ops
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.title)
@@ -25,7 +26,7 @@ def test_documented_example_in_onnxruntime(example):
     assert_identical(output, example.output)
 
 
-@pytest.mark.parametrize("index_dtype", ops.INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("index_dtype", contract.INDEX_DTYPES, ids=str)
 @pytest.mark.parametrize("data_dtype", ops.DATA_DTYPES, ids=str)
 def test_every_data_and_index_type_is_registered(data_dtype, index_dtype):
     data = np.arange(12).astype(data_dtype).reshape(3, 4)
@@ -199,7 +200,7 @@ def _run_child(script: str) -> subprocess.CompletedProcess:
 def test_a_failing_op_in_a_plain_session_logs_and_the_process_carries_on():
     child = _run_child("""
         import numpy as np, onnxruntime, onnx_gather
-        from onnx_gather.graph import single_node_model
+        from onnx_gather.graphs.graph import single_node_model
         model = single_node_model("DmlGatherElements", np.float32, np.int64, axis=0, out_of_bounds="error")
         session = onnxruntime.InferenceSession(model.SerializeToString(), onnx_gather.session_options())
         output = session.run(None, {"input": np.zeros(3, np.float32), "indices": np.array([0, 9])})[0]
@@ -257,7 +258,7 @@ def test_the_custom_ops_register_on_first_use_and_name_the_version_when_the_brid
     import sys
 
     code = (
-        "import onnx_gather.ops as ops; assert not ops._registered; "
+        "import onnx_gather.runtime.ops as ops; assert not ops._registered; "
         "del ops.bridge._on_pyop_invocation\n"
         "try:\n    ops.session_options()\nexcept ImportError as error:\n    print(error)"
     )

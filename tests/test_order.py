@@ -13,9 +13,9 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 import onnx_gather
-from onnx_gather.cli import main
-from onnx_gather.graph import bodies
-from onnx_gather.order import sort_topologically
+from onnx_gather.app.cli import main
+from onnx_gather.graphs.graph import bodies
+from onnx_gather.graphs.order import sort_topologically
 
 
 def _branch(name: str, scale: float, backwards: bool) -> onnx.GraphProto:

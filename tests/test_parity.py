@@ -17,9 +17,9 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-from onnx_gather.cli import main
-from onnx_gather.demo import sample_model_path
-from onnx_gather.parity import compare
+from onnx_gather.app.cli import main
+from onnx_gather.app.demo import sample_model_path
+from onnx_gather.runtime.parity import compare
 
 
 def test_compare_bit_identical():

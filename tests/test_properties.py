@@ -12,13 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import onnx_gather
-from onnx_gather import ops
+from onnx_gather.core import contract
+from onnx_gather.runtime import ops
 
 # No deadline and no too-slow health check: how fast examples come depends on the machine, not on the code.
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 data_dtypes = st.sampled_from(ops.DATA_DTYPES)
-index_dtypes = st.sampled_from(ops.INDEX_DTYPES)
+index_dtypes = st.sampled_from(contract.INDEX_DTYPES)
 # Small sizes, now and then an empty dimension.
 sizes = st.sampled_from([1, 2, 3, 1, 2, 3, 0])
 axis_sizes = st.integers(1, 3)

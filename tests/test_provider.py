@@ -1,6 +1,6 @@
-"""Where ONNX Runtime's DirectML provider places gathers (onnx_gather.provider), and check and convert built on it;
-held against the placement real DirectML reports where it is set up (tests/test_real_models.py does the same on
-every third-party model of the tests)."""
+"""Where ONNX Runtime's DirectML provider places gathers (onnx_gather.graphs.provider), and check and
+convert built on it; held against the placement real DirectML reports where it is set up
+(tests/test_real_models.py does the same on every third-party model of the tests)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-from onnx_gather import backends, provider
-from onnx_gather.check import check
-from onnx_gather.cli import main
-from onnx_gather.convert import convert
+from onnx_gather.app.cli import main
 from onnx_gather.directml import worker
+from onnx_gather.graphs import provider
+from onnx_gather.graphs.check import check
+from onnx_gather.graphs.convert import convert
+from onnx_gather.runtime import backends
 
 
 def _model(float16: bool = False) -> onnx.ModelProto:

@@ -27,14 +27,16 @@ import pytest
 from conftest import SUMMARIES, assert_all_identical, require_directml, run_model
 
 import onnx_gather
-from onnx_gather import backends, cli, model_io, provider
-from onnx_gather.check import check
-from onnx_gather.convert import convert
+from onnx_gather.app import cli
 from onnx_gather.directml import worker
 from onnx_gather.directml.worker import DirectMlError
-from onnx_gather.graph import bodies
-from onnx_gather.lower import lower
-from onnx_gather.parity import run_parity
+from onnx_gather.graphs import model_io, provider
+from onnx_gather.graphs.check import check
+from onnx_gather.graphs.convert import convert
+from onnx_gather.graphs.graph import bodies
+from onnx_gather.graphs.lower import lower
+from onnx_gather.runtime import backends
+from onnx_gather.runtime.parity import run_parity
 
 THIRD_PARTY = Path(__file__).resolve().parent / "third_party"
 RNG = np.random.default_rng(11)

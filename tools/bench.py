@@ -6,7 +6,7 @@ ratios op/native and op/floor (medians). Targets: op/floor <= 1.5 on the large c
 on the tiny one. Then the lowered route, to_onnx(to_dml(model)) in plain ONNX Runtime, against the
 original model: targets 1.1x with out_of_bounds=error, 3x with clamp; with directml (the default) 1.2x for
 Gather and no more than clamp for GatherElements while every index is in bounds, and 3x when 1% of the indices
-are out of bounds (that route checked against onnx_gather.semantics).
+are out of bounds (that route checked against onnx_gather.core.semantics).
 Run by hand: python tools/bench.py [--runs N]
 """
 
@@ -21,9 +21,9 @@ import onnx
 import onnxruntime
 
 import onnx_gather
-from onnx_gather.convert import DML_OP
-from onnx_gather.directml import conformance
-from onnx_gather.graph import single_node_model, value_types
+from onnx_gather.conformance import provider as conformance
+from onnx_gather.core import contract
+from onnx_gather.graphs.graph import single_node_model, value_types
 
 # name, op, data shape, indices shape (standard ONNX), axis (GatherND: batch_dims; its tuples have 1 coordinate)
 CASES = [
@@ -85,7 +85,9 @@ def _sessions(op: str, data: np.ndarray, indices: np.ndarray, axis: int):
         attributes = {"axis": axis + n - data.ndim, "index_dimensions": indices.ndim}
     else:
         dml_data, dml_indices, attributes = data, indices, {"axis": axis}
-    model = single_node_model(DML_OP[op], data.dtype, indices.dtype, out_of_bounds="directml", **attributes)
+    model = single_node_model(
+        contract.BY_STANDARD[op].op_type, data.dtype, indices.dtype, out_of_bounds="directml", **attributes
+    )
     sessions["op"] = (onnx_gather.InferenceSession(model, _options()), {"input": dml_data, "indices": dml_indices})
     for mode in MODES:
         lowered = onnx_gather.to_onnx(onnx_gather.to_dml(original, out_of_bounds=mode))

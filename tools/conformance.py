@@ -5,7 +5,7 @@ python tools/conformance.py [--seed N] [--count N] [--out-of-bounds F] [--beyond
 python tools/conformance.py --direct [--seed N] [--count N] [--show K]
 
 With --direct: random operator descs over the whole domain (onnx_gather.directml.random_descs) on DirectML called
-directly, against onnx_gather.predict and the custom ops; prints the table per operator and kind.
+directly, against onnx_gather.core.predict and the custom ops; prints the table per operator and kind.
 
 Prints the per-type table (cases in range, out of bounds and with int64 values beyond int32, and how many DirectML
 matches bit for bit), the time DirectML took, and the first K mismatching cases with their values. Exits 1 when
@@ -21,10 +21,12 @@ from collections import Counter
 
 import numpy as np
 
-from onnx_gather.directml import conformance, direct_conformance, random_descs
+from onnx_gather.conformance import direct as direct_conformance
+from onnx_gather.conformance import provider as conformance
+from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
+from onnx_gather.directml import random_descs
 from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.directml.worker import Runner
-from onnx_gather.semantics import OUT_OF_BOUNDS_MODES
 
 
 def _show(outcome: conformance.Outcome) -> str:

@@ -24,7 +24,7 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 import onnx_gather
-from onnx_gather.graph import bodies
+from onnx_gather.graphs.graph import bodies
 
 
 def chain(gathers: int) -> onnx.ModelProto:
@@ -46,7 +46,7 @@ def chain(gathers: int) -> onnx.ModelProto:
 def time_chain(gathers: int, mode: str) -> None:
     model = chain(gathers)
     start = time.perf_counter()
-    converted, report = onnx_gather.convert.convert(model, out_of_bounds=mode)
+    converted, report = onnx_gather.graphs.convert.convert(model, out_of_bounds=mode)
     middle = time.perf_counter()
     lowered = onnx_gather.to_onnx(converted)
     end = time.perf_counter()

@@ -21,7 +21,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import onnx_gather
-from onnx_gather.semantics import GatherError
+from onnx_gather.core.semantics import GatherError
 
 ELEMENT_TYPES = [
     T.FLOAT,

@@ -20,10 +20,10 @@ from pathlib import Path
 import onnx
 import onnxruntime
 
-from onnx_gather import model_io
-from onnx_gather.convert import convert
-from onnx_gather.graph import bodies
-from onnx_gather.lower import lower
+from onnx_gather.graphs import model_io
+from onnx_gather.graphs.convert import convert
+from onnx_gather.graphs.graph import bodies
+from onnx_gather.graphs.lower import lower
 
 THIRD_PARTY = Path(__file__).resolve().parent.parent / "tests" / "third_party"
 

@@ -3,5 +3,9 @@ Direct3D 12 (vkd3d) runs over Mesa's lavapipe, Vulkan on the CPU.
 
 * ``install``: ``onnx-gather setup-directml``, which puts every part in a cache folder, and ``--check``;
 * ``runner.c``: the small Windows program that drives ONNX Runtime's C API (built at set-up);
-* ``worker``: the Python side that starts Xvfb and the runner under Wine, talks to it, and ends them.
+* ``worker``: the Python side that starts Xvfb and the runner under Wine, talks to it, and ends them;
+* ``direct.c`` and ``direct``: a second program calling DirectML.dll directly, and its runner;
+* ``random_descs``: random operator descs over the whole domain, for conformance.
+
+Imports ``core`` and ``graphs`` only.
 """

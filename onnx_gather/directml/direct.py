@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from onnx_gather.descs import Case, Outcome
+from onnx_gather.core.descs import Case, Outcome
 from onnx_gather.directml.layout import Layout
 from onnx_gather.directml.worker import REQUEST_SECONDS, DirectMlError, Runner, windows_path
-from onnx_gather.graph import counted
+from onnx_gather.graphs.graph import counted
 
 BATCH = 500  # cases per request: a case takes a few milliseconds, a request has REQUEST_SECONDS
 

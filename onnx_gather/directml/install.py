@@ -59,7 +59,7 @@ from onnx_gather.directml.layout import (
     source_hash,
     wine_environment,
 )
-from onnx_gather.model_io import write_bytes
+from onnx_gather.graphs.model_io import write_bytes
 
 # Wine, Xvfb, mingw-w64 for the programs and d3d12.dll, what d3d12.dll's build needs besides, Mesa's Vulkan driver.
 PACKAGES = ("wine", "wine64", "xvfb", "gcc-mingw-w64-x86-64", "flex", "bison", "wine64-tools", "libvulkan-dev",
@@ -338,7 +338,7 @@ def probe(layout: Layout) -> str:
 def probe_direct(layout: Layout) -> str:
     """Run DirectML's documented DML_GATHER example 1 through direct.exe (DirectML.dll called directly, no ONNX
     Runtime); returns what ran, raises if it did not."""
-    from onnx_gather.descs import Case, TensorDesc, from_buffer, to_buffer
+    from onnx_gather.core.descs import Case, TensorDesc, from_buffer, to_buffer
     from onnx_gather.directml.direct import DirectRunner
 
     data, indices, output = TensorDesc.of("FLOAT32", [4]), TensorDesc.of("UINT32", [5]), TensorDesc.of("FLOAT32", [5])

@@ -12,7 +12,7 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from onnx_gather.errors import UserError
+from onnx_gather.core.errors import UserError
 
 ORT_DIRECTML_VERSION = "1.24.4"
 # The win_amd64 wheel for CPython 3.11 on PyPI; only its three DLLs are used.

@@ -10,7 +10,7 @@ import signal
 import time
 from pathlib import Path
 
-from onnx_gather.errors import UserError
+from onnx_gather.core.errors import UserError
 
 VARIABLE = "ONNX_GATHER_DIRECTML_MEMORY_GB"
 _V2 = Path("/sys/fs/cgroup")

@@ -14,17 +14,19 @@ import math
 
 import numpy as np
 
-from onnx_gather.descs import DTYPES, Case, TensorDesc, packed_strides
+from onnx_gather.core import contract
+from onnx_gather.core.contract import DIRECTML_DTYPES
+from onnx_gather.core.descs import Case, TensorDesc, packed_strides
 
 Rng = np.random.Generator
-DATA_TYPES = tuple(DTYPES)
-INDEX_TYPES = ("INT32", "INT64", "UINT32", "UINT64")
+DATA_TYPES = tuple(DIRECTML_DTYPES)
+INDEX_TYPES = tuple(sorted(t.directml for t in contract.INDEX_TYPES))  # INT32, INT64, UINT32, UINT64
 MAX_ELEMENTS = 400  # per tensor
 OPERATORS = {"GATHER": 0.4, "GATHER_ELEMENTS": 0.25, "GATHER_ND1": 0.25, "GATHER_ND": 0.1}
 
 
 def _itemsize(dtype: str) -> int:
-    return np.dtype(DTYPES[dtype]).itemsize
+    return np.dtype(DIRECTML_DTYPES[dtype]).itemsize
 
 
 def _sizes(rng: Rng, count: int, budget: int = MAX_ELEMENTS) -> list[int]:
@@ -96,7 +98,7 @@ def _index_values(rng: Rng, count: int, sizes: list[int], strides: list[int], in
             value = int(rng.integers(-size if signed and rng.random() < 0.5 else 0, size))
         value %= 2**bits
         values.append(value - 2**bits if signed and value >= 2 ** (bits - 1) else value)
-    return np.array(values, dtype=object).astype(DTYPES[index_type])
+    return np.array(values, dtype=object).astype(DIRECTML_DTYPES[index_type])
 
 
 def _buffer(rng: Rng, desc: TensorDesc, values: np.ndarray | None) -> bytes:
@@ -207,7 +209,7 @@ def random_case(rng: Rng) -> Case:
         desc = [x, j, o][int(rng.integers(0, 3))]
         odd = TensorDesc(desc.dtype, desc.sizes, desc.strides, desc.total_bytes, int(rng.choice([1, 2, 4, 8, 24])))
         x, j, o = (odd if d is desc else d for d in (x, j, o))
-    data = rng.integers(0, 256, math.prod(x.sizes) * _itemsize(x.dtype), dtype=np.uint8).view(DTYPES[x.dtype])
+    data = rng.integers(0, 256, math.prod(x.sizes) * _itemsize(x.dtype), dtype=np.uint8).view(DIRECTML_DTYPES[x.dtype])
     values = None
     addressed = [(xs[d], packed_strides(tuple(xs))[d]) for d in dims if d < len(xs)]
     if j.dtype in INDEX_TYPES and 0 not in j.sizes and addressed and all(size for size, _ in addressed):

@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from onnx_gather.core.errors import UserError
 from onnx_gather.directml.layout import SETUP_COMMAND, WINE, WINESERVER, Layout, wine_environment
 from onnx_gather.directml.memory import MemoryLimit
 from onnx_gather.directml.memory import default_bytes as memory_limit_bytes
-from onnx_gather.errors import UserError
 
 START_SECONDS = 120.0
 REQUEST_SECONDS = 600.0

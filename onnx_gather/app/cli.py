@@ -1,0 +1,491 @@
+"""The ``onnx-gather`` command line. Exit codes: 0 success, 1 a check failed, 2 bad input (one line on stderr)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import NoReturn
+
+import numpy as np
+import onnx
+
+from onnx_gather.app import demo, documents, report
+from onnx_gather.app.progress import Progress
+from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
+from onnx_gather.core.errors import UserError
+from onnx_gather.directml import install
+from onnx_gather.directml.layout import Layout
+from onnx_gather.graphs import model_io
+from onnx_gather.graphs.check import check, summary
+from onnx_gather.graphs.convert import Report, convert
+from onnx_gather.graphs.graph import counted
+from onnx_gather.graphs.lower import lower
+from onnx_gather.graphs.placement import FEATURE_LEVELS
+from onnx_gather.runtime import backends, inputs, ops
+from onnx_gather.runtime.observe import Observation
+from onnx_gather.runtime.parity import failure_hint, one_line, run_parity
+
+
+class UsageError(UserError):
+    """Bad arguments: exit 2 with one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def _number(kind: type, low: float, what: str) -> Callable[[str], float]:
+    """An argparse type: a ``kind`` of at least ``low`` (argparse names the flag in the error)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {what}")
+        return value
+
+    return parse
+
+
+def _dimension_count(text: str) -> str | int:
+    if text == "auto":
+        return text
+    if text.isdigit() and 1 <= int(text) <= 8:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r}: expected auto or 1 to 8 (DirectML tensors have 1 to 8 dimensions)")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("onnx-gather")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)  # options every command takes, before or after its name
+    common.add_argument("--debug", action="store_true", help="print a traceback with any error")
+    parser = _Parser(
+        prog="onnx-gather", parents=[common],
+        description="DirectML's Gather, GatherElements and GatherND semantics for ONNX models.",
+    )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"onnx-gather {_version()}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    commands = functools.partial(subparsers.add_parser, parents=[common])
+    demo_command = commands(
+        "demo", help="the bundled sample model on every backend, real DirectML included where it is set up"
+    )
+    _out_of_bounds_option(demo_command)
+    docs_command = commands(
+        "docs", help="print a document installed with onnx-gather (without NAME: list them, with their paths)"
+    )
+    docs_command.add_argument("name", nargs="?", metavar="NAME", help="the document, e.g. semantics")
+    setup_command = commands(
+        "setup-directml", help="prepare real DirectML on this Linux machine (Wine, Mesa's lavapipe; as root)"
+    )
+    setup_command.add_argument(
+        "--check", action="store_true", help="only say whether real DirectML is ready, and which versions it uses"
+    )
+
+    what = "standard Gather, GatherElements and GatherND into DML custom ops"
+    convert_command = commands("convert", help=what, description=f"Convert {what}.")
+    convert_command.add_argument("model", help="the ONNX model to convert (never modified)")
+    convert_command.add_argument("-o", "--output", required=True, help="where to write the converted model")
+    convert_command.add_argument(
+        "--dimension-count", default="auto", type=_dimension_count,
+        help="N for every DML node: auto (the least each needs, the default) or 1 to 8",
+    )  # fmt: skip
+    _out_of_bounds_option(convert_command)
+    convert_command.add_argument("--strict", action="store_true", help="exit 1 if any gather stays standard")
+    convert_command.add_argument(
+        "--keep-cpu-gathers", nargs="?", const="4.1", choices=FEATURE_LEVELS, metavar="LEVEL",
+        help="leave standard the gathers ONNX Runtime's DirectML provider keeps on its CPU provider on a device of "
+        "feature level LEVEL (default 4.1): shape computations, gathers of constants it folds, BFLOAT16 data, and "
+        "types the device lacks",
+    )  # fmt: skip
+    _observation_options(convert_command, _RANK_RUN)
+
+    lower_command = commands("lower", help="DML custom ops back into standard ONNX")
+    lower_command.add_argument("model", help="the ONNX model to lower (never modified)")
+    lower_command.add_argument("-o", "--output", required=True, help="where to write the lowered model")
+
+    check_command = commands("check", help="would DirectML at a feature level accept every gather?")
+    check_command.add_argument("model", help="the ONNX model to check")
+    check_command.add_argument(
+        "--feature-level",
+        choices=FEATURE_LEVELS,
+        default="4.1",
+        help="the device's DirectML feature level (default 4.1)",
+    )
+    _observation_options(check_command, _RANK_RUN)
+
+    run_command = commands("run", help="run a model on one backend")
+    run_command.add_argument("model", help="the ONNX model to run")
+    run_command.add_argument("--backend", required=True, choices=backends.BACKENDS, help="where to run it")
+    run_command.add_argument("--outputs", help="save the outputs to this .npz file")
+    _input_options(run_command)
+
+    parity_command = commands("parity", help="run models on several backends and compare their outputs")
+    parity_command.add_argument("models", nargs="+", metavar="MODEL", help="model files, or folders of them")
+    parity_command.add_argument(
+        "--backends", default=",".join(backends.DEFAULT_BACKENDS), help="comma-separated, of: "
+        f"{', '.join(backends.BACKENDS)} (default: all but reference; those that cannot run here are reported as "
+        "skipped)"
+    )  # fmt: skip
+    parity_command.add_argument(
+        "--reference", default="pyop", choices=backends.BACKENDS,
+        help="the backend the others are compared with (default pyop: DirectML's semantics)",
+    )  # fmt: skip
+    tolerance = _number(float, 0, "a number of 0 or more")
+    parity_command.add_argument("--atol", type=tolerance, default=1e-5, help="absolute tolerance (default 1e-5)")
+    parity_command.add_argument("--rtol", type=tolerance, default=1e-5, help="relative tolerance (default 1e-5)")
+    parity_command.add_argument("--save-inputs", help="save the inputs used to this .npz file (one model only)")
+    parity_command.add_argument("--report", help="write the JSON report here")
+    parity_command.add_argument("--markdown", help="write the report as Markdown here")
+    parity_command.add_argument(
+        "--all-tensors", action="store_true",
+        help="compare every intermediate value too, and name the first nodes whose outputs differ while their inputs "
+        "agree (marking values as outputs can change what a backend fuses)",
+    )  # fmt: skip
+    _input_options(parity_command)
+    return parser
+
+
+def _out_of_bounds_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--out-of-bounds", choices=OUT_OF_BOUNDS_MODES, default=OUT_OF_BOUNDS_MODES[0],
+        help="what an out-of-bounds index does in DML form: directml (what real DirectML reads, the default), "
+        "clamp (WebNN), zero (OpenVINO's Gather), error (ONNX Runtime's CPU kernels); see `onnx-gather docs semantics`",
+    )  # fmt: skip
+
+
+def _observation_options(command: argparse.ArgumentParser, title: str) -> None:
+    """The inputs of a run: of the model itself, or of the one that tells the ranks shape inference cannot."""
+    group = command.add_argument_group(title)
+    group.add_argument("--inputs", help="an .npz file with the inputs (those missing are generated)")
+    group.add_argument(
+        "--shape", action="append", default=[], metavar="NAME:DIMS",
+        help="the shape of a generated input, e.g. token_ids:2x7 (dynamic dims default to 1)",
+    )  # fmt: skip
+    group.add_argument(
+        "--seed",
+        type=_number(int, 0, "an integer of 0 or more"),
+        default=0,
+        help="seed of the generated inputs (default 0)",
+    )
+    group.add_argument(
+        "--int-range", default="0:4", metavar="LOW:HIGH", help="generated integers come from [LOW, HIGH) (default 0:4)"
+    )
+
+
+_RANK_RUN = "inputs of the run of ONNX Runtime that tells the ranks shape inference cannot"
+
+
+def _input_options(command: argparse.ArgumentParser) -> None:
+    _out_of_bounds_option(command)
+    _observation_options(command, "inputs")
+    command.add_argument("--device-id", type=int, default=0, help="the GPU for the cuda and dml backends")
+    command.add_argument(
+        "--max-elements", type=_number(int, 1, "an integer of 1 or more"), default=2**31,
+        help="refuse a generated input or a DML op output larger than this many elements (default 2^31)",
+    )  # fmt: skip
+
+
+def _print_report(report: Report, verb: str, source: str, target: str) -> None:
+    print(f"{source} -> {target}")
+    ops = sorted(set(report.before) | set(report.after), key=lambda op: (-report.before[op], op))
+    width = max([len(op) for op in ops] + [2])
+    print(f"  {'op':<{width}} {'before':>7} {'after':>7}")
+    for op in ops:
+        if report.before[op] != report.after[op]:
+            print(f"  {op:<{width}} {report.before[op]:>7} {report.after[op]:>7}")
+    unchanged = sum(1 for op in ops if report.before[op] == report.after[op])
+    print(f"  ({unchanged} other op types unchanged; {sum(report.before.values())} nodes before, "
+          f"{sum(report.after.values())} after)")  # fmt: skip
+    total = len(report.changed) + len(report.left)
+    print(f"{verb} {len(report.changed)} of {counted(total, 'gather')}.")
+    for changed in report.changed:
+        for remark in (changed.note, changed.ranks):
+            if remark:
+                print(f"  node {changed.node!r}: {remark}")
+    for left in report.left:
+        print(f"  left as it was: node {left.node!r} ({left.op_type}, {left.where}): {left.reason}")
+
+
+def _observation(args: argparse.Namespace) -> Observation:
+    return Observation(
+        _given(args), inputs.parse_shapes(args.shape), args.seed,
+        inputs.parse_int_range(args.int_range), Path(args.model).parent,
+    )  # fmt: skip
+
+
+def _read_files(model_path: str | Path, model: onnx.ModelProto, inputs_file: str | None = None) -> list[Path]:
+    """The files a command reads: the model, its external data files, the --inputs file."""
+    return [Path(model_path), *model_io.data_files(model, model_path), *([Path(inputs_file)] if inputs_file else [])]
+
+
+def _check_saved_model(args: argparse.Namespace, model: onnx.ModelProto, reads: list[Path]) -> None:
+    for path in model_io.saved_files(model, args.output, args.model):
+        model_io.check_output(path, "-o/--output", reads)
+
+
+def _convert(args: argparse.Namespace) -> int:
+    model = model_io.load(args.model)
+    _check_saved_model(args, model, _read_files(args.model, model, args.inputs))
+    result, report = convert(model, args.dimension_count, args.out_of_bounds, _observation(args), args.keep_cpu_gathers)
+    model_io.save(result, args.output, args.model)
+    _print_report(report, "Converted", args.model, args.output)
+    return 1 if args.strict and report.left else 0
+
+
+def _lower(args: argparse.Namespace) -> int:
+    model = model_io.load(args.model)
+    _check_saved_model(args, model, _read_files(args.model, model))
+    result, report = lower(model)
+    model_io.save(result, args.output, args.model)
+    _print_report(report, "Lowered", args.model, args.output)
+    before, after = sum(report.before.values()), sum(report.after.values())
+    reading = sum(1 for change in report.changed if change.reason.startswith("out_of_bounds=directml"))
+    if reading and after > before:
+        print(f"out_of_bounds=directml puts DirectML's reading of out-of-bounds indices beside the gathers that may "
+              f"meet them: {after - before:+,} nodes here. The cheaper modes add 1 to 3 nodes a gather: convert with "
+              "--out-of-bounds clamp, zero or error.")  # fmt: skip
+    return 1 if report.left else 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    verdicts = check(model_io.load(args.model), args.feature_level, _observation(args))
+    for verdict in verdicts:
+        print(f"{verdict.status:<8} node {verdict.node!r} ({verdict.op_type}, {verdict.where}): {verdict.reason}")
+        if verdict.ranks:
+            print(f"         ranks: {verdict.ranks}")
+    print(summary(verdicts, args.feature_level))
+    return 0 if all(v.status in ("DirectML", "CPU", "unknown") for v in verdicts) else 1
+
+
+def _given(args: argparse.Namespace) -> dict[str, np.ndarray]:
+    """The arrays of ``--inputs``, loaded once per command (``args`` keeps them)."""
+    if "given" not in vars(args):
+        args.given = inputs.load(args.inputs) if args.inputs else {}
+    return args.given
+
+
+def _feeds(args: argparse.Namespace, model: backends.Model) -> dict[str, np.ndarray]:
+    given = _given(args)
+    shapes = inputs.parse_shapes(args.shape)
+    int_range = inputs.parse_int_range(args.int_range)
+    return inputs.generate(model.proto, shapes, args.seed, int_range, given, args.max_elements)
+
+
+def _hint(args: argparse.Namespace, model: backends.Model, error: BaseException) -> str:
+    """What the inputs can do about a backend's ``error``: a generated integer input that reached an index out of
+    range, else which dynamic dims were generated as 1 (a likely cause of a failed run), else ""."""
+    given = list(_given(args))
+    generated = [value.name for value in inputs.model_inputs(model.proto) if value.name not in given]
+    int_range = inputs.parse_int_range(args.int_range)
+    return inputs.index_hint(model.proto, str(error), generated, int_range) or inputs.dynamic_hint(
+        model.proto, inputs.parse_shapes(args.shape), given
+    )
+
+
+def _describe(name: str, array: np.ndarray) -> str:
+    line = f"{name:<20} {array.dtype.name} {inputs.dims_text(array.shape)}"
+    if array.size and array.dtype.kind in "fiub":
+        numbers = array.astype(np.float64)
+        line += f"  min {numbers.min():.6g}  max {numbers.max():.6g}  mean {numbers.mean():.6g}"
+    first = ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in array.ravel()[:6].tolist())
+    return f"{line}  [{first}{', ...' if array.size > 6 else ''}]"
+
+
+def _run(args: argparse.Namespace) -> int:
+    model = backends.Model(Path(args.model), model_io.load(args.model))
+    if args.outputs:
+        model_io.check_output(args.outputs, "--outputs", _read_files(args.model, model.proto, args.inputs))
+    backend = backends.create(args.backend, args.device_id, args.out_of_bounds)
+    reason = backend.unavailable()
+    if reason is not None:
+        raise UsageError(f"backend {args.backend} cannot run here: {reason}")
+    feeds = _feeds(args, model)
+    progress = Progress(1, sys.stderr)
+    progress.step(f"{args.model}: {args.backend}")
+    try:
+        outcome = backend.run(model, feeds)
+    except Exception as error:
+        progress.clear()
+        if args.debug:
+            traceback.print_exc()
+        hint = failure_hint(error, _hint(args, model, error))
+        hint = f"; {hint}" if hint else ""
+        print(f"onnx-gather: {args.backend} failed on {args.model}: {one_line(error)}{hint}", file=sys.stderr)
+        return 1
+    finally:
+        progress.clear()  # also when interrupted
+    print(f"{args.model} on {args.backend}: {backend.description}")
+    for name, array in feeds.items():
+        print("  input  " + _describe(name, array))
+    for name, array in outcome.outputs.items():
+        print("  output " + _describe(name, array))
+    for node, count in outcome.out_of_bounds.items():
+        if count:
+            print(f"  {count} out-of-bounds index values met by DML node {node!r}")
+    if args.outputs:
+        inputs.save(args.outputs, outcome.outputs)
+    return 0
+
+
+def _model_paths(names: list[str]) -> list[Path]:
+    paths = []
+    for name in names:
+        path = Path(name)
+        found = sorted(path.rglob("*.onnx")) if path.is_dir() else [path]
+        if not found:
+            raise UsageError(f"{path}: a folder with no .onnx model in it")
+        paths += found
+    return paths
+
+
+def _load_models(paths: list[Path]) -> tuple[list[backends.Model], dict[Path, str]]:
+    """The models that load, and why each other one was refused; a single model that does not load is bad input."""
+    models, refused = [], {}
+    for path in paths:
+        try:
+            models.append(backends.Model(path, model_io.load(path)))
+        except model_io.ModelError as error:
+            if len(paths) == 1:
+                raise
+            refused[path] = str(error)
+    return models, refused
+
+
+def _check_parity_outputs(args: argparse.Namespace, models: list[backends.Model], refused: dict[Path, str]) -> None:
+    reads = [*refused, *([Path(args.inputs)] if args.inputs else [])]
+    for model in models:
+        reads += _read_files(model.path, model.proto)
+    given: dict[str, str] = {}
+    for flag, path in (("--report", args.report), ("--markdown", args.markdown), ("--save-inputs", args.save_inputs)):
+        if not path:
+            continue
+        model_io.check_output(path, flag, reads)
+        for other, other_path in given.items():
+            if model_io.same_file(Path(path), Path(other_path)):
+                raise UsageError(f"{flag} {path}: is also the {other} file; give each its own path")
+        given[flag] = path
+
+
+def _parity(args: argparse.Namespace) -> int:
+    names = [name.strip() for name in args.backends.split(",") if name.strip()]
+    if not names:
+        raise UsageError(f"--backends {args.backends!r}: name at least one backend ({', '.join(backends.BACKENDS)})")
+    for name in (*names, args.reference):
+        backends.create(name)  # an unknown name is bad input
+    paths = _model_paths(args.models)
+    if len(paths) > 1 and (args.inputs or args.save_inputs):
+        raise UsageError("--inputs and --save-inputs take a single model")
+    models, refused = _load_models(paths)
+    _check_parity_outputs(args, models, refused)
+    runs = []
+    progress = Progress(len(models), sys.stderr)
+    for model in models:
+        try:
+            feeds = _feeds(args, model)
+        except inputs.InputError as error:  # in a folder, one model's inputs do not stop the others
+            if len(paths) == 1:
+                raise
+            refused[model.path] = str(error)
+            progress.model_done()
+            continue
+        if args.save_inputs:
+            inputs.save(args.save_inputs, feeds)
+        runs.append(run_parity(
+            model, feeds, names, args.reference, args.atol, args.rtol, args.device_id, args.out_of_bounds,
+            functools.partial(_hint, args, model), args.all_tensors, args.seed, list(_given(args)),
+            lambda name, path=model.path: progress.step(f"{path}: {name}"),
+        ))  # fmt: skip
+        progress.model_done()
+        print(report.text(runs[-1]) + "\n")
+    progress.finish()
+    for path, reason in refused.items():
+        print(f"{path}: refused: {reason}\n")
+    passed = all(run.report["passed"] for run in runs) and not refused
+    if len(paths) > 1:
+        print(f"{sum(run.report['passed'] for run in runs)} of {len(paths)} models passed.")
+        for run in runs:
+            print(f"  {'passed' if run.report['passed'] else 'FAILED'}  {run.report['model']}")
+        for path in refused:
+            print(f"  refused {path}")
+    if args.report:
+        reports = [run.report for run in runs] + [_refused_report(path, reason) for path, reason in refused.items()]
+        document = reports[0] if len(paths) == 1 else {"models": reports, "passed": passed}
+        model_io.write_bytes(args.report, json.dumps(document, indent=2).encode())
+    if args.markdown:
+        model_io.write_bytes(args.markdown, report.markdown(runs, refused).encode())
+    return 0 if passed else 1
+
+
+def _refused_report(path: Path, reason: str) -> dict:
+    """A model of a folder that could not be loaded: in the JSON report, with why."""
+    return {"model": str(path), "refused": reason, "passed": False}
+
+
+def _setup_directml(args: argparse.Namespace) -> int:
+    layout = Layout.default()
+    if args.check:
+        return install.check(layout, sys.stdout)
+    try:
+        return install.setup(layout, sys.stdout)
+    except install.SetupError as error:
+        for line in str(error).splitlines():
+            print(f"onnx-gather: setup-directml: {line}", file=sys.stderr)
+        return 2
+
+
+_COMMANDS = {
+    "demo": lambda args: demo.run(sys.stdout, args.out_of_bounds),
+    "docs": lambda args: documents.show(args.name, sys.stdout),
+    "setup-directml": _setup_directml,
+    "convert": _convert,
+    "lower": _lower,
+    "check": _check,
+    "run": _run,
+    "parity": _parity,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 success, 1 a check failed, 2 bad input, 3 an internal error,
+    130 interrupted)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv
+    try:
+        args = _parser().parse_args(argv)
+        if hasattr(args, "max_elements"):
+            ops.set_max_output_elements(args.max_elements)
+        return _COMMANDS[args.command](args)
+    except KeyboardInterrupt:  # what was started (Wine, Xvfb) has been ended on the way out
+        Progress(0, sys.stderr).clear()
+        print("onnx-gather: interrupted", file=sys.stderr)
+        return 130
+    except (UserError, OSError) as error:  # bad input (a file one cannot read too): one line naming it
+        if debug:
+            traceback.print_exc()
+        print(f"onnx-gather: error: {one_line(error, typed=False)}", file=sys.stderr)
+        return 2
+    except Exception as error:  # onnx-gather's own failure: one line saying so
+        if debug:
+            traceback.print_exc()
+        hint = "" if debug else "; run with --debug for the traceback"
+        print(f"onnx-gather: internal error: {one_line(error)}{hint}", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

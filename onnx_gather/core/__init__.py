@@ -1,0 +1,7 @@
+"""The lowest layer: what DirectML computes, in numpy, with no ONNX graph and no runtime.
+
+* ``contract``: the one declaration of the DML ops (names, attributes, modes, element types, carriers);
+* ``semantics``: DirectML's Gather, GatherElements and GatherND on numpy arrays;
+* ``descs`` and ``predict``: DirectML's operator descs over buffers, and what DirectML computes for any of them;
+* ``examples``: DirectML's documented examples; ``errors``: the error classes every layer raises.
+"""

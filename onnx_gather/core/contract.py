@@ -1,0 +1,225 @@
+"""The one declaration of the DML ops: their names, attributes and the values those take, the out-of-bounds modes,
+the element types DirectML and the custom ops carry, and what the other types travel as.
+
+The custom ops (``runtime.ops``), the validator, the converter, the lowering, ``check``, onnx's reference evaluator
+and the conformance tools all read it. ``register_schemas()`` declares the ops to onnx as operator schemas with
+type and shape inference, so that ``onnx.shape_inference`` and ``onnx.checker`` know DML nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, defs
+
+DOMAIN = "onnx_gather"
+DOMAIN_VERSION = 1
+MAX_DIMENSION_COUNT = 8
+
+# What an out-of-bounds index does (docs/semantics.md section 4): what real DirectML reads, the default; clamped
+# into its axis (WebNN); a zero (OpenVINO's Gather); an error (ONNX Runtime's CPU kernels).
+OUT_OF_BOUNDS_MODES = ("directml", "clamp", "zero", "error")
+# DirectML's reading of 16-bit data, which to_dml writes where FLOAT16 or BFLOAT16 data travel as FLOAT32 through
+# the custom ops (how DirectML pads a tensor's memory depends on its element size).
+DIRECTML_16BIT = "directml-16bit"
+ATTRIBUTE_VALUES = (*OUT_OF_BOUNDS_MODES, DIRECTML_16BIT)
+
+
+@dataclass(frozen=True)
+class ElementType:
+    """One tensor element type under its three names."""
+
+    directml: str  # DML_TENSOR_DATA_TYPE_<directml>
+    onnx: int  # TensorProto.DataType
+    numpy: np.dtype
+
+
+def _element(directml: str, onnx_type: int, numpy_type: type) -> ElementType:
+    return ElementType(directml, onnx_type, np.dtype(numpy_type))
+
+
+# DirectML's data types at feature level 4.1 (docs/semantics.md section 5), the data types of its gathers.
+DATA_TYPES = (
+    _element("FLOAT32", TensorProto.FLOAT, np.float32),
+    _element("FLOAT16", TensorProto.FLOAT16, np.float16),
+    _element("FLOAT64", TensorProto.DOUBLE, np.float64),
+    _element("UINT8", TensorProto.UINT8, np.uint8),
+    _element("UINT16", TensorProto.UINT16, np.uint16),
+    _element("UINT32", TensorProto.UINT32, np.uint32),
+    _element("UINT64", TensorProto.UINT64, np.uint64),
+    _element("INT8", TensorProto.INT8, np.int8),
+    _element("INT16", TensorProto.INT16, np.int16),
+    _element("INT32", TensorProto.INT32, np.int32),
+    _element("INT64", TensorProto.INT64, np.int64),
+)
+_BY_DIRECTML = {t.directml: t for t in DATA_TYPES}
+INDEX_TYPES = tuple(_BY_DIRECTML[name] for name in ("INT64", "INT32", "UINT64", "UINT32"))
+DATA_DTYPES = tuple(t.numpy for t in DATA_TYPES)
+INDEX_DTYPES = tuple(t.numpy for t in INDEX_TYPES)
+DIRECTML_DTYPES = {t.directml: t.numpy for t in DATA_TYPES}  # descs' element types by DirectML's names
+DIRECTML_NAMES = {t.onnx: t.directml for t in DATA_TYPES}
+
+# A DML node carries DirectML's data types less FLOAT16, which onnxruntime-extensions' bridge refuses; the types
+# below travel as another through the custom ops (to_dml puts Casts around the node), exactly.
+NODE_DATA_TYPES = frozenset(t.onnx for t in DATA_TYPES if t.onnx != TensorProto.FLOAT16)
+CARRIERS = {TensorProto.FLOAT16: TensorProto.FLOAT, TensorProto.BFLOAT16: TensorProto.FLOAT,
+            TensorProto.BOOL: TensorProto.UINT8}  # fmt: skip
+# ONNX Runtime's DirectML provider hands DirectML a BOOL tensor as UINT8.
+DIRECTML_STORAGE = {TensorProto.BOOL: TensorProto.UINT8}
+# ONNX Runtime's Where has no kernel for these: the lowering masks them as an exact wider or same-width type.
+WHERE_CARRIERS = {TensorProto.BOOL: TensorProto.UINT8, TensorProto.INT16: TensorProto.INT32,
+                  TensorProto.UINT16: TensorProto.UINT32, TensorProto.UINT64: TensorProto.INT64,
+                  TensorProto.BFLOAT16: TensorProto.FLOAT}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """One attribute of a DML op. Every one is required: ``to_dml`` writes them all, and the DML form states
+    each gather completely."""
+
+    name: str
+    type: int  # onnx.AttributeProto.INT or STRING
+    doc: str
+
+
+_MODE = Attribute(
+    "out_of_bounds",
+    onnx.AttributeProto.STRING,
+    f"what an out-of-bounds index does: one of {', '.join(OUT_OF_BOUNDS_MODES)} or "
+    f"{DIRECTML_16BIT} (DirectML's reading of 16-bit data carried as FLOAT32)",
+)
+
+
+@dataclass(frozen=True)
+class DmlOp:
+    """One DML op: its node type, the standard op it stands for, DirectML's operator, and its attributes."""
+
+    op_type: str
+    standard: str
+    directml: str
+    attributes: tuple[Attribute, ...]
+    doc: str
+
+    def attribute_types(self) -> dict[str, int]:
+        return {a.name: a.type for a in self.attributes}
+
+
+_INT = onnx.AttributeProto.INT
+OPS = (
+    DmlOp("DmlGather", "Gather", "DML_GATHER", (
+        Attribute("axis", _INT, "the input's dimension the indices select along, 0 to N-1"),
+        Attribute("index_dimensions", _INT, "how many of the indices' last dimensions count"),
+        _MODE), "DML_GATHER: input, indices and output of the same dimension count N, right-aligned."),
+    DmlOp("DmlGatherElements", "GatherElements", "DML_GATHER_ELEMENTS", (
+        Attribute("axis", _INT, "the dimension the indices select along, 0 to N-1"),
+        _MODE), "DML_GATHER_ELEMENTS: the output has the indices' sizes."),
+    DmlOp("DmlGatherNd", "GatherND", "DML_GATHER_ND1", (
+        Attribute("input_dimension_count", _INT, "how many of the input's last dimensions count"),
+        Attribute("indices_dimension_count", _INT, "how many of the indices' last dimensions count"),
+        Attribute("batch_dimension_count", _INT, "how many of those are batch dimensions"),
+        _MODE), "DML_GATHER_ND1: index tuples of the indices' last size, after the batch dimensions."),
+)  # fmt: skip
+BY_TYPE = {op.op_type: op for op in OPS}
+BY_STANDARD = {op.standard: op for op in OPS}
+DML_OP_TYPES = tuple(BY_TYPE)
+GATHER_OPS = tuple(BY_STANDARD)  # the standard ops that have a DML form
+
+
+def is_dml(node: onnx.NodeProto) -> bool:
+    return node.domain == DOMAIN and node.op_type in BY_TYPE
+
+
+def output_dims(op: DmlOp, input: Sequence, indices: Sequence, attributes: dict[str, int]) -> list | None:
+    """The output's dims (ints, names or None) from the inputs' (the same), or None where the rank is not known
+    or they do not fit; ``core.semantics`` checks the shapes themselves, this only states the sizes."""
+    n = len(input)
+    if len(indices) != n or not 1 <= n <= MAX_DIMENSION_COUNT:
+        return None
+    if op.op_type == "DmlGatherElements":
+        return list(indices)
+    if op.op_type == "DmlGather":
+        axis, index_dimensions = attributes.get("axis", 0), attributes.get("index_dimensions", 0)
+        if not (0 <= axis < n and 0 <= index_dimensions <= n):
+            return None
+        sizes = [*input[:axis], *indices[n - index_dimensions :], *input[axis + 1 :]]
+        return [1] * (n - len(sizes)) + sizes[max(len(sizes) - n, 0) :]
+    counts = [attributes.get(a, 0) for a in ("input_dimension_count", "indices_dimension_count")]
+    batch = attributes.get("batch_dimension_count", 0)
+    if not all(1 <= count <= n for count in counts):
+        return None
+    data, index = input[n - counts[0] :], indices[n - counts[1] :]
+    if not isinstance(index[-1], int) or not 0 <= batch < min(len(data), len(index)):
+        return None
+    sizes = [*index[:-1], *data[batch + index[-1] :]]
+    return [1] * (n - len(sizes)) + sizes if len(sizes) <= n else None
+
+
+def _dims(value: onnx.TypeProto | None) -> list | None:
+    if value is None or not value.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in value.tensor_type.shape.dim]
+
+
+def _tensor_type(elem_type: int, dims: list | None) -> onnx.TypeProto:
+    result = onnx.TypeProto()
+    result.tensor_type.elem_type = elem_type
+    if dims is not None:
+        for size in dims:
+            dim = result.tensor_type.shape.dim.add()
+            if isinstance(size, int):
+                dim.dim_value = size
+            elif size:
+                dim.dim_param = size
+    return result
+
+
+def _inference(op: DmlOp) -> Callable[[onnx.shape_inference.InferenceContext], None]:
+    """onnx's type and shape inference for ``op``: the input's element type, and the sizes where known."""
+
+    def infer(context: onnx.shape_inference.InferenceContext) -> None:
+        input, indices = context.get_input_type(0), context.get_input_type(1)
+        if input is None or not input.tensor_type.elem_type:
+            return
+        attributes = {name: context.get_attribute(name) for name in op.attribute_types()}
+        ints = {name: a.i for name, a in attributes.items() if a is not None and a.type == _INT}
+        input_dims, indices_dims = _dims(input), _dims(indices)
+        known = input_dims is not None and indices_dims is not None
+        dims = output_dims(op, input_dims, indices_dims, ints) if known else None
+        context.set_output_type(0, _tensor_type(input.tensor_type.elem_type, dims))
+
+    return infer
+
+
+def _type_names(types: Iterable[int]) -> list[str]:
+    return [f"tensor({onnx.TensorProto.DataType.Name(t).lower()})" for t in types]
+
+
+def _schema(op: DmlOp) -> defs.OpSchema:
+    schema = defs.OpSchema(
+        op.op_type,
+        DOMAIN,
+        DOMAIN_VERSION,
+        op.doc,
+        inputs=[defs.OpSchema.FormalParameter("input", "T"), defs.OpSchema.FormalParameter("indices", "Tind")],
+        outputs=[defs.OpSchema.FormalParameter("output", "T")],
+        type_constraints=[
+            ("T", _type_names(sorted(NODE_DATA_TYPES)), "the data types a DML node carries"),
+            ("Tind", _type_names(t.onnx for t in INDEX_TYPES), "DirectML's index types"),
+        ],
+        attributes=[
+            defs.OpSchema.Attribute(a.name, defs.OpSchema.AttrType(a.type), a.doc, required=True) for a in op.attributes
+        ],
+    )
+    schema.set_type_and_shape_inference_function(_inference(op))
+    return schema
+
+
+def register_schemas() -> None:
+    """Declare the DML ops to onnx (once per process): onnx's shape inference then types their outputs, and its
+    checker checks their attributes' types and their input types."""
+    for op in OPS:
+        if not defs.has(op.op_type, DOMAIN_VERSION, DOMAIN):
+            defs.register_schema(_schema(op))

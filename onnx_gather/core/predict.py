@@ -1,0 +1,275 @@
+"""What DirectML computes for a gather operator desc: DML_GATHER, DML_GATHER_ELEMENTS, DML_GATHER_ND and
+DML_GATHER_ND1 over buffer tensor descs (sizes, strides, TotalTensorSizeInBytes, alignment) and the buffers' bytes,
+as measured on DirectML 1.15.4 called directly (docs/semantics.md section 7 states the rules with examples).
+
+``predict(case)`` is the outcome DirectML gives: the refusal at operator creation (``REFUSED``), or the whole output
+buffer, the bytes DirectML leaves alone keeping the case's fill. ``NotPredicted`` says where no rule was found.
+This module imports no runtime; ``onnx_gather.conformance.direct`` holds it against DirectML itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from onnx_gather.core.contract import DIRECTML_DTYPES
+from onnx_gather.core.descs import Case, Outcome, TensorDesc
+
+REFUSED = Outcome("create 0x80070057", None)  # every refusal: CreateOperator returns E_INVALIDARG
+INDEX_TYPES = ("INT32", "INT64", "UINT32", "UINT64")
+MAX_DIMENSIONS = 8
+_WORD = np.uint64(0xFFFFFFFF)
+
+
+class NotPredicted(Exception):
+    """A desc whose result no measured rule predicts; the message says why."""
+
+
+def _itemsize(desc: TensorDesc) -> int:
+    return np.dtype(DIRECTML_DTYPES[desc.dtype]).itemsize
+
+
+def _extent(desc: TensorDesc) -> int:
+    """Bytes from the buffer's start to the end of the last element, in exact arithmetic."""
+    last = sum((size - 1) * step for size, step in zip(desc.sizes, desc.steps, strict=True))
+    return (last + 1) * _itemsize(desc)
+
+
+def _desc_refusal(desc: TensorDesc) -> str | None:
+    """DirectML's checks of one tensor desc alone."""
+    if not 1 <= len(desc.sizes) <= MAX_DIMENSIONS:
+        return f"{len(desc.sizes)} dimensions (1 to {MAX_DIMENSIONS})"
+    if 0 in desc.sizes:
+        return f"a size of 0 in {desc.sizes}"
+    if desc.alignment != 0 and (desc.alignment < 16 or desc.alignment & (desc.alignment - 1)):
+        return f"base offset alignment {desc.alignment} (0 or a power of two of at least 16)"
+    needed = -(-_extent(desc) // 4) * 4
+    if desc.total_bytes < needed:
+        return f"TotalTensorSizeInBytes {desc.total_bytes}, below the extent rounded up to 4 bytes ({needed})"
+    return None
+
+
+def _output_overlap(desc: TensorDesc) -> str | None:
+    """DirectML's check against an output writing an address twice (not exact: some overlaps pass it)."""
+    steps = [step for size, step in zip(desc.sizes, desc.steps, strict=True) if size > 1]
+    if 0 in steps:
+        return "an output stride of 0 on a dimension of size above 1"
+    if len(set(steps)) != len(steps):
+        return "two output dimensions of size above 1 with equal strides"
+    if _extent(desc) // _itemsize(desc) < math.prod(desc.sizes):
+        return "an output extent below its element count"
+    return None
+
+
+def gather_output_sizes(case: Case) -> tuple[int, ...]:
+    """DML_GATHER: the one output size DirectML takes for index sizes 1 before the last ``index_dimensions`` m: the
+    last N entries of ``C = input[:axis] + indices[N-m:] + input[axis+1:]``, whatever they crop (1 or not), with a
+    1 prepended where C is shorter (m = 0)."""
+    n = len(case.input.sizes)
+    axis, m = case.attributes["axis"], case.attributes["index_dimensions"]
+    if any(size != 1 for size in case.indices.sizes[: n - m]):
+        raise NotPredicted(f"DML_GATHER with leading index sizes {case.indices.sizes[: n - m]} that are not 1")
+    c = (*case.input.sizes[:axis], *case.indices.sizes[n - m :], *case.input.sizes[axis + 1 :])
+    cropped = max(len(c) - n, 0)
+    if cropped > axis or any(size != 1 for size in case.input.sizes[:cropped]):
+        raise NotPredicted(
+            f"DML_GATHER whose output crops {c[:cropped]} of {c}, beyond the input's leading 1s: DirectML was seen "
+            "to leave output elements unwritten there, and to write elsewhere"
+        )
+    return (1,) * (n - len(c)) + c[cropped:]
+
+
+def nd_output_sizes(case: Case) -> tuple[int, ...]:
+    """DML_GATHER_ND(1): ``Q[:-1] + X[B+k:]`` with 1s prepended (X, Q the meaningful input and indices sizes)."""
+    n = len(case.input.sizes)
+    data, index = _nd_sizes(case)
+    batch = case.attributes.get("batch_dimension_count", 0)
+    sizes = (*index[:-1], *data[batch + index[-1] :])
+    return (1,) * (n - len(sizes)) + sizes
+
+
+def _nd_sizes(case: Case) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    n = len(case.input.sizes)
+    x, q = case.attributes["input_dimension_count"], case.attributes["indices_dimension_count"]
+    return tuple(case.input.sizes[n - x :]), tuple(case.indices.sizes[n - q :])
+
+
+def _nd_refusal(case: Case) -> str | None:
+    n = len(case.input.sizes)
+    x, q = case.attributes["input_dimension_count"], case.attributes["indices_dimension_count"]
+    batch = case.attributes.get("batch_dimension_count", 0)
+    if not (1 <= x <= n and 1 <= q <= n):
+        return f"input_dimension_count {x} or indices_dimension_count {q} outside 1 to {n}"
+    for role, desc, count in (("input", case.input, x), ("indices", case.indices, q)):
+        if any(size != 1 for size in desc.sizes[: n - count]):
+            return f"{role} sizes {desc.sizes} not 1 before the last {count}"
+    if not (batch < x and batch < q):
+        return f"batch_dimension_count {batch} not below both dimension counts ({x}, {q})"
+    k = case.indices.sizes[-1]
+    if not 1 <= k <= x - batch:
+        return f"index tuples of {k} coordinates (1 to {x - batch} fit)"
+    if (q - 1) + (x - batch - k) > n:
+        return f"an output of {(q - 1) + (x - batch - k)} dimensions, more than {n} (nothing is cropped)"
+    return None
+
+
+def refusal(case: Case) -> str | None:
+    """Why DirectML refuses ``case`` when it creates the operator, or None if it takes it."""
+    for role, desc in (("input", case.input), ("indices", case.indices), ("output", case.output)):
+        reason = _desc_refusal(desc)
+        if reason:
+            return f"{role}: {reason}"
+    n = len(case.input.sizes)
+    if len(case.indices.sizes) != n or len(case.output.sizes) != n:
+        return f"dimension counts differ: input {n}, indices {len(case.indices.sizes)}, output {len(case.output.sizes)}"
+    if case.indices.dtype not in INDEX_TYPES:
+        return f"indices of type {case.indices.dtype} ({', '.join(INDEX_TYPES)})"
+    if case.output.dtype != case.input.dtype:
+        return f"output type {case.output.dtype} unlike the input's {case.input.dtype}"
+    if case.operator in ("GATHER_ND", "GATHER_ND1"):
+        reason = _nd_refusal(case)
+        if reason:
+            return reason
+        sizes = nd_output_sizes(case)
+    else:
+        axis = case.attributes["axis"]
+        if axis >= n:
+            return f"axis {axis} of {n} dimensions"
+        if case.operator == "GATHER_ELEMENTS":
+            if any(case.indices.sizes[d] != case.input.sizes[d] for d in range(n) if d != axis):
+                return f"indices sizes {case.indices.sizes} unlike the input's {case.input.sizes} off the axis"
+            sizes = case.indices.sizes
+        elif case.attributes["index_dimensions"] > n:
+            return f"index_dimensions {case.attributes['index_dimensions']} above the dimension count {n}"
+        else:
+            sizes = gather_output_sizes(case)
+            if case.attributes["index_dimensions"] == 0 and case.output.sizes[1:] == sizes[1:]:
+                if case.output.sizes[0] != sizes[0]:
+                    raise NotPredicted("DML_GATHER with index_dimensions 0 and a first output size above 1")
+    if tuple(case.output.sizes) != tuple(sizes):
+        return f"output sizes {case.output.sizes}, not {tuple(sizes)}"
+    return _output_overlap(case.output)
+
+
+def _elements(desc: TensorDesc, data: bytes, offsets: np.ndarray) -> np.ndarray:
+    """The elements at these element offsets of a buffer (each wholly within it), as unsigned integers."""
+    raw = np.frombuffer(data, np.uint8)
+    size = _itemsize(desc)
+    return raw[: len(raw) // size * size].view(f"<u{size}")[offsets.astype(np.intp)]
+
+
+def _words(case: Case, coordinates: np.ndarray, size: int, component: int = -1) -> np.ndarray:
+    """The coordinate each index value becomes (32-bit words as uint64): the value's low 32 bits, plus the
+    dimension's ``size`` when its top bit is set (INT32, INT64 and UINT64 alike; UINT32 never), wrapping.
+    ``coordinates`` are the indices' own (rows of N); ``component`` replaces their last one (an ND tuple's)."""
+    if component >= 0:
+        coordinates = coordinates.copy()
+        coordinates[:, -1] = component
+    offsets = (coordinates.astype(np.uint64) * np.array(case.indices.steps, np.uint64)).sum(axis=1)
+    raw = _elements(case.indices, case.indices_bytes, offsets).astype(np.uint64)
+    words = raw & _WORD
+    if case.indices.dtype != "UINT32":
+        negative = (raw >> np.uint64(8 * _itemsize(case.indices) - 1)) & np.uint64(1)
+        words = np.where(negative == 1, (words + np.uint64(size)) & _WORD, words)
+    return words
+
+
+def _read(case: Case, offsets: np.ndarray) -> np.ndarray:
+    """What DirectML reads at these element offsets (32-bit words): clamped to ceil(total / element size) - 1, from
+    the buffer as it is; an element reaching past the total reads 0."""
+    size = _itemsize(case.input)
+    clamped = np.minimum(offsets, np.uint64(-(-case.input.total_bytes // size) - 1))
+    whole = case.input.total_bytes // size
+    values = _elements(case.input, case.input_bytes, np.minimum(clamped, np.uint64(max(whole - 1, 0))))
+    return np.where(clamped < np.uint64(whole), values, 0).astype(values.dtype)
+
+
+def _gather_offsets(case: Case, out: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    n, axis, m = len(case.input.sizes), case.attributes["axis"], case.attributes["index_dimensions"]
+    # Coordinates over C = input[:axis] + Q + input[axis+1:]: those the output crops are 0.
+    cropped = n + m - 1 - n
+    if cropped >= 0:
+        full = np.concatenate([np.zeros((len(out), cropped), np.uint64), out], axis=1)
+    else:
+        full = out[:, -cropped:]
+    at = np.concatenate([np.zeros((len(out), n - m), np.uint64), full[:, axis : axis + m]], axis=1)
+    words = _words(case, at, case.input.sizes[axis])
+    rest = np.concatenate([full[:, :axis], full[:, axis + m :]], axis=1)
+    return (rest * np.concatenate([steps[:axis], steps[axis + 1 :]])).sum(axis=1) + words * steps[axis]
+
+
+def _elements_offsets(case: Case, out: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    axis = case.attributes["axis"]
+    words = _words(case, out, case.input.sizes[axis])
+    if case.input.sizes[axis] == 1:  # GATHER_ELEMENTS reads coordinate 0 on an axis of size 1, whatever the stride
+        words = np.zeros_like(words)
+    return (np.delete(out, axis, axis=1) * np.delete(steps, axis)).sum(axis=1) + words * steps[axis]
+
+
+def _nd_offsets(case: Case, out: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    n = len(case.input.sizes)
+    data, index = _nd_sizes(case)
+    batch, k = case.attributes.get("batch_dimension_count", 0), index[-1]
+    first = n - len(data)  # the input's first meaningful dimension
+    tuple_dims = len(index) - 1
+    lead = n - (tuple_dims + len(data) - batch - k)  # where the output's tuple coordinates start
+    positions = out[:, lead : lead + tuple_dims]  # the tuple's position in the indices, batches first
+    at = np.zeros((len(out), n), np.uint64)
+    at[:, n - len(index) : n - 1] = positions
+    offsets = (positions[:, :batch] * steps[first : first + batch]).sum(axis=1)
+    for c in range(k):
+        words = _words(case, at, data[batch + c], component=c)
+        offsets = offsets + words * steps[first + batch + c]
+    inner = out[:, lead + tuple_dims :]
+    return offsets + (inner * steps[first + batch + k :]).sum(axis=1)
+
+
+def out_of_bounds(case: Case) -> bool:
+    """Whether an accepted case has an index value outside ``[-size, size)`` of its dimension (``[0, size)`` for
+    UINT32; a UINT64 value with its top bit set counts as negative, as DirectML reads it), or an ND1 indices batch
+    size above the input's."""
+    n = len(case.indices.sizes)
+    at = np.indices(case.indices.sizes, np.uint64).reshape(n, -1).T
+    offsets = (at * np.array(case.indices.steps, np.uint64)).sum(axis=1)
+    raw = _elements(case.indices, case.indices_bytes, offsets)
+    values = raw.astype(np.uint64).astype(object)
+    bits = 8 * _itemsize(case.indices)
+    if case.indices.dtype != "UINT32":
+        values = np.array([v - 2**bits if v >= 2 ** (bits - 1) else v for v in values], dtype=object)
+    if case.operator in ("GATHER", "GATHER_ELEMENTS"):
+        sizes = [case.input.sizes[case.attributes["axis"]]]
+    else:
+        data, index = _nd_sizes(case)
+        batch = case.attributes.get("batch_dimension_count", 0)
+        if any(j > d for j, d in zip(index[:batch], data[:batch], strict=True)):
+            return True
+        sizes = list(data[batch : batch + index[-1]])
+    limits = np.resize(np.array(sizes, dtype=object), len(values))
+    low = 0 if case.indices.dtype == "UINT32" else -limits
+    return bool(((values < low) | (values >= limits)).any())
+
+
+_OFFSETS = {"GATHER": _gather_offsets, "GATHER_ELEMENTS": _elements_offsets, "GATHER_ND": _nd_offsets,
+            "GATHER_ND1": _nd_offsets}  # fmt: skip
+
+
+def predict(case: Case) -> Outcome:
+    """The outcome DirectML gives for ``case``: ``REFUSED``, or the whole output buffer."""
+    if refusal(case) is not None:
+        return REFUSED
+    if max(case.input.total_bytes, case.indices.total_bytes, case.output.total_bytes) >= 2**32:
+        raise NotPredicted("a buffer of 4 GiB or more (never measured)")
+    sizes = case.output.sizes
+    out = np.indices(sizes, np.uint64).reshape(len(sizes), -1).T  # every output coordinate, row-major
+    offsets = _OFFSETS[case.operator](case, out, np.array(case.input.steps, np.uint64)) & _WORD
+    values = _read(case, offsets)
+    buffer = np.full(case.output.total_bytes, case.fill, np.uint8)
+    at = (out * np.array(case.output.steps, np.uint64)).sum(axis=1).astype(np.intp)
+    order = np.argsort(at, kind="stable")
+    shared = at[order][1:] == at[order][:-1]
+    if shared.any() and (values[order][1:][shared] != values[order][:-1][shared]).any():
+        raise NotPredicted("output positions sharing an address get different values: a race between GPU threads")
+    size = _itemsize(case.output)
+    buffer[: len(buffer) // size * size].view(f"<u{size}")[at] = values
+    return Outcome(None, buffer.tobytes())

@@ -1,0 +1,404 @@
+"""DirectML's Gather, GatherElements and GatherND, stated in numpy (docs/semantics.md sections 1-5 and 8), on the
+tensors ONNX Runtime's provider hands DirectML; ``onnx_gather.core.predict`` states DirectML for any buffer desc.
+
+This module is the reference the rest of the package is tested against. It imports no
+runtime: every rule is readable here, and testable without ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from onnx_gather.core.contract import (
+    ATTRIBUTE_VALUES,
+    DATA_DTYPES,
+    DIRECTML_16BIT,
+    INDEX_DTYPES,
+    MAX_DIMENSION_COUNT,
+    OUT_OF_BOUNDS_MODES,
+)
+from onnx_gather.core.errors import UserError
+
+_MASK32 = np.uint64(0xFFFFFFFF)
+
+
+class GatherError(UserError):
+    """A gather DirectML would refuse, or an out-of-bounds index under ``out_of_bounds="error"``."""
+
+
+def check_types(op: str, input_dtype: np.dtype, indices_dtype: np.dtype) -> None:
+    """Raise GatherError unless both element types are ones DirectML accepts."""
+    if np.dtype(input_dtype) not in DATA_DTYPES:
+        allowed = ", ".join(d.name for d in DATA_DTYPES)
+        raise GatherError(f"{op}: input type {np.dtype(input_dtype).name} is not supported (supported: {allowed})")
+    if np.dtype(indices_dtype) not in INDEX_DTYPES:
+        allowed = ", ".join(d.name for d in INDEX_DTYPES)
+        raise GatherError(f"{op}: indices type {np.dtype(indices_dtype).name} is not supported (supported: {allowed})")
+
+
+def check_out_of_bounds(op: str, out_of_bounds: str) -> None:
+    """Raise GatherError unless ``out_of_bounds`` names one of the modes."""
+    if out_of_bounds not in ATTRIBUTE_VALUES:
+        raise GatherError(
+            f"{op}: out_of_bounds {out_of_bounds!r} is unknown (expected one of: {', '.join(OUT_OF_BOUNDS_MODES)})"
+        )
+
+
+def _check_dimension_counts(op: str, input_sizes: Sequence[int], indices_sizes: Sequence[int]) -> int:
+    n = len(input_sizes)
+    if len(indices_sizes) != n:
+        raise GatherError(
+            f"{op}: input has {n} dimensions {tuple(input_sizes)} but indices has {len(indices_sizes)} "
+            f"{tuple(indices_sizes)}; DirectML needs the same dimension count (pad with leading 1s)"
+        )
+    if not 1 <= n <= MAX_DIMENSION_COUNT:
+        raise GatherError(f"{op}: dimension count {n} is outside DirectML's range 1 to {MAX_DIMENSION_COUNT}")
+    return n
+
+
+def _check_axis(op: str, axis: int, n: int) -> None:
+    if not 0 <= axis < n:
+        raise GatherError(f"{op}: axis {axis} is out of range [0, {n}) for {n}-dimensional tensors")
+
+
+def gather_output_sizes(
+    input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int, index_dimensions: int
+) -> tuple[int, ...]:
+    """The output sizes of DML_GATHER, validating the shapes and attributes (docs/semantics.md sections 2 and 8).
+
+    ``C = input[:axis] + indices[N - index_dimensions:] + input[axis + 1:]``; DirectML takes exactly its last N
+    entries, with a 1 prepended where it is shorter. Where those entries crop more than the input's leading 1s, or
+    where index sizes before the last ``index_dimensions`` are not 1, DirectML's result is not predicted: an error.
+    """
+    op = "DmlGather"
+    n = _check_dimension_counts(op, input_sizes, indices_sizes)
+    _check_axis(op, axis, n)
+    if not 0 <= index_dimensions <= n:
+        raise GatherError(f"{op}: index_dimensions {index_dimensions} is out of range [0, {n}]")
+    leading = tuple(indices_sizes[: n - index_dimensions])
+    if any(size != 1 for size in leading):
+        raise GatherError(
+            f"{op}: indices sizes {tuple(indices_sizes)} with index_dimensions {index_dimensions} have leading "
+            f"sizes {leading} that are not 1: DirectML takes some such descs, but what it computes there is not "
+            "predicted (docs/semantics.md section 8)"
+        )
+    sizes = (*input_sizes[:axis], *indices_sizes[n - index_dimensions :], *input_sizes[axis + 1 :])
+    cropped = max(len(sizes) - n, 0)
+    if cropped > axis or any(size != 1 for size in input_sizes[:cropped]):
+        raise GatherError(
+            f"{op}: the output keeps the last {n} of {sizes}, cropping {sizes[:cropped]} beyond the input's leading "
+            "1s: what DirectML computes there is not predicted (it was seen to leave output elements unwritten "
+            "and to write outside them; docs/semantics.md section 8)"
+        )
+    return (1,) * (n - len(sizes)) + sizes[cropped:]
+
+
+def check_output_elements(op: str, sizes: Sequence[int], limit: int) -> None:
+    """Raise GatherError if an output of ``sizes`` would hold more than ``limit`` elements (before allocating it)."""
+    elements = 1
+    for size in sizes:
+        elements *= int(size)
+    if elements > limit:
+        raise GatherError(
+            f"{op}: the output {tuple(sizes)} would have {elements} elements, more than the limit {limit}"
+        )
+
+
+def check_gather_elements(input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int) -> None:
+    """Validate DML_GATHER_ELEMENTS shapes and axis (docs/semantics.md section 3); the output sizes are the indices'."""
+    op = "DmlGatherElements"
+    n = _check_dimension_counts(op, input_sizes, indices_sizes)
+    _check_axis(op, axis, n)
+    for d in range(n):
+        if d != axis and indices_sizes[d] != input_sizes[d]:
+            raise GatherError(
+                f"{op}: indices sizes {tuple(indices_sizes)} differ from input sizes {tuple(input_sizes)} "
+                f"on dimension {d} ({indices_sizes[d]} != {input_sizes[d]}); they must be equal except on axis {axis}"
+            )
+
+
+def fix_indices(op: str, indices: np.ndarray, size: int, out_of_bounds: str) -> tuple[np.ndarray, np.ndarray]:
+    """Apply ``fix()`` of docs/semantics.md section 4: negative values count from the end, the rest per the mode.
+
+    Returns the fixed indices (``intp``, each in ``[0, size)``, or 0 where ``size`` is 0) and a
+    boolean mask of the positions that were out of bounds. Raises GatherError in ``error`` mode.
+    """
+    check_out_of_bounds(op, out_of_bounds)
+    highest = max(size - 1, 0)  # an empty axis has nothing to clamp to; callers read a zero row there
+    out_of_range = _out_of_range(indices, size)
+    if indices.dtype.kind == "u":
+        fixed = np.minimum(indices, highest).astype(np.intp)
+    else:
+        wide = indices.astype(np.int64)
+        fixed = np.where(wide < 0, wide + size, wide)
+        np.clip(fixed, 0, highest, out=fixed)
+    if out_of_bounds == "error" and out_of_range.any():
+        position = tuple(int(i) for i in np.argwhere(out_of_range)[0])
+        valid = f"[0, {size - 1}]" if indices.dtype.kind == "u" else f"[{-size}, {size - 1}]"
+        raise GatherError(
+            f"{op}: index {indices[position]} at indices position {position} is out of bounds for an axis "
+            f"of size {size} (valid range {valid})"
+        )
+    return fixed.astype(np.intp, copy=False), out_of_range
+
+
+def _out_of_range(indices: np.ndarray, size: int) -> np.ndarray:
+    """Where an index lies outside ``[-size, size)`` (outside ``[0, size)`` for unsigned types)."""
+    if indices.dtype.kind == "u":
+        return indices >= size
+    wide = indices.astype(np.int64, copy=False)
+    return (wide < -size) | (wide >= size)
+
+
+def count_out_of_bounds(indices: np.ndarray, size: int) -> int:
+    """How many index values lie outside ``[-size, size)`` (outside ``[0, size)`` for unsigned types)."""
+    return int(np.count_nonzero(_out_of_range(indices, size)))
+
+
+def _axis_words(indices: np.ndarray, size: int) -> np.ndarray:
+    """DirectML's axis coordinate for each index: its low 32 bits, plus ``size`` if the value's top bit is set
+    (INT32, INT64 and UINT64 alike; UINT32 values are never negative), wrapping at 2^32; 0 on an axis of size 1
+    (docs/semantics.md section 4.3, steps 1 and 2). As uint64."""
+    if size == 1:
+        return np.zeros(indices.shape, np.uint64)
+    low = indices.astype(np.uint64) & _MASK32  # two's complement: the low word of a negative value
+    if indices.dtype == np.uint32:
+        return low
+    negative = indices.view(np.int64) < 0 if indices.dtype == np.uint64 else indices < 0
+    return np.where(negative, (low + np.uint64(size)) & _MASK32, low)
+
+
+def _directml_read(input: np.ndarray, axis: int, words: np.ndarray, element_size: int) -> np.ndarray:
+    """What DirectML reads for axis coordinates ``words`` of shape (P, K, S), P and S the sizes before and after the
+    axis (1 where ``words`` broadcasts): the element at the linear offset, in wrapping 32-bit arithmetic, clamped
+    to the tensor's memory rounded up to 4 bytes, where the padding reads 0 (section 4.3, steps 3 to 5)."""
+    outer = int(np.prod(input.shape[:axis], dtype=np.int64))
+    rows = np.arange(outer, dtype=np.uint64).reshape(-1, 1, 1) * np.uint64(input.shape[axis]) + words
+    return _read_rows(input, rows, int(np.prod(input.shape[axis + 1 :], dtype=np.int64)), element_size)
+
+
+def _read_rows(input: np.ndarray, rows: np.ndarray, inner: int, element_size: int) -> np.ndarray:
+    """What DirectML reads at element offsets ``rows * inner + s``, s along the last axis of ``rows`` (of size 1,
+    broadcast to ``inner``, or ``inner`` itself): wrapping at 2^32, clamped to the tensor's memory rounded up to 4
+    bytes, whose padding reads 0."""
+    offsets = ((rows & _MASK32) * np.uint64(inner) + np.arange(inner, dtype=np.uint64)) & _MASK32
+    flat = input.reshape(-1)
+    if flat.size == 0:  # nothing to read: DirectML leaves the output as its memory was (unpredictable); 0 here
+        return np.zeros(offsets.shape, input.dtype)
+    capacity = -(-flat.size * element_size // 4) * 4 // element_size
+    padded = np.zeros(capacity, input.dtype)
+    padded[: flat.size] = flat
+    return padded[np.minimum(offsets, np.uint64(capacity - 1)).astype(np.intp)]
+
+
+def _element_size(input: np.ndarray, out_of_bounds: str) -> int:
+    return 2 if out_of_bounds == DIRECTML_16BIT else input.dtype.itemsize
+
+
+def _readable(source: np.ndarray, axis: int) -> np.ndarray:
+    """``source``, or where its axis is empty a single zero slice, so that clamped reads return 0."""
+    if source.shape[axis] > 0:
+        return source
+    return np.zeros((*source.shape[:axis], 1, *source.shape[axis + 1 :]), source.dtype)
+
+
+def dml_gather(
+    input: np.ndarray,
+    indices: np.ndarray,
+    axis: int,
+    index_dimensions: int,
+    out_of_bounds: str = "directml",
+) -> np.ndarray:
+    """DML_GATHER: ``out[p..., q..., s...] = input[p..., fix(indices[q...]), s...]`` (docs/semantics.md section 2).
+
+    ``input`` and ``indices`` have the same dimension count N (1 to 8); the output has N dimensions
+    and the input's type.
+    """
+    input, indices = np.asarray(input), np.asarray(indices)
+    check_types("DmlGather", input.dtype, indices.dtype)
+    output_sizes = gather_output_sizes(input.shape, indices.shape, axis, index_dimensions)
+    index_shape = indices.shape[input.ndim - index_dimensions :]
+    check_out_of_bounds("DmlGather", out_of_bounds)
+    if out_of_bounds.startswith("directml"):
+        words = _axis_words(indices.reshape(1, -1, 1), input.shape[axis])
+        read = _directml_read(input, axis, words, _element_size(input, out_of_bounds))
+        return read.reshape(output_sizes)
+    fixed, out_of_range = fix_indices("DmlGather", indices, input.shape[axis], out_of_bounds)
+    fixed, out_of_range = fixed.reshape(index_shape), out_of_range.reshape(index_shape)
+    # Gather along a leading axis, so that the index mask selects whole slices, then move the index
+    # dimensions to where the axis was.
+    gathered = np.asarray(np.take(np.moveaxis(_readable(input, axis), axis, 0), fixed, axis=0))
+    if out_of_bounds == "zero":
+        gathered[out_of_range] = 0
+    k = len(index_shape)
+    result = np.moveaxis(gathered, tuple(range(k)), tuple(range(axis, axis + k)))
+    return np.ascontiguousarray(result).reshape(output_sizes)
+
+
+def dml_gather_elements(
+    input: np.ndarray,
+    indices: np.ndarray,
+    axis: int,
+    out_of_bounds: str = "directml",
+) -> np.ndarray:
+    """DML_GATHER_ELEMENTS: ``out[i, j, k] = input[i, fix(indices[i, j, k]), k]`` for axis 1 (docs/semantics.md, 3).
+
+    ``indices`` has the input's sizes on every dimension except ``axis``; the output has the
+    indices' sizes and the input's type.
+    """
+    input, indices = np.asarray(input), np.asarray(indices)
+    check_types("DmlGatherElements", input.dtype, indices.dtype)
+    check_gather_elements(input.shape, indices.shape, axis)
+    check_out_of_bounds("DmlGatherElements", out_of_bounds)
+    if out_of_bounds.startswith("directml"):
+        outer = int(np.prod(input.shape[:axis], dtype=np.int64))
+        words = _axis_words(indices.reshape(outer, indices.shape[axis], -1), input.shape[axis])
+        return _directml_read(input, axis, words, _element_size(input, out_of_bounds)).reshape(indices.shape)
+    fixed, out_of_range = fix_indices("DmlGatherElements", indices, input.shape[axis], out_of_bounds)
+    result = np.take_along_axis(_readable(input, axis), fixed, axis)
+    if out_of_bounds == "zero":
+        result[out_of_range] = 0
+    return result
+
+
+def gather_nd_output_sizes(
+    input_sizes: Sequence[int],
+    indices_sizes: Sequence[int],
+    input_dimension_count: int,
+    indices_dimension_count: int,
+    batch_dimension_count: int,
+) -> tuple[int, ...]:
+    """The output sizes of DML_GATHER_ND1, validating the shapes and attributes (docs/semantics.md section 3b).
+
+    Of the N sizes, the last ``input_dimension_count`` of the input and ``indices_dimension_count`` of the indices
+    count (the rest must be 1s); the first ``batch_dimension_count`` of those are batches, equal in both; the
+    indices' last size k is the tuple length. ``C = indices[:-1] + input[batch + k:]``, right-aligned to N: the batch
+    sizes are the indices', which DirectML lets differ from the input's (section 3b).
+    """
+    op = "DmlGatherNd"
+    n = _check_dimension_counts(op, input_sizes, indices_sizes)
+    for name, count, sizes in (("input", input_dimension_count, input_sizes),
+                               ("indices", indices_dimension_count, indices_sizes)):  # fmt: skip
+        if not 1 <= count <= n:
+            raise GatherError(f"{op}: {name}_dimension_count {count} is out of range [1, {n}]")
+        if any(size != 1 for size in sizes[: n - count]):
+            raise GatherError(
+                f"{op}: {name} sizes {tuple(sizes)} with {name}_dimension_count {count} have leading sizes "
+                f"{tuple(sizes[: n - count])}; the {n - count} irrelevant leading sizes must be 1"
+            )
+    data, index = tuple(input_sizes[n - input_dimension_count :]), tuple(indices_sizes[n - indices_dimension_count :])
+    batch = batch_dimension_count
+    if not 0 <= batch < min(len(data), len(index)):
+        raise GatherError(
+            f"{op}: batch_dimension_count {batch} is out of range [0, {min(len(data), len(index))}) for "
+            f"input_dimension_count {len(data)} and indices_dimension_count {len(index)}"
+        )
+    k = index[-1]
+    if not 1 <= k <= len(data) - batch:
+        raise GatherError(
+            f"{op}: index tuples of {k} coordinates (the indices' last size) do not fit the input's "
+            f"{len(data) - batch} dimensions after {batch} batch dimensions (1 to {len(data) - batch})"
+        )
+    sizes = (*index[:-1], *data[batch + k :])
+    if len(sizes) > n:
+        raise GatherError(f"{op}: output sizes {sizes} have {len(sizes)} dimensions, more than the dimension count {n}")
+    return (1,) * (n - len(sizes)) + sizes
+
+
+def _tuple_view(
+    input: np.ndarray, indices: np.ndarray, input_dimension_count: int, indices_dimension_count: int, batch: int
+) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """The input as (B, T..., inner) and the index tuples as (B, M, k): B the batch, T the tuple dims."""
+    data = input.shape[input.ndim - input_dimension_count :]
+    index = indices.shape[indices.ndim - indices_dimension_count :]
+    k = index[-1]
+    tuple_dims = data[batch : batch + k]
+    batches = int(np.prod(data[:batch], dtype=np.int64))
+    inner = int(np.prod(data[batch + k :], dtype=np.int64))
+    return input.reshape(batches, *tuple_dims, inner), indices.reshape(batches, -1, k), tuple_dims
+
+
+def count_out_of_bounds_nd(
+    input: np.ndarray, indices: np.ndarray, input_dimension_count: int, indices_dimension_count: int, batch: int
+) -> int:
+    """How many coordinates of the index tuples lie outside ``[-size, size)`` of their dimension."""
+    _, tuples, dims = _tuple_view(input, indices, input_dimension_count, indices_dimension_count, batch)
+    return sum(count_out_of_bounds(tuples[..., j], size) for j, size in enumerate(dims))
+
+
+def _directml_nd(
+    input: np.ndarray, indices: np.ndarray, input_count: int, indices_count: int, batch: int, element_size: int
+) -> np.ndarray:
+    """What DirectML reads for DML_GATHER_ND1 (section 4.3): per tuple of the indices, in their order, the slice at
+    its batch coordinates (the indices' own, which may pass the input's batch sizes) times the input's strides plus
+    its coordinates' words times theirs, in wrapping 32-bit arithmetic, clamped to the tensor's memory."""
+    data = input.shape[input.ndim - input_count :]
+    index = indices.shape[indices.ndim - indices_count :]
+    k = index[-1]
+    tuples = indices.reshape(-1, k)
+    positions = np.unravel_index(np.arange(tuples.shape[0]), index[:-1]) if len(index) > 1 else ()
+    # Strides in slices of the dims after the tuple's (whose elements a tuple reads in a row); 0 on a dimension of
+    # size 1, as ONNX Runtime's provider was measured to read (a batch past such a dimension reads its one row).
+    steps = [int(np.prod(data[d + 1 : batch + k], dtype=np.int64)) if data[d] != 1 else 0 for d in range(batch + k)]
+    rows = np.zeros(tuples.shape[0], np.uint64)
+    for q in range(batch):
+        rows = (rows + positions[q].astype(np.uint64) * np.uint64(steps[q])) & _MASK32
+    for c in range(k):
+        rows = (rows + _axis_words(tuples[:, c], data[batch + c]) * np.uint64(steps[batch + c])) & _MASK32
+    inner = int(np.prod(data[batch + k :], dtype=np.int64))
+    return _read_rows(input, rows[:, None], inner, element_size)
+
+
+def dml_gather_nd(
+    input: np.ndarray,
+    indices: np.ndarray,
+    input_dimension_count: int,
+    indices_dimension_count: int,
+    batch_dimension_count: int,
+    out_of_bounds: str = "directml",
+) -> np.ndarray:
+    """DML_GATHER_ND1: ``out[b..., i..., s...] = input[b..., fix(indices[b..., i..., :]), s...]`` (section 3b).
+
+    ``input`` and ``indices`` have the same dimension count N (1 to 8); the output has N dimensions and the input's
+    type. ``batch_dimension_count`` 0 is DML_GATHER_ND.
+    """
+    op = "DmlGatherNd"
+    input, indices = np.asarray(input), np.asarray(indices)
+    check_types(op, input.dtype, indices.dtype)
+    output_sizes = gather_nd_output_sizes(
+        input.shape, indices.shape, input_dimension_count, indices_dimension_count, batch_dimension_count
+    )
+    check_out_of_bounds(op, out_of_bounds)
+    if out_of_bounds.startswith("directml"):
+        return _directml_nd(input, indices, input_dimension_count, indices_dimension_count, batch_dimension_count,
+                            _element_size(input, out_of_bounds)).reshape(output_sizes)  # fmt: skip
+    data = input.shape[input.ndim - input_dimension_count :]
+    index = indices.shape[indices.ndim - indices_dimension_count :]
+    if data[:batch_dimension_count] != index[:batch_dimension_count]:
+        raise GatherError(f"{op}: the batch sizes differ (input {data[:batch_dimension_count]}, indices "
+                          f"{index[:batch_dimension_count]}): only out_of_bounds=directml reads such a desc, as "
+                          "DirectML does")  # fmt: skip
+    view, tuples, dims = _tuple_view(input, indices, input_dimension_count, indices_dimension_count,
+                                     batch_dimension_count)  # fmt: skip
+    batches, inner = view.shape[0], view.shape[-1]
+    fixed, outside = zip(*(fix_indices(op, tuples[..., j], size, "clamp") for j, size in enumerate(dims)), strict=True)
+    if out_of_bounds == "error" and any(o.any() for o in outside):
+        j = next(j for j, o in enumerate(outside) if o.any())
+        tuple_at = np.unravel_index(int(np.flatnonzero(outside[j])[0]), indices.shape[:-1])
+        position = (*(int(p) for p in tuple_at), j)
+        size = dims[j]
+        raise GatherError(
+            f"{op}: index {indices[position]} at indices position {position} is out of bounds for input dimension "
+            f"{input.ndim - input_dimension_count + batch_dimension_count + j} of size {size} (valid range "
+            f"{f'[0, {size - 1}]' if indices.dtype.kind == 'u' else f'[{-size}, {size - 1}]'})"
+        )
+    batch_ids = np.arange(batches).reshape(-1, 1)
+    if 0 in view.shape[1:-1]:  # an empty tuple dimension: nothing to read; clamped reads give 0
+        result = np.zeros((*tuples.shape[:2], inner), input.dtype)
+    else:
+        result = np.asarray(view[(batch_ids, *fixed)])
+    if out_of_bounds == "zero":
+        result[np.any(outside, axis=0)] = 0
+    return result.reshape(output_sizes)

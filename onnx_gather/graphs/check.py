@@ -1,0 +1,129 @@
+"""``onnx-gather check``: what ONNX Runtime's DirectML provider would do with each gather, and whether DirectML at a
+feature level accepts it (docs/semantics.md sections 5 and 6; the rules are in ``onnx_gather.graphs.placement``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+
+from onnx_gather.core.contract import DML_OP_TYPES, DOMAIN
+from onnx_gather.graphs import provider
+from onnx_gather.graphs.convert import NodeChange, convert
+from onnx_gather.graphs.graph import bodies, counted, unnamed, value_types
+from onnx_gather.graphs.order import orders, sort_topologically
+from onnx_gather.graphs.placement import FEATURE_LEVELS, dml_operator, dml_type_name, judge, needed_level, place
+from onnx_gather.graphs.ranks import Observer
+
+# Verdicts: the provider runs it on DirectML; keeps it on its CPU provider; takes it and fails; DirectML at the
+# feature level cannot express it; the ranks are unknown (the provider decides when it runs).
+STATUSES = ("DirectML", "CPU", "fails", "refused", "unknown")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One gather node: what becomes of it (``status``, one of ``STATUSES``) and why."""
+
+    where: str
+    node: str
+    op_type: str
+    status: str
+    reason: str
+    ranks: str = ""  # where ranks came from a run of the model, which inputs it ran on
+
+
+def _describe(op_type: str, n: int, data_type: int, index_type: int, batch: int = 0) -> str:
+    dml = dml_operator(op_type, batch)
+    level = needed_level(op_type, n, data_type, index_type, batch)
+    needs = f"feature level {level} or later" if level else "no feature level"
+    types = f"{dml_type_name(data_type)} data, {dml_type_name(index_type)} indices"
+    return f"{dml} with {counted(n, 'dimension')}, {types} ({needs})"
+
+
+def _standard(change: NodeChange, level_name: str, placed: provider.Placed | None) -> Verdict:
+    """A standard gather, converted (``change.result``) or left by ``convert``, and where the provider's graph
+    partitioning puts it (``placed``)."""
+
+    def verdict(status: str, reason: str) -> Verdict:
+        name = change.node or f"{change.op_type} #{change.position}"
+        return Verdict(change.where, name, change.op_type, status, reason, change.ranks)
+
+    if placed is not None and placed.why in provider.REASONS:
+        return verdict("CPU", provider.REASONS[placed.why])
+    if change.data is None or change.indices is None:
+        return verdict("unknown", f"the provider decides when it runs: {change.reason}")
+    level = FEATURE_LEVELS[level_name]
+    if change.out_rank is None:  # a GatherND whose index tuples have no known length
+        return verdict("unknown", f"the provider decides when it runs: {change.reason}")
+    placement = place(change.op_type, change.data, change.indices, change.axis, level, change.out_rank)
+    if placement.provider != "DirectML":
+        return verdict(placement.provider, placement.reason)
+    if not change.result:
+        return verdict("refused", f"cannot be expressed: {change.reason}")
+    dml = (change.op_type, change.dimension_count, change.data_type, change.index_type, change.batch)
+    refusal = judge(level, *dml)
+    if refusal is not None:  # the device has the node's types, so the provider takes it; DirectML refuses it
+        return verdict("fails", f"{refusal}: ONNX Runtime's provider takes the node (the device has its types) and "
+                                "DirectML refuses the operator when the session is created (from DirectML's "
+                                "operator tables; no device of that level was measured)")  # fmt: skip
+    described = _describe(*dml)
+    return verdict("DirectML", f"{described}; {placement.reason}")
+
+
+def check(
+    model: onnx.ModelProto,
+    feature_level: str = "4.1",
+    observation: Observer | None = None,
+) -> list[Verdict]:
+    """A verdict for every gather: standard ones as ONNX Runtime's DirectML provider would take them, DML-form ones
+    (custom ops already in the model) by what the feature level accepts."""
+    level = FEATURE_LEVELS[feature_level]
+    model = _sorted(model)
+    _, report = convert(model, observation=observation)
+    placed = provider.place(model)
+    order = {(body.where, k): rank for rank, (body, k) in enumerate(
+        (body, k) for body in bodies(model) for k in range(len(body.nodes)))}  # fmt: skip
+    changes = sorted((*report.changed, *report.left), key=lambda c: order.get((c.where, c.position), len(order)))
+    verdicts = [
+        _standard(change, feature_level, placed[change.where][change.position] if change.where in placed else None)
+        for change in changes
+    ]
+    types = value_types(model)
+    for body in bodies(model):
+        scope = types.get(body.scope, {})
+        for position, node in enumerate(body.nodes):
+            if node.domain != DOMAIN or node.op_type not in DML_OP_TYPES:
+                continue
+            name = node.name or unnamed(node, position)
+            data, indices = (scope.get(name) for name in node.input[:2])
+            if data is None or data.rank is None or indices is None:
+                verdicts.append(Verdict(body.where, name, node.op_type, "unknown", "its input types are unknown"))
+                continue
+            batch = next((a.i for a in node.attribute if a.name == "batch_dimension_count"), 0)
+            dml = (node.op_type, data.rank, data.elem_type, indices.elem_type, batch)
+            refusal = judge(level, *dml)
+            reason = refusal or _describe(*dml)
+            verdicts.append(Verdict(body.where, name, node.op_type, "refused" if refusal else "DirectML", reason))
+    return verdicts
+
+
+def _sorted(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy of it in topological order where it is not."""
+    if not any(order.changed for order in orders(model)):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    sort_topologically(copy)
+    return copy
+
+
+def summary(verdicts: list[Verdict], feature_level: str) -> str:
+    """One line: how many gathers the provider runs where, at ``feature_level``."""
+    counts = {status: sum(v.status == status for v in verdicts) for status in STATUSES}
+    parts = [f"{counts[s]} {label}" for s, label in (
+        ("DirectML", "on DirectML"), ("CPU", "on the CPU provider"), ("fails", "failing"),
+        ("refused", "refused"), ("unknown", "unknown until the model runs"),
+    ) if counts[s]]  # fmt: skip
+    return (
+        f"{counted(len(verdicts), 'gather')} at DirectML feature level {feature_level}: {', '.join(parts) or 'none'}."
+    )

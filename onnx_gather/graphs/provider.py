@@ -1,0 +1,291 @@
+"""Where ONNX Runtime's DirectML provider places every node of a model, worked out without running it.
+
+ONNX Runtime decides in three steps, mirrored here graph by graph (subgraphs are placed on their own):
+
+1. Its level-1 optimizations run before any placement; constant folding among them computes, once and with the CPU
+   provider's kernels, every deterministic node whose inputs are all constant initializers, and every ``Shape`` of a
+   value whose shape is static (``ConstantFolding``, DequantizeLinear excepted as ONNX Runtime excepts it by
+   default). Such a node never runs on any provider.
+2. ``GetCpuPreferredNodes`` (onnxruntime/core/framework/fallback_cpu_capability.cc): starting from what the
+   provider's kernels leave in CPU memory (the outputs of ``Shape`` and ``Size``) and from nodes it has no kernel
+   for, a node goes to the CPU provider when each of its inputs is in CPU memory, a graph input or an initializer of
+   at most 100 elements, none is FLOAT16 or BFLOAT16, and none is an input the provider's kernel takes in CPU memory
+   anyway (a Reshape's shape). These are the small shape computations.
+3. The provider takes every other node it has a kernel for (``onnx_gather/graphs/dml_kernels.json``, read
+   from its registration table by ``tools/dml_kernels.py``) and whose data types the device has
+   (``onnx_gather.graphs.placement``); the CPU provider the rest.
+
+Checked against the placement real DirectML reports (tests/test_real_models.py): every gather of the third-party
+models of the tests, and every node that ONNX Runtime's later fusions leave under its own name.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+
+import onnx
+from onnx import TensorProto
+
+from onnx_gather.graphs.graph import RANDOM_OPS, Body, ValueType, bodies, subgraphs, value_types
+
+SMALL_INITIALIZER = 100  # kSmallInitializerThreshold: elements
+# Inputs of these types keep a node off the CPU provider (fallback_cpu_capability.cc).
+_NEVER_TO_CPU = frozenset({TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN,
+                           TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ})  # fmt: skip
+_TYPE_CODES = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16,
+               "bool": TensorProto.BOOL, "string": TensorProto.STRING, "uint4": TensorProto.UINT4,
+               "int4": TensorProto.INT4, "complex64": TensorProto.COMPLEX64, "complex128": TensorProto.COMPLEX128,
+               **{f"{sign}int{bits}": getattr(TensorProto, f"{sign.upper()}INT{bits}")
+                  for sign in ("", "u") for bits in (8, 16, 32, 64)}}  # fmt: skip
+
+# Why a node goes where it goes.
+FOLDED, CPU_PREFERRED, NO_KERNEL = "folded", "shape computation", "no kernel"
+UNSUPPORTED, DIRECTML = "refused by the provider's support query", "DirectML"
+REASONS = {
+    FOLDED: "its inputs are constants: ONNX Runtime computes it once, with its CPU kernel, when the session is "
+    "created (constant folding), where an out-of-bounds index is an error",
+    CPU_PREFERRED: "a shape computation: ONNX Runtime keeps it on its CPU provider (each input is in CPU memory, "
+    "a graph input or a small initializer), where an out-of-bounds index is an error",
+}
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One registration of the provider: from ``since`` on, for these types per constraint name."""
+
+    since: int
+    types: dict[str, frozenset[int]]
+    cpu_inputs: frozenset[int]
+
+
+@functools.cache
+def _kernels() -> tuple[dict[tuple[str, str], list[Kernel]], dict[str, frozenset[int]], str]:
+    table = json.loads(resources.files("onnx_gather.graphs").joinpath("dml_kernels.json").read_text())
+    kernels: dict[tuple[str, str], list[Kernel]] = {}
+    for domain, op, since, constraints, cpu_inputs in table["kernels"]:
+        types = {name: frozenset(_TYPE_CODES[t] for t in names) for name, names in constraints.items()}
+        kernels.setdefault((domain, op), []).append(Kernel(since, types, frozenset(cpu_inputs)))
+    for domain, op, since, cpu_inputs in table["cpu_registered"]:
+        kernels.setdefault((domain, op), []).append(Kernel(since, {}, frozenset(cpu_inputs)))
+    for registrations in kernels.values():
+        registrations.sort(key=lambda kernel: kernel.since)
+    cpu_outputs = {op: frozenset(outputs) for op, outputs in table["cpu_outputs"].items()}
+    return kernels, cpu_outputs, table["source"]
+
+
+def source() -> str:
+    """Which ONNX Runtime source the provider's kernel table was read from."""
+    return _kernels()[2]
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where one node runs: ``DirectML`` or ``CPU``, and why (``FOLDED``, ``CPU_PREFERRED``, ``NO_KERNEL``...)."""
+
+    provider: str
+    why: str
+
+
+def _schema(node: onnx.NodeProto, opset: int) -> onnx.defs.OpSchema | None:
+    try:
+        return onnx.defs.get_schema(node.op_type, opset, node.domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def _formal_types(schema: onnx.defs.OpSchema, node: onnx.NodeProto) -> Iterable[tuple[str, str]]:
+    """(type constraint name, value name) for every input and output of ``node``."""
+    for formal, actual in ((schema.inputs, node.input), (schema.outputs, node.output)):
+        for position, name in enumerate(actual):
+            if formal and name:
+                yield formal[min(position, len(formal) - 1)].type_str, name
+
+
+def _kernel(node: onnx.NodeProto, opset: int, types: dict[str, ValueType]) -> Kernel | None:
+    """The provider's kernel for ``node``, if it registers one for its version and types."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    registrations = _kernels()[0].get((domain, node.op_type))
+    if not registrations:
+        return None
+    schema = _schema(node, opset) if domain == "" else None
+    since = schema.since_version if schema is not None else 1
+    matching = [kernel for kernel in registrations if kernel.since <= since]
+    if not matching:
+        return None
+    kernel = matching[-1]
+    if schema is not None:
+        for constraint, name in _formal_types(schema, node):
+            allowed = kernel.types.get(constraint)
+            known = types.get(name)
+            if allowed is not None and known is not None and known.elem_type not in allowed:
+                return None
+    return kernel
+
+
+class _Graph:
+    """One graph as ONNX Runtime holds it for placement: its constants, small initializers and inputs."""
+
+    def __init__(self, body: Body, outer: _Graph | None, types: dict[str, ValueType]) -> None:
+        graph = body.container
+        self.body, self.outer, self.types = body, outer, types
+        initializers = {t.name: t for t in graph.initializer} if isinstance(graph, onnx.GraphProto) else {}
+        self.inputs = {value.name for value in graph.input} - set(initializers)
+        self.produced = {output for node in body.nodes for output in node.output}
+        overridable = {value.name for value in graph.input} & set(initializers)
+        self.constants = set(initializers) - overridable
+        self.small = {name for name, tensor in initializers.items() if math.prod(tensor.dims) <= SMALL_INITIALIZER}
+        for node in body.nodes:  # ONNX Runtime turns Constant nodes into initializers as it loads the model
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                self.constants.add(node.output[0])
+                if _constant_elements(node) <= SMALL_INITIALIZER:
+                    self.small.add(node.output[0])
+
+    def constant(self, name: str) -> bool:
+        graph: _Graph | None = self
+        while graph is not None:
+            if name in graph.constants:
+                return True
+            if name in graph.inputs or name in graph.produced:
+                return False
+            graph = graph.outer
+        return False
+
+    def small_initializer(self, name: str) -> bool:
+        graph: _Graph | None = self
+        while graph is not None:
+            if name in graph.small:
+                return True
+            graph = graph.outer
+        return False
+
+
+def _constant_elements(node: onnx.NodeProto) -> int:
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.TENSOR:
+            return math.prod(attribute.t.dims)
+        if attribute.type in (onnx.AttributeProto.FLOATS, onnx.AttributeProto.INTS, onnx.AttributeProto.STRINGS):
+            return len(attribute.floats) + len(attribute.ints) + len(attribute.strings)
+    return 1
+
+
+def _static_shape(types: dict[str, ValueType], name: str) -> bool:
+    known = types.get(name)
+    return known is not None and known.dims is not None and all(isinstance(d, int) for d in known.dims)
+
+
+def _fold(graph: _Graph) -> set[int]:
+    """The positions of the nodes ONNX Runtime's constant folding computes before placement."""
+    folded: set[int] = set()
+    for position, node in enumerate(graph.body.nodes):
+        if node.op_type == "Constant" or any(True for _ in subgraphs(node)):
+            continue
+        if node.op_type == "DequantizeLinear" or node.op_type in RANDOM_OPS:
+            continue
+        if node.op_type == "Shape" and node.domain in ("", "ai.onnx"):
+            foldable = _static_shape(graph.types, node.input[0])
+        else:
+            foldable = all(graph.constant(name) for name in node.input if name)
+        if foldable:
+            folded.add(position)
+            for output in node.output:
+                graph.constants.add(output)
+                if _static_shape(graph.types, output) and math.prod(graph.types[output].dims) <= SMALL_INITIALIZER:
+                    graph.small.add(output)
+    return folded
+
+
+def _cpu_preferred(graph: _Graph, kernels: list[Kernel | None], live: list[int]) -> set[int]:
+    """GetCpuPreferredNodes over the nodes at positions ``live``: the positions it sends to the CPU provider."""
+    nodes = graph.body.nodes
+    _, cpu_outputs, _ = _kernels()
+    consumers: dict[str, list[int]] = {}
+    for position in live:
+        for name in nodes[position].input:
+            consumers.setdefault(name, []).append(position)
+    in_cpu_memory: set[str] = set()
+    candidates: list[int] = []
+    for position in live:
+        node = nodes[position]
+        if kernels[position] is None:
+            continue
+        for index in cpu_outputs.get(node.op_type, ()):
+            if index < len(node.output):
+                in_cpu_memory.add(node.output[index])
+                candidates.extend(consumers.get(node.output[index], []))
+    heapq.heapify(candidates)  # positions are a topological order: ONNX Runtime visits candidates in that order
+    visited: set[int] = set()
+    preferred: set[int] = set()
+    while candidates:
+        position = heapq.heappop(candidates)
+        if position in visited:
+            continue
+        visited.add(position)
+        node, kernel = nodes[position], kernels[position]
+        if kernel is None or _to_cpu(graph, node, kernel, in_cpu_memory):
+            if kernel is not None:
+                preferred.add(position)
+            in_cpu_memory.update(node.output)
+            for output in node.output:
+                for consumer in consumers.get(output, []):
+                    heapq.heappush(candidates, consumer)
+    return preferred
+
+
+def _to_cpu(graph: _Graph, node: onnx.NodeProto, kernel: Kernel, in_cpu_memory: set[str]) -> bool:
+    for index, name in enumerate(node.input):
+        known = graph.types.get(name)
+        if known is not None and known.elem_type in _NEVER_TO_CPU:
+            return False
+        if graph.small_initializer(name) or name in graph.inputs:
+            continue
+        if name not in in_cpu_memory or index in kernel.cpu_inputs:
+            return False
+    return True
+
+
+def place(model: onnx.ModelProto) -> dict[str, list[Placed]]:
+    """Every node of ``model``'s graphs (in topological order, as ``model_io.load`` leaves them), by ``Body.where``
+    and position: where the DirectML provider puts it, the data types of the device aside (``placement``)."""
+    types = value_types(model, propagate=True)  # ONNX Runtime knows the size of what it folds
+    placed: dict[str, list[Placed]] = {}
+    main = bodies(model)[0]
+    stack: list[tuple[Body, _Graph | None]] = [(main, None)]
+    while stack:
+        body, outer = stack.pop()
+        graph = _Graph(body, outer, types.get(body.scope, {}))
+        folded = _fold(graph)
+        kernels = [_kernel(node, body.opset, graph.types) for node in body.nodes]
+        live = [position for position in range(len(body.nodes)) if position not in folded]
+        preferred = _cpu_preferred(graph, kernels, live)
+        verdicts = []
+        for position, node in enumerate(body.nodes):
+            if position in folded:
+                verdicts.append(Placed("CPU", FOLDED))
+            elif kernels[position] is None:
+                verdicts.append(Placed("CPU", NO_KERNEL))
+            elif position in preferred:
+                verdicts.append(Placed("CPU", CPU_PREFERRED))
+            elif not _supported(node):
+                verdicts.append(Placed("CPU", UNSUPPORTED))
+            else:
+                verdicts.append(Placed("DirectML", DIRECTML))
+            for name, subgraph in subgraphs(node):
+                where = f"subgraph {name!r} of node {node.name or node.op_type!r} in {body.where}"
+                stack.append((Body(subgraph, body.opset, where, body.scope), graph))
+        placed[body.where] = verdicts
+    return placed
+
+
+def _supported(node: onnx.NodeProto) -> bool:
+    """The provider's support query of the node, where one is mirrored: its scatters take no reduction
+    (QueryScatter). The others (pooling, normalizations, Slice, Pad, Resize, recurrent and attention operators)
+    are not mirrored: they never decide where a gather goes."""
+    if node.op_type in ("ScatterElements", "ScatterND"):
+        return all(a.s in (b"", b"none") for a in node.attribute if a.name == "reduction")
+    return True

@@ -1,0 +1,292 @@
+"""Named backends that run one model: DirectML's semantics through the custom ops, ONNX Runtime's own CPU
+kernels, the lowered graph, OpenVINO, CUDA, and the DirectML execution provider itself.
+
+Each says whether it can run here and, if not, why; ``run`` returns the outputs by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import platform
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+from onnx import helper
+
+from onnx_gather.core.contract import DML_OP_TYPES, DOMAIN
+from onnx_gather.core.errors import UserError
+from onnx_gather.directml import layout as directml_layout
+from onnx_gather.directml import worker
+from onnx_gather.graphs import model_io
+from onnx_gather.graphs.convert import to_dml
+from onnx_gather.graphs.graph import bodies, unnamed
+from onnx_gather.graphs.lower import to_onnx
+from onnx_gather.runtime import ops, reference
+from onnx_gather.runtime.observe import Observation
+
+
+@dataclass
+class Model:
+    """A model file, read once without its external data (which stays beside the file)."""
+
+    path: Path
+    proto: onnx.ModelProto
+
+    @property
+    def output_names(self) -> list[str]:
+        return [value.name for value in self.proto.graph.output]
+
+
+@dataclass
+class Outcome:
+    """What one backend computed: the outputs by name, for ``pyop`` the out-of-bounds index values met, and for
+    real DirectML where ONNX Runtime placed the nodes (provider -> node count and, where it lists them, names)."""
+
+    outputs: dict[str, np.ndarray]
+    out_of_bounds: dict[str, int] = field(default_factory=dict)
+    placement: dict[str, dict] = field(default_factory=dict)
+
+
+def _quiet() -> onnxruntime.SessionOptions:
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4  # a failed run is reported with its message; no log line besides
+    return options
+
+
+def _options(model: Model) -> onnxruntime.SessionOptions:
+    options = _quiet()
+    # A model handed over as bytes finds its external data here.
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model.path.parent))
+    return options
+
+
+def _named(model: Model, outputs: list) -> dict[str, np.ndarray]:
+    return dict(zip(model.output_names, (np.asarray(o) for o in outputs), strict=True))
+
+
+class DeviceError(RuntimeError):
+    """The backend's device cannot be used (no such device, the provider did not take the session)."""
+
+
+class Backend:
+    """One way of running a model."""
+
+    name = ""
+    description = ""
+
+    def __init__(self, device_id: int = 0, out_of_bounds: str = "directml") -> None:
+        self.device_id = device_id  # for the hardware providers
+        self.out_of_bounds = out_of_bounds  # for the routes through DML form
+
+    def unavailable(self) -> str | None:
+        """None if this backend can run here, else why not."""
+        return None
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        raise NotImplementedError
+
+    def versions(self) -> dict[str, str]:
+        """What this backend runs on, by package: for reports (call it only when the backend is available)."""
+        return {"onnxruntime": onnxruntime.__version__}
+
+
+def traced(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each DML node swapped for its traced twin, which counts out-of-bounds indices by node name."""
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    for body in bodies(result):
+        for node in body.nodes:
+            if node.domain == DOMAIN and node.op_type in DML_OP_TYPES:
+                node.op_type = ops.TRACED[node.op_type]
+                node.attribute.append(helper.make_attribute("node", node.name))
+    return result
+
+
+def _observation(model: Model, feeds: Mapping[str, np.ndarray]) -> Observation:
+    """Ranks shape inference cannot tell come from a run on the very inputs the backend runs."""
+    return Observation(feeds=dict(feeds), folder=model.path.parent)
+
+
+class PyOp(Backend):
+    name = "pyop"
+    description = "to_dml(model) with the custom ops in ONNX Runtime: DirectML's semantics, the reference"
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        converted = traced(
+            to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds))
+        )
+        session = ops.InferenceSession(converted.SerializeToString(), _options(model))
+        with ops.count_out_of_bounds() as counts:
+            outputs = session.run(None, dict(feeds))
+        # Every DML node in model order; one that never ran (an If branch not taken) met none.
+        nodes = [n.name for body in bodies(converted) for n in body.nodes if n.op_type in ops.TRACED.values()]
+        return Outcome(_named(model, outputs), {name: counts.get(name, 0) for name in nodes})
+
+    def versions(self) -> dict[str, str]:
+        return {**super().versions(), "onnxruntime-extensions": importlib.metadata.version("onnxruntime-extensions")}
+
+
+class Cpu(Backend):
+    name = "cpu"
+    description = "the model as given, ONNX Runtime's native CPU kernels"
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        session = onnxruntime.InferenceSession(str(model.path), _quiet(), providers=["CPUExecutionProvider"])
+        return Outcome(_named(model, session.run(None, dict(feeds))))
+
+
+class Lowered(Backend):
+    name = "lowered"
+    description = "to_onnx(to_dml(model)): DirectML's semantics in standard ONNX, ONNX Runtime CPU"
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        lowered = to_onnx(to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds)))
+        session = onnxruntime.InferenceSession(
+            lowered.SerializeToString(), _options(model), providers=["CPUExecutionProvider"]
+        )
+        return Outcome(_named(model, session.run(None, dict(feeds))))
+
+
+class OpenVino(Backend):
+    name = "openvino"
+    description = "the model as given, OpenVINO's CPU plugin (FP32 inference precision)"
+
+    def unavailable(self) -> str | None:
+        try:
+            import openvino  # noqa: F401
+        except ImportError:
+            return "the openvino package is not installed (pip install 'onnx-gather[openvino]')"
+        return None
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        import openvino
+
+        compiled = openvino.Core().compile_model(str(model.path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        results = compiled(dict(feeds))
+        # An output port can carry several names (an output that is also a value inside): every one of them.
+        by_name = {name: np.asarray(results[port]) for port in compiled.outputs for name in port.get_names()}
+        return Outcome({name: by_name[name] for name in model.output_names})
+
+    def versions(self) -> dict[str, str]:
+        return {"openvino": importlib.metadata.version("openvino")}
+
+
+class _Provider(Backend):
+    """A hardware execution provider of ONNX Runtime, which must really take the model (no silent CPU fallback)."""
+
+    provider = ""
+    missing = ""
+
+    def unavailable(self) -> str | None:
+        if self.provider not in onnxruntime.get_available_providers():
+            return self.missing
+        return None
+
+    def _session_options(self, model: Model) -> onnxruntime.SessionOptions:
+        return _quiet()
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        session = onnxruntime.InferenceSession(
+            str(model.path),
+            self._session_options(model),
+            providers=[(self.provider, {"device_id": self.device_id}), "CPUExecutionProvider"],
+        )
+        if session.get_providers()[0] != self.provider:
+            raise DeviceError(f"{self.provider} did not take the session (no usable device {self.device_id}?)")
+        return Outcome(_named(model, session.run(None, dict(feeds))))
+
+
+class Cuda(_Provider):
+    name = "cuda"
+    description = "the model as given, ONNX Runtime's CUDA execution provider"
+    provider = "CUDAExecutionProvider"
+    missing = "onnxruntime has no CUDAExecutionProvider here (it needs onnxruntime-gpu and an NVIDIA GPU)"
+
+
+class DirectMl(_Provider):
+    """On Windows the DirectML provider of the installed onnxruntime-directml; elsewhere real DirectML under Wine
+    (``onnx-gather setup-directml``), nodes it cannot take falling back to ONNX Runtime's CPU provider, as on Windows.
+    """
+
+    name = "dml"
+    description = "the model as given, ONNX Runtime's DirectML execution provider"
+    provider = "DmlExecutionProvider"
+    missing = "onnxruntime has no DmlExecutionProvider here: it needs the onnxruntime-directml package"
+    native = platform.system() == "Windows"
+
+    def unavailable(self) -> str | None:
+        if self.native:
+            return super().unavailable()
+        problems = directml_layout.Layout.default().problems()
+        if problems:
+            return f"real DirectML is not set up here ({problems[0]}): run `{directml_layout.SETUP_COMMAND}` as root"
+        return None
+
+    def _session_options(self, model: Model) -> onnxruntime.SessionOptions:
+        options = _quiet()
+        options.enable_mem_pattern = False  # the DirectML provider requires both
+        options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+        return options
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        if self.native:
+            return super().run(model, feeds)
+        if self.device_id != 0:
+            raise DeviceError(f"real DirectML under Wine has one device, 0 (lavapipe), not {self.device_id}")
+        runner = worker.shared()
+        with _named_nodes(model) as path:  # ONNX Runtime's placement log names nodes by their names
+            loaded = runner.load(path, fallback=True)
+        try:
+            outputs = runner.run(loaded, feeds)
+        finally:
+            runner.free(loaded)
+        placement = {p: {"nodes": count, "names": loaded.placement.get(p, [])} for p, count in loaded.placed.items()}
+        return Outcome({name: outputs[name] for name in model.output_names}, placement=placement)
+
+    def versions(self) -> dict[str, str]:
+        if self.native:
+            return super().versions()
+        return directml_layout.Layout.default().versions()
+
+
+@contextlib.contextmanager
+def _named_nodes(model: Model) -> Iterator[Path]:
+    """The model's file, or where its main graph has nodes without names, a copy in which they are named."""
+    if all(node.name for node in model.proto.graph.node):
+        yield model.path
+        return
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    for position, node in enumerate(proto.graph.node):
+        node.name = node.name or unnamed(node, position)
+    with model_io.temporary_copy(proto, model.path) as path:
+        yield path
+
+
+class Reference(Backend):
+    name = "reference"
+    description = "to_dml(model) in onnx's reference evaluator: DirectML's semantics without ONNX Runtime"
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        converted = to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds))
+        return Outcome(_named(model, reference.run(converted, feeds)))
+
+    def versions(self) -> dict[str, str]:
+        return {"onnx": importlib.metadata.version("onnx")}
+
+
+_CLASSES = {backend.name: backend for backend in (PyOp, Cpu, Lowered, OpenVino, Cuda, DirectMl, Reference)}
+BACKENDS = tuple(_CLASSES)
+DEFAULT_BACKENDS = BACKENDS[:-1]  # parity's and the demo's: the reference evaluator only when named
+
+
+def create(name: str, device_id: int = 0, out_of_bounds: str = "directml") -> Backend:
+    """The backend called ``name`` (one of ``BACKENDS``)."""
+    if name not in _CLASSES:
+        raise UserError(f"unknown backend {name!r} (expected one of: {', '.join(BACKENDS)})")
+    return _CLASSES[name](device_id, out_of_bounds)

@@ -1,0 +1,232 @@
+"""Inputs for running a model: loaded from an .npz file, or generated from the model's input types and shapes."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from onnx_gather.core.errors import UserError
+from onnx_gather.graphs import model_io
+from onnx_gather.graphs.graph import ValueType, bodies
+
+
+class InputError(UserError):
+    """Inputs that cannot be loaded, parsed or generated; the message names the input."""
+
+
+def dims_text(shape: Sequence[int]) -> str:
+    """A shape as ``--shape`` takes it: ``1x16``; ``scalar`` for none."""
+    return "x".join(map(str, shape)) or "scalar"
+
+
+def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """``["ids:2x7", "mask:2x7"]`` -> ``{"ids": (2, 7), "mask": (2, 7)}``; ``"x:"`` is a scalar."""
+    shapes = {}
+    for spec in specs:
+        name, _, dims = spec.rpartition(":")
+        try:
+            shape = tuple(int(d) for d in dims.split("x")) if dims else ()
+        except ValueError:
+            shape = (-1,)
+        if not name or any(d < 0 for d in shape):
+            raise InputError(f"--shape {spec!r}: expected NAME:DIMS such as ids:2x7")
+        if name in shapes:
+            raise InputError(f"--shape names {name!r} twice ({dims_text(shapes[name])} and {dims or 'scalar'})")
+        shapes[name] = shape
+    return shapes
+
+
+def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The inputs a caller feeds: graph inputs that no initializer provides."""
+    initialized = {t.name for t in model.graph.initializer}
+    return [value for value in model.graph.input if value.name not in initialized]
+
+
+def _shape(value: onnx.ValueInfoProto, value_type: ValueType, shapes: Mapping[str, tuple[int, ...]]) -> tuple:
+    if value.name in shapes:
+        shape = shapes[value.name]
+        if value_type.dims is not None and len(shape) != len(value_type.dims):
+            raise InputError(
+                f"--shape {value.name}: {len(shape)} dimensions given, the model says {len(value_type.dims)}"
+            )
+        for axis, (given, declared) in enumerate(zip(shape, value_type.dims or (), strict=False)):
+            if isinstance(declared, int) and given != declared:
+                raise InputError(f"--shape {value.name}:{dims_text(shape)}: dimension {axis} is {declared} "
+                                 "in the model")  # fmt: skip
+        return shape
+    if value_type.dims is None:
+        raise InputError(f"input {value.name!r} has no shape in the model: give one with --shape {value.name}:DIMS")
+    return tuple(d if isinstance(d, int) else 1 for d in value_type.dims)
+
+
+def generate(
+    model: onnx.ModelProto,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    seed: int = 0,
+    int_range: tuple[int, int] = (0, 4),
+    given: Mapping[str, np.ndarray] | None = None,
+    max_elements: int = 2**31,
+) -> dict[str, np.ndarray]:
+    """One array per model input: ``given`` ones as they are, the others generated.
+
+    Dynamic dims come from ``shapes`` (a whole shape per input name), else 1. Floats are standard normal;
+    integers are drawn from ``int_range`` (low inclusive, high exclusive); booleans are fair coins.
+    """
+    shapes, given = shapes or {}, given or {}
+    unknown = set(shapes) - {v.name for v in model_inputs(model)}
+    if unknown:
+        raise InputError(f"--shape names {sorted(unknown)[0]!r}, which is not an input of the model")
+    _check_given(model, given)
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for value in model_inputs(model):
+        if value.name in given:
+            feeds[value.name] = np.asarray(given[value.name])
+            continue
+        value_type = ValueType.of(value)
+        if value_type is None:
+            raise InputError(f"input {value.name!r} is not a tensor; give it with --inputs")
+        if value_type.elem_type == onnx.TensorProto.STRING:
+            raise InputError(f"input {value.name!r} holds strings, which are not generated; give it with --inputs")
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(value_type.elem_type))
+        shape = _shape(value, value_type, shapes)
+        elements = int(np.prod(shape, dtype=object))
+        if elements > max_elements:
+            raise InputError(f"input {value.name!r} of shape {shape} would have {elements} elements, more than "
+                             f"--max-elements {max_elements}")  # fmt: skip
+        if dtype.kind == "f":
+            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[value.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            feeds[value.name] = rng.integers(*int_range, shape).astype(dtype)
+    return feeds
+
+
+def _check_given(model: onnx.ModelProto, given: Mapping[str, np.ndarray]) -> None:
+    """Refuse arrays of an --inputs file that the model has no input for, or of another type, rank or fixed size:
+    every such array named in one line."""
+    values = {value.name: value for value in model_inputs(model)}
+    unknown = sorted(set(given) - set(values))
+    problems = []
+    if unknown:
+        problems.append(f"holds {', '.join(map(repr, unknown))}, which the model has no input for "
+                        f"(its inputs: {', '.join(values) or 'none'})")  # fmt: skip
+    for name, array in given.items():
+        value_type = ValueType.of(values[name]) if name in values else None
+        if value_type is None:
+            continue
+        array = np.asarray(array)
+        if value_type.elem_type == onnx.TensorProto.STRING:
+            expected_kind = array.dtype.kind in "OUS"
+            wanted = "strings"
+        else:
+            wanted = np.dtype(helper.tensor_dtype_to_np_dtype(value_type.elem_type)).name
+            expected_kind = array.dtype.name == wanted
+        if not expected_kind:
+            problems.append(f"array {name!r} is {array.dtype.name} where the model takes {wanted}")
+            continue
+        dims = value_type.dims
+        if dims is not None and (len(dims) != array.ndim or any(
+                isinstance(d, int) and d != n for d, n in zip(dims, array.shape, strict=True))):  # fmt: skip
+            declared = "x".join(str(d) if isinstance(d, int) else f"<{d or '?'}>" for d in dims) or "a scalar"
+            problems.append(f"array {name!r} has shape {dims_text(array.shape)} where the model takes {declared}")
+    if problems:
+        raise InputError(f"--inputs {'; '.join(problems)}")
+
+
+def dynamic_hint(
+    model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]] | None = None, given: Sequence[str] = ()
+) -> str:
+    """For a run that failed: the generated inputs whose dynamic dims were made 1, and the ``--shape`` to give."""
+    shapes = shapes or {}
+    named, options = [], []
+    for value in model_inputs(model):
+        value_type = ValueType.of(value)
+        if value.name in given or value.name in shapes or value_type is None or value_type.dims is None:
+            continue
+        if all(isinstance(d, int) for d in value_type.dims):
+            continue
+        declared = ",".join(str(d) if d is not None else "?" for d in value_type.dims)
+        generated = "x".join(str(d) if isinstance(d, int) else "1" for d in value_type.dims)
+        named.append(f"{value.name} [{declared}] as {generated}")
+        options.append(f"--shape {value.name}:" + "x".join(str(d) if isinstance(d, int) else f"<{d or '?'}>"
+                                                            for d in value_type.dims))  # fmt: skip
+    if not named:
+        return ""
+    return f"dynamic dims were generated as 1 ({'; '.join(named)}): give real sizes with {' '.join(options)}"
+
+
+# ONNX Runtime's CPU kernels name the node, then say how an index was out of range (Gather gives the bounds).
+_OUT_OF_RANGE = re.compile(
+    r"Name:'(?P<node>[^']*)'.*?(?:idx=-?\d+ must be within the inclusive range \[(?P<low>-?\d+),(?P<high>-?\d+)\]"
+    r"|out of range value in index|invalid indice)",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def index_hint(model: onnx.ModelProto, message: str, generated: Collection[str], int_range: tuple[int, int]) -> str:
+    """For a run that failed on an out-of-range index: the generated integer inputs the node's indices come from,
+    and the ``--int-range`` or ``--inputs`` to give instead; "" if the message is not of that kind or no generated
+    input leads there."""
+    match = _OUT_OF_RANGE.search(message)
+    nodes = {node.name: node for body in bodies(model) for node in body.nodes if node.name}
+    node = nodes.get(match["node"]) if match else None
+    if node is None or len(node.input) < 2:
+        return ""
+    producers = {output: n for body in bodies(model) for n in body.nodes for output in n.output}
+    sources, seen, pending = [], set(), [node.input[1]]
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in generated:
+            sources.append(name)
+        elif name in producers:
+            pending.extend(producers[name].input)
+    if not sources:
+        return ""
+    low, high = int_range
+    names = ", ".join(sorted(sources))
+    takes = f", which takes [{match['low']}, {match['high']}]" if match["low"] is not None else ""
+    smaller = f"--int-range 0:{int(match['high']) + 1}" if match["low"] is not None else "a smaller --int-range"
+    return (f"the generated integer input {names} (drawn from --int-range {low}:{high}) reaches the indices of "
+            f"{node.op_type} node {node.name!r}{takes}: give {smaller}, or real values with --inputs")  # fmt: skip
+
+
+def load(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file, by name."""
+    try:
+        with np.load(Path(path), allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except Exception as error:  # a broken archive fails in many ways (BadZipFile, EOFError, ValueError, ...)
+        raise InputError(f"{path}: not a readable .npz file of arrays ({type(error).__name__})") from None
+
+
+def save(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write ``arrays`` to an .npz file (uncompressed), replacing it whole."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    model_io.write_bytes(path, buffer.getvalue())
+
+
+def parse_int_range(text: str) -> tuple[int, int]:
+    """``"0:4"`` -> ``(0, 4)``: generated integers are drawn from ``[low, high)``."""
+    low, _, high = text.partition(":")
+    try:
+        bounds = int(low), int(high)
+    except ValueError:
+        bounds = (0, 0)
+    if bounds[0] >= bounds[1]:
+        raise InputError(f"--int-range {text!r}: expected LOW:HIGH with LOW < HIGH, such as 0:4")
+    return bounds

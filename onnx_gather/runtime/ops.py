@@ -1,0 +1,253 @@
+"""DmlGather, DmlGatherElements and DmlGatherNd as ONNX Runtime custom operators, through onnxruntime-extensions.
+
+The bridge aborts the whole process when an exception escapes an op's function, and turns every
+result into a Python list unless it is handed an array. So this module installs its own invocation
+hook in front of the bridge's: for our ops it returns arrays and records errors instead of raising
+them; every other Python op still goes through the bridge's own hook, unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime
+from onnxruntime_extensions import PyCustomOpDef, get_library_path
+from onnxruntime_extensions import _ocos as bridge
+
+from onnx_gather.core import contract, semantics
+from onnx_gather.core.contract import DOMAIN
+from onnx_gather.core.errors import UserError
+from onnx_gather.runtime import kernels
+
+# The bridge's name of each type a DML node carries (contract.NODE_DATA_TYPES: DirectML's less FLOAT16, which the
+# bridge refuses) and of each index type.
+_BRIDGE_TYPES = {
+    onnx.helper.tensor_dtype_to_np_dtype(t): getattr(PyCustomOpDef, f"dt_{onnx.TensorProto.DataType.Name(t).lower()}")
+    for t in sorted(contract.NODE_DATA_TYPES | {i.onnx for i in contract.INDEX_TYPES})
+}
+_BRIDGE_ATTRIBUTES = {
+    onnx.AttributeProto.INT: PyCustomOpDef.dt_int64,
+    onnx.AttributeProto.STRING: PyCustomOpDef.dt_string,
+}
+DATA_DTYPES = tuple(onnx.helper.tensor_dtype_to_np_dtype(t) for t in sorted(contract.NODE_DATA_TYPES))
+
+# A session config entry marks options that already hold the custom op library: registering it
+# twice makes session creation fail.
+_REGISTERED_KEY = "onnx_gather.custom_ops"
+
+_log = logging.getLogger("onnx_gather")
+
+
+@dataclass(frozen=True)
+class _Operator:
+    op_type: str
+    function: Callable[..., np.ndarray]
+    attributes: dict[str, int]  # name -> bridge type
+
+    def call(self, feed: Sequence[np.ndarray], attributes: dict[str, str]) -> np.ndarray:
+        # The bridge checks each attribute's type when the session is created, then hands it over as a string.
+        arguments = {
+            name: text if self.attributes[name] == PyCustomOpDef.dt_string else int(text)
+            for name, text in attributes.items()
+        }
+        return self.function(*feed, **arguments)
+
+
+def _count(input: np.ndarray, indices: np.ndarray, attributes: dict) -> int:
+    """How many out-of-bounds index values (coordinates, for GatherND) a DML node meets; 0 where its shapes are
+    invalid (the op itself says why)."""
+    if "batch_dimension_count" not in attributes:
+        axis = attributes["axis"]
+        return semantics.count_out_of_bounds(indices, input.shape[axis]) if 0 <= axis < input.ndim else 0
+    counts = (attributes["input_dimension_count"], attributes["indices_dimension_count"])
+    try:
+        semantics.gather_nd_output_sizes(input.shape, indices.shape, *counts, attributes["batch_dimension_count"])
+    except semantics.GatherError:
+        return 0
+    return semantics.count_out_of_bounds_nd(input, indices, *counts, attributes["batch_dimension_count"])
+
+
+def _traced(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """``function`` that also counts, under the node's name, the out-of-bounds indices it meets."""
+
+    def traced(input: np.ndarray, indices: np.ndarray, node: str, **attributes: object) -> np.ndarray:
+        if _state.out_of_bounds is not None:
+            _state.out_of_bounds[node] += _count(input, indices, attributes)
+        return function(input, indices, **attributes)
+
+    return traced
+
+
+_KERNELS = {"DmlGather": kernels.gather, "DmlGatherElements": kernels.gather_elements,
+            "DmlGatherNd": kernels.gather_nd}  # fmt: skip
+_BASE_OPERATORS = tuple(
+    _Operator(op.op_type, _KERNELS[op.op_type],
+              {name: _BRIDGE_ATTRIBUTES[kind] for name, kind in op.attribute_types().items()})
+    for op in contract.OPS
+)  # fmt: skip
+# The same ops with a ``node`` attribute naming the DML node they stand for, for counting out-of-bounds
+# indices per node (the bridge does not tell an op which node it runs).
+TRACED = {operator.op_type: f"{operator.op_type}Traced" for operator in _BASE_OPERATORS}
+_OPERATORS = _BASE_OPERATORS + tuple(
+    _Operator(TRACED[o.op_type], _traced(o.function), {**o.attributes, "node": PyCustomOpDef.dt_string})
+    for o in _BASE_OPERATORS
+)
+
+
+class _RunState(threading.local):
+    """Per thread: the errors our ops met during the current ``InferenceSession.run``, if one is under way.
+
+    ONNX Runtime runs a session's kernels on the thread that called ``run`` (sequential execution).
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] | None = None
+        self.out_of_bounds: Counter | None = None  # per node, while ``count_out_of_bounds`` is active
+
+
+_state = _RunState()
+_registered: dict[int, _Operator] = {}
+_registering = threading.Lock()
+# The bridge's private names the ops hook into (onnxruntime-extensions has no public way to return arrays and keep
+# exceptions from aborting the process); pyproject.toml admits the versions they were tested with.
+_PRIVATE = ("_on_pyop_invocation", "Opdef")
+TESTED_EXTENSIONS = "0.15"
+_bridge_invoke: Callable[..., tuple] | None = None  # the bridge's own hook, once ours is in front of it
+
+
+def _record(operator: _Operator, error: BaseException) -> None:
+    if not isinstance(error, semantics.GatherError):
+        error = RuntimeError(f"{operator.op_type}: {type(error).__name__}: {error}")
+    if _state.errors is not None:
+        _state.errors.append(error)
+    else:
+        _log.error("%s (the node's output is empty)", error)
+
+
+def _invoke(op_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> tuple:
+    operator = _registered.get(op_id)
+    if operator is None:
+        assert _bridge_invoke is not None  # set by _register_operators, before any op can run
+        return _bridge_invoke(op_id, feed, attributes)
+    try:
+        result = np.ascontiguousarray(operator.call(feed, attributes))
+    except BaseException as error:  # anything that escapes into the bridge aborts the process
+        _record(operator, error)
+        result = np.empty((0,), feed[0].dtype)
+    return (op_id, result.shape, result)
+
+
+def _register_operators() -> None:
+    """Define the ops for the bridge and put our hook in front of its own: once, on first use."""
+    global _bridge_invoke
+    with _registering:
+        if _registered:
+            return
+        missing = [f"_ocos.{name}" for name in _PRIVATE if not hasattr(bridge, name)]
+        if missing:
+            version = importlib.metadata.version("onnxruntime-extensions")
+            raise ImportError(
+                f"onnxruntime-extensions {version} lacks {', '.join(missing)}, which onnx-gather's custom ops hook "
+                f"into; onnx-gather is tested with onnxruntime-extensions {TESTED_EXTENSIONS}"
+            )
+        _bridge_invoke = bridge._on_pyop_invocation
+        _define()
+
+
+def _define() -> None:
+    for operator in _OPERATORS:
+        for data_type in (_BRIDGE_TYPES[dtype] for dtype in DATA_DTYPES):
+            for index_dtype in contract.INDEX_DTYPES:
+                opdef = bridge.Opdef.create(
+                    operator.function,
+                    op_type=f"{DOMAIN}::{operator.op_type}",
+                    inputs=[data_type, _BRIDGE_TYPES[index_dtype]],
+                    outputs=[data_type],
+                    attrs=operator.attributes,
+                )
+                _registered[opdef._nativedef.obj_id] = operator
+    PyCustomOpDef.install_hooker(_invoke)
+
+
+@contextlib.contextmanager
+def count_out_of_bounds() -> Iterator[Counter]:
+    """While active, the traced ops count the out-of-bounds index values they meet, per node name."""
+    outer, _state.out_of_bounds = _state.out_of_bounds, Counter()
+    try:
+        yield _state.out_of_bounds
+    finally:
+        _state.out_of_bounds = outer
+
+
+def register(options: onnxruntime.SessionOptions) -> onnxruntime.SessionOptions:
+    """Register the custom ops on ``options`` (once, however often it is called) and return it."""
+    _register_operators()
+    try:
+        options.get_session_config_entry(_REGISTERED_KEY)
+    except RuntimeError:  # not registered yet
+        options.register_custom_ops_library(get_library_path())
+        options.add_session_config_entry(_REGISTERED_KEY, "1")
+    return options
+
+
+def set_max_output_elements(limit: int) -> None:
+    """From now on the ops refuse, before allocating it, an output of more than ``limit`` elements."""
+    if limit < 1:
+        raise UserError(f"the output element limit must be positive, got {limit}")
+    kernels.max_output_elements = limit
+
+
+def session_options() -> onnxruntime.SessionOptions:
+    """New ``onnxruntime.SessionOptions`` with DmlGather, DmlGatherElements and DmlGatherNd registered."""
+    return register(onnxruntime.SessionOptions())
+
+
+class InferenceSession(onnxruntime.InferenceSession):
+    """An ``onnxruntime.InferenceSession`` with the custom ops registered.
+
+    ``run`` raises the error a DML op met (an out-of-bounds index in ``error`` mode, shapes DirectML
+    would refuse) as a Python exception; a plain ``onnxruntime.InferenceSession`` can only log it.
+    ``model`` is a path, serialized bytes or an ``onnx.ModelProto``.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike | bytes | onnx.ModelProto,
+        sess_options: onnxruntime.SessionOptions | None = None,
+        providers: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        options = register(sess_options or onnxruntime.SessionOptions())
+        if options.execution_mode != onnxruntime.ExecutionMode.ORT_SEQUENTIAL:
+            raise UserError("onnx_gather.InferenceSession needs sequential execution (execution_mode ORT_SEQUENTIAL)")
+        if isinstance(model, onnx.ModelProto):
+            model = model.SerializeToString()
+        elif isinstance(model, os.PathLike):
+            model = os.fspath(model)
+        super().__init__(model, options, providers or ["CPUExecutionProvider"], **kwargs)
+
+    def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list:
+        """Run the model as ``onnxruntime.InferenceSession.run`` does, raising any error a DML op met."""
+        outer, _state.errors = _state.errors, []
+        try:
+            try:
+                outputs = super().run(output_names, input_feed, run_options)
+            except Exception as runtime_error:
+                if _state.errors:
+                    raise _state.errors[0] from runtime_error
+                raise
+            if _state.errors:
+                raise _state.errors[0]
+            return outputs
+        finally:
+            _state.errors = outer

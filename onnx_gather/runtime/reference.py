@@ -1,0 +1,52 @@
+"""The DML form in onnx's own reference evaluator: ``onnx.reference.ReferenceEvaluator(model, new_ops=OPS)`` runs
+a converted model with DmlGather, DmlGatherElements and DmlGatherNd computed by ``onnx_gather.core.semantics`` (no
+ONNX Runtime, no bridge: FLOAT16 data as they are). ``run(model, feeds)`` does it for a whole model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+
+from onnx_gather.core import semantics
+from onnx_gather.core.contract import DOMAIN
+
+
+def _mode(out_of_bounds: str | bytes) -> str:
+    return out_of_bounds.decode() if isinstance(out_of_bounds, bytes) else out_of_bounds
+
+
+class DmlGather(OpRun):
+    op_domain = DOMAIN
+
+    def _run(self, input, indices, axis=None, index_dimensions=None, out_of_bounds=None):  # noqa: ANN001
+        return (semantics.dml_gather(input, indices, int(axis), int(index_dimensions), _mode(out_of_bounds)),)
+
+
+class DmlGatherElements(OpRun):
+    op_domain = DOMAIN
+
+    def _run(self, input, indices, axis=None, out_of_bounds=None):  # noqa: ANN001
+        return (semantics.dml_gather_elements(input, indices, int(axis), _mode(out_of_bounds)),)
+
+
+class DmlGatherNd(OpRun):
+    op_domain = DOMAIN
+
+    def _run(
+        self, input, indices, input_dimension_count=None, indices_dimension_count=None,  # noqa: ANN001
+        batch_dimension_count=None, out_of_bounds=None,  # noqa: ANN001
+    ):  # fmt: skip
+        return (semantics.dml_gather_nd(input, indices, int(input_dimension_count), int(indices_dimension_count),
+                                        int(batch_dimension_count), _mode(out_of_bounds)),)  # fmt: skip
+
+
+OPS = [DmlGather, DmlGatherElements, DmlGatherNd]
+
+
+def run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Every output of ``model`` (standard ONNX and the DML ops) by onnx's reference evaluator."""
+    return [np.asarray(o) for o in ReferenceEvaluator(model, new_ops=OPS).run(None, dict(feeds))]
