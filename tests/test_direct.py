@@ -21,7 +21,7 @@ from onnx_gather.core.contract import DIRECTML_DTYPES
 from onnx_gather.core.descs import Case, Outcome, TensorDesc, from_buffer, to_buffer
 from onnx_gather.directml import layout, random_descs
 from onnx_gather.directml.direct import DirectRunner
-from onnx_gather.directml.worker import RunnerError
+from onnx_gather.directml.process import RunnerError
 
 NAMES = {np.dtype(numpy): name for name, numpy in DIRECTML_DTYPES.items()}
 

@@ -34,7 +34,8 @@ import onnx_gather
 from onnx_gather.app import cli
 from onnx_gather.conformance import provider as conformance
 from onnx_gather.directml import install, layout, memory
-from onnx_gather.directml.worker import DirectMlError, Runner, RunnerError
+from onnx_gather.directml.process import DirectMlError, RunnerError
+from onnx_gather.directml.worker import Runner
 from onnx_gather.graphs.check import check
 from onnx_gather.graphs.convert import convert
 

@@ -29,7 +29,7 @@ from conftest import SUMMARIES, assert_all_identical, require_directml, run_mode
 import onnx_gather
 from onnx_gather.app import cli
 from onnx_gather.directml import worker
-from onnx_gather.directml.worker import DirectMlError
+from onnx_gather.directml.process import DirectMlError
 from onnx_gather.graphs import model_io, provider
 from onnx_gather.graphs.check import check
 from onnx_gather.graphs.convert import convert

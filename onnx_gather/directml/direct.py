@@ -4,8 +4,8 @@ ONNX Runtime's DirectML provider decides the descs DirectML sees (padding, strid
 gives every field of the operator desc and of its three DML_BUFFER_TENSOR_DESCs and the input buffers byte for
 byte; each case comes back as the output buffer read back whole (filled with a known byte before the dispatch, so
 that what the operator did not write shows), or as the stage where DirectML refused it with its HRESULT.
-The process is worker.Runner's (Xvfb, a private Wine prefix, a memory limit, time limits, everything ended on errors,
-timeouts and Ctrl-C), started with direct.exe instead of runner.exe.
+The process is a ``process.WineProgram`` (Xvfb, a private Wine prefix, a memory limit, time limits, everything ended
+on errors, timeouts and Ctrl-C) running direct.exe.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from onnx_gather.core.descs import Case, Outcome
 from onnx_gather.directml.layout import Layout
-from onnx_gather.directml.worker import REQUEST_SECONDS, DirectMlError, Runner, windows_path
+from onnx_gather.directml.process import REQUEST_SECONDS, DirectMlError, WineProgram, windows_path
 from onnx_gather.graphs.graph import counted
 
 BATCH = 500  # cases per request: a case takes a few milliseconds, a request has REQUEST_SECONDS
@@ -25,7 +25,7 @@ class DirectRunner:
     """direct.exe under Wine, serving batches of cases. Use as a context manager, or call ``close()``."""
 
     def __init__(self, layout: Layout | None = None, timeout: float = REQUEST_SECONDS, batch: int = BATCH) -> None:
-        self.runner = Runner(layout, timeout, program="direct")
+        self.runner = WineProgram("direct", layout, timeout)
         self.batch = batch
 
     def __enter__(self) -> DirectRunner:
