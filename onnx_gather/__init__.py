@@ -19,7 +19,7 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "DOMAIN": "onnx_gather.graphs.graph",
+    "DOMAIN": "onnx_gather.core.contract",
     "GatherError": "onnx_gather.core.semantics",
     "InferenceSession": "onnx_gather.runtime.ops",
     "Observation": "onnx_gather.runtime.observe",

@@ -11,7 +11,7 @@ import onnxruntime
 import pytest
 
 import onnx_gather
-from onnx_gather.graphs.graph import single_node_model
+from onnx_gather.graphs.emit import single_node_model
 
 
 def _single_thread_options() -> onnxruntime.SessionOptions:

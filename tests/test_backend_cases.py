@@ -11,7 +11,7 @@ from conftest import assert_all_identical, run_model
 
 import onnx_gather
 from onnx_gather.core.contract import GATHER_OPS
-from onnx_gather.graphs.graph import bodies
+from onnx_gather.graphs.plumbing import bodies
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # some case generators overflow on purpose

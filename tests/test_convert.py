@@ -16,8 +16,8 @@ import onnx_gather
 from onnx_gather.conformance import provider as conformance
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.graphs.convert import convert
-from onnx_gather.graphs.graph import bodies
 from onnx_gather.graphs.lower import lower
+from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime.observe import Observation
 
 RNG = np.random.default_rng(7)

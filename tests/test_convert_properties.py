@@ -19,7 +19,7 @@ import onnx_gather.core.contract
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.semantics import GatherError, gather_output_sizes
 from onnx_gather.graphs.convert import convert
-from onnx_gather.graphs.graph import single_node_model
+from onnx_gather.graphs.emit import single_node_model
 from onnx_gather.graphs.lower import lower
 
 # No deadline and no too-slow health check: how fast examples come depends on the machine, not on the code.

@@ -13,7 +13,7 @@ from conftest import assert_identical
 import onnx_gather
 from onnx_gather.core.semantics import GatherError
 from onnx_gather.graphs.convert import convert
-from onnx_gather.graphs.graph import single_node_model
+from onnx_gather.graphs.emit import single_node_model
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 

@@ -16,7 +16,7 @@ import onnx_gather
 from onnx_gather.core import contract
 from onnx_gather.core.examples import EXAMPLES
 from onnx_gather.core.semantics import GatherError
-from onnx_gather.graphs.graph import single_node_model
+from onnx_gather.graphs.emit import single_node_model
 from onnx_gather.runtime import ops
 
 
@@ -200,7 +200,7 @@ def _run_child(script: str) -> subprocess.CompletedProcess:
 def test_a_failing_op_in_a_plain_session_logs_and_the_process_carries_on():
     child = _run_child("""
         import numpy as np, onnxruntime, onnx_gather
-        from onnx_gather.graphs.graph import single_node_model
+        from onnx_gather.graphs.emit import single_node_model
         model = single_node_model("DmlGatherElements", np.float32, np.int64, axis=0, out_of_bounds="error")
         session = onnxruntime.InferenceSession(model.SerializeToString(), onnx_gather.session_options())
         output = session.run(None, {"input": np.zeros(3, np.float32), "indices": np.array([0, 9])})[0]

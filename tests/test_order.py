@@ -14,8 +14,7 @@ from onnx import numpy_helper
 
 import onnx_gather
 from onnx_gather.app.cli import main
-from onnx_gather.graphs.graph import bodies
-from onnx_gather.graphs.order import sort_topologically
+from onnx_gather.graphs.plumbing import bodies, sort_topologically
 
 
 def _branch(name: str, scale: float, backwards: bool) -> onnx.GraphProto:

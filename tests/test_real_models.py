@@ -33,8 +33,8 @@ from onnx_gather.directml.process import DirectMlError
 from onnx_gather.graphs import model_io, provider
 from onnx_gather.graphs.check import check
 from onnx_gather.graphs.convert import convert
-from onnx_gather.graphs.graph import bodies
 from onnx_gather.graphs.lower import lower
+from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime import backends
 from onnx_gather.runtime.parity import run_parity
 

@@ -284,7 +284,7 @@ def test_the_core_imports_no_runtime():
                      for p in (package / layer).glob("*.py") if p.stem != "__init__")  # fmt: skip
     code = (
         f"import sys, onnx_gather; import {', '.join(modules)}; "
-        "from onnx_gather.graphs.graph import single_node_model; import numpy as np; "
+        "from onnx_gather.graphs.emit import single_node_model; import numpy as np; "
         "m = single_node_model('Gather', np.float32, np.int64, domain='', axis=0); "
         "m.graph.input[0].type.tensor_type.shape.dim.add().dim_value = 3; "
         "m.graph.input[1].type.tensor_type.shape.dim.add().dim_value = 2; "

@@ -18,12 +18,13 @@ from onnx_gather.app import demo, documents, report
 from onnx_gather.app.parser import UsageError, build_parser
 from onnx_gather.app.progress import Progress
 from onnx_gather.core.errors import UserError
+from onnx_gather.core.words import counted
 from onnx_gather.directml import install
 from onnx_gather.directml.layout import Layout
 from onnx_gather.graphs import model_io
+from onnx_gather.graphs.changes import Report
 from onnx_gather.graphs.check import check, summary
-from onnx_gather.graphs.convert import Report, convert
-from onnx_gather.graphs.graph import counted
+from onnx_gather.graphs.convert import convert
 from onnx_gather.graphs.lower import lower
 from onnx_gather.runtime import backends, inputs, ops
 from onnx_gather.runtime.observe import Observation

@@ -23,7 +23,7 @@ from onnx_gather.core import contract, predict
 from onnx_gather.core.contract import DIRECTML_DTYPES, DOMAIN
 from onnx_gather.core.descs import Case, Outcome, TensorDesc, from_buffer
 from onnx_gather.directml.direct import DirectRunner
-from onnx_gather.graphs.graph import IR_VERSION, ONNX_OPSET
+from onnx_gather.graphs.emit import IR_VERSION, ONNX_OPSET
 from onnx_gather.runtime.ops import InferenceSession
 
 OPERATORS = ("GATHER", "GATHER_ELEMENTS", "GATHER_ND", "GATHER_ND1")

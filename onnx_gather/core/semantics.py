@@ -14,14 +14,12 @@ import numpy as np
 from onnx_gather.core.contract import (
     ATTRIBUTE_VALUES,
     DATA_DTYPES,
-    DIRECTML_16BIT,
     INDEX_DTYPES,
     MAX_DIMENSION_COUNT,
     OUT_OF_BOUNDS_MODES,
 )
 from onnx_gather.core.errors import UserError
-
-_MASK32 = np.uint64(0xFFFFFFFF)
+from onnx_gather.core.reading import MASK32, axis_words, directml_read, element_size, read_rows
 
 
 class GatherError(UserError):
@@ -157,46 +155,6 @@ def count_out_of_bounds(indices: np.ndarray, size: int) -> int:
     return int(np.count_nonzero(_out_of_range(indices, size)))
 
 
-def _axis_words(indices: np.ndarray, size: int) -> np.ndarray:
-    """DirectML's axis coordinate for each index: its low 32 bits, plus ``size`` if the value's top bit is set
-    (INT32, INT64 and UINT64 alike; UINT32 values are never negative), wrapping at 2^32; 0 on an axis of size 1
-    (docs/semantics.md section 4.3, steps 1 and 2). As uint64."""
-    if size == 1:
-        return np.zeros(indices.shape, np.uint64)
-    low = indices.astype(np.uint64) & _MASK32  # two's complement: the low word of a negative value
-    if indices.dtype == np.uint32:
-        return low
-    negative = indices.view(np.int64) < 0 if indices.dtype == np.uint64 else indices < 0
-    return np.where(negative, (low + np.uint64(size)) & _MASK32, low)
-
-
-def _directml_read(input: np.ndarray, axis: int, words: np.ndarray, element_size: int) -> np.ndarray:
-    """What DirectML reads for axis coordinates ``words`` of shape (P, K, S), P and S the sizes before and after the
-    axis (1 where ``words`` broadcasts): the element at the linear offset, in wrapping 32-bit arithmetic, clamped
-    to the tensor's memory rounded up to 4 bytes, where the padding reads 0 (section 4.3, steps 3 to 5)."""
-    outer = int(np.prod(input.shape[:axis], dtype=np.int64))
-    rows = np.arange(outer, dtype=np.uint64).reshape(-1, 1, 1) * np.uint64(input.shape[axis]) + words
-    return _read_rows(input, rows, int(np.prod(input.shape[axis + 1 :], dtype=np.int64)), element_size)
-
-
-def _read_rows(input: np.ndarray, rows: np.ndarray, inner: int, element_size: int) -> np.ndarray:
-    """What DirectML reads at element offsets ``rows * inner + s``, s along the last axis of ``rows`` (of size 1,
-    broadcast to ``inner``, or ``inner`` itself): wrapping at 2^32, clamped to the tensor's memory rounded up to 4
-    bytes, whose padding reads 0."""
-    offsets = ((rows & _MASK32) * np.uint64(inner) + np.arange(inner, dtype=np.uint64)) & _MASK32
-    flat = input.reshape(-1)
-    if flat.size == 0:  # nothing to read: DirectML leaves the output as its memory was (unpredictable); 0 here
-        return np.zeros(offsets.shape, input.dtype)
-    capacity = -(-flat.size * element_size // 4) * 4 // element_size
-    padded = np.zeros(capacity, input.dtype)
-    padded[: flat.size] = flat
-    return padded[np.minimum(offsets, np.uint64(capacity - 1)).astype(np.intp)]
-
-
-def _element_size(input: np.ndarray, out_of_bounds: str) -> int:
-    return 2 if out_of_bounds == DIRECTML_16BIT else input.dtype.itemsize
-
-
 def _readable(source: np.ndarray, axis: int) -> np.ndarray:
     """``source``, or where its axis is empty a single zero slice, so that clamped reads return 0."""
     if source.shape[axis] > 0:
@@ -222,8 +180,8 @@ def dml_gather(
     index_shape = indices.shape[input.ndim - index_dimensions :]
     check_out_of_bounds("DmlGather", out_of_bounds)
     if out_of_bounds.startswith("directml"):
-        words = _axis_words(indices.reshape(1, -1, 1), input.shape[axis])
-        read = _directml_read(input, axis, words, _element_size(input, out_of_bounds))
+        words = axis_words(indices.reshape(1, -1, 1), input.shape[axis])
+        read = directml_read(input, axis, words, element_size(input, out_of_bounds))
         return read.reshape(output_sizes)
     fixed, out_of_range = fix_indices("DmlGather", indices, input.shape[axis], out_of_bounds)
     fixed, out_of_range = fixed.reshape(index_shape), out_of_range.reshape(index_shape)
@@ -254,8 +212,8 @@ def dml_gather_elements(
     check_out_of_bounds("DmlGatherElements", out_of_bounds)
     if out_of_bounds.startswith("directml"):
         outer = int(np.prod(input.shape[:axis], dtype=np.int64))
-        words = _axis_words(indices.reshape(outer, indices.shape[axis], -1), input.shape[axis])
-        return _directml_read(input, axis, words, _element_size(input, out_of_bounds)).reshape(indices.shape)
+        words = axis_words(indices.reshape(outer, indices.shape[axis], -1), input.shape[axis])
+        return directml_read(input, axis, words, element_size(input, out_of_bounds)).reshape(indices.shape)
     fixed, out_of_range = fix_indices("DmlGatherElements", indices, input.shape[axis], out_of_bounds)
     result = np.take_along_axis(_readable(input, axis), fixed, axis)
     if out_of_bounds == "zero":
@@ -344,11 +302,11 @@ def _directml_nd(
     steps = [int(np.prod(data[d + 1 : batch + k], dtype=np.int64)) if data[d] != 1 else 0 for d in range(batch + k)]
     rows = np.zeros(tuples.shape[0], np.uint64)
     for q in range(batch):
-        rows = (rows + positions[q].astype(np.uint64) * np.uint64(steps[q])) & _MASK32
+        rows = (rows + positions[q].astype(np.uint64) * np.uint64(steps[q])) & MASK32
     for c in range(k):
-        rows = (rows + _axis_words(tuples[:, c], data[batch + c]) * np.uint64(steps[batch + c])) & _MASK32
+        rows = (rows + axis_words(tuples[:, c], data[batch + c]) * np.uint64(steps[batch + c])) & MASK32
     inner = int(np.prod(data[batch + k :], dtype=np.int64))
-    return _read_rows(input, rows[:, None], inner, element_size)
+    return read_rows(input, rows[:, None], inner, element_size)
 
 
 def dml_gather_nd(
@@ -373,7 +331,7 @@ def dml_gather_nd(
     check_out_of_bounds(op, out_of_bounds)
     if out_of_bounds.startswith("directml"):
         return _directml_nd(input, indices, input_dimension_count, indices_dimension_count, batch_dimension_count,
-                            _element_size(input, out_of_bounds)).reshape(output_sizes)  # fmt: skip
+                            element_size(input, out_of_bounds)).reshape(output_sizes)  # fmt: skip
     data = input.shape[input.ndim - input_dimension_count :]
     index = indices.shape[indices.ndim - indices_dimension_count :]
     if data[:batch_dimension_count] != index[:batch_dimension_count]:

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from onnx_gather.core.descs import Case, Outcome
+from onnx_gather.core.words import counted
 from onnx_gather.directml.layout import Layout
 from onnx_gather.directml.process import REQUEST_SECONDS, DirectMlError, WineProgram, windows_path
-from onnx_gather.graphs.graph import counted
 
 BATCH = 500  # cases per request: a case takes a few milliseconds, a request has REQUEST_SECONDS
 

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 
 import onnx
 
-from onnx_gather.core.contract import DML_OP_TYPES, DOMAIN
+from onnx_gather.core.contract import DML_OP_TYPES, DOMAIN, GATHER_OPS
+from onnx_gather.core.words import counted
 from onnx_gather.graphs import provider
-from onnx_gather.graphs.convert import NodeChange, convert
-from onnx_gather.graphs.graph import bodies, counted, unnamed, value_types
-from onnx_gather.graphs.order import orders, sort_topologically
+from onnx_gather.graphs.analysis import Analysis
+from onnx_gather.graphs.changes import NodeChange
 from onnx_gather.graphs.placement import FEATURE_LEVELS, dml_operator, dml_type_name, judge, needed_level, place
+from onnx_gather.graphs.plumbing import bodies, orders, sort_topologically, unnamed
 from onnx_gather.graphs.ranks import Observer
 
 # Verdicts: the provider runs it on DirectML; keeps it on its CPU provider; takes it and fails; DirectML at the
@@ -41,8 +42,8 @@ def _describe(op_type: str, n: int, data_type: int, index_type: int, batch: int 
 
 
 def _standard(change: NodeChange, level_name: str, placed: provider.Placed | None) -> Verdict:
-    """A standard gather, converted (``change.result``) or left by ``convert``, and where the provider's graph
-    partitioning puts it (``placed``)."""
+    """A standard gather, which DML form expresses (``change.result``) or not (``graphs.analysis``), and where the
+    provider's graph partitioning puts it (``placed``)."""
 
     def verdict(status: str, reason: str) -> Verdict:
         name = change.node or f"{change.op_type} #{change.position}"
@@ -79,18 +80,18 @@ def check(
     (custom ops already in the model) by what the feature level accepts."""
     level = FEATURE_LEVELS[feature_level]
     model = _sorted(model)
-    _, report = convert(model, observation=observation)
+    analysis = Analysis(model, observation=observation)  # what to_dml would do, decided without converting
     placed = provider.place(model)
-    order = {(body.where, k): rank for rank, (body, k) in enumerate(
-        (body, k) for body in bodies(model) for k in range(len(body.nodes)))}  # fmt: skip
-    changes = sorted((*report.changed, *report.left), key=lambda c: order.get((c.where, c.position), len(order)))
-    verdicts = [
-        _standard(change, feature_level, placed[change.where][change.position] if change.where in placed else None)
-        for change in changes
-    ]
-    types = value_types(model)
+    verdicts = []
     for body in bodies(model):
-        scope = types.get(body.scope, {})
+        types = analysis.types.get(body.scope, {})
+        for position, node in enumerate(body.nodes):
+            if node.domain in ("", "ai.onnx") and node.op_type in GATHER_OPS:
+                change = analysis.decide(body, types, node, position)[1]
+                where = placed[body.where][position] if body.where in placed else None
+                verdicts.append(_standard(change, feature_level, where))
+    for body in bodies(model):
+        scope = analysis.types.get(body.scope, {})
         for position, node in enumerate(body.nodes):
             if node.domain != DOMAIN or node.op_type not in DML_OP_TYPES:
                 continue

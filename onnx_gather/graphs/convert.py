@@ -1,4 +1,5 @@
-"""Standard ONNX ``Gather`` and ``GatherElements`` into DML form, as ONNX Runtime's DirectML provider maps them.
+"""Standard ONNX ``Gather``, ``GatherElements`` and ``GatherND`` into DML form, as ONNX Runtime's DirectML provider
+maps them; what becomes of each gather is decided by ``graphs.analysis``.
 
 The rules (docs/semantics.md section 6), for each node in every graph, subgraph and model-local function:
 
@@ -17,10 +18,6 @@ The rules (docs/semantics.md section 6), for each node in every graph, subgraph 
 
 from __future__ import annotations
 
-import dataclasses
-from collections import Counter
-from dataclasses import dataclass, field
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -28,155 +25,29 @@ from onnx import TensorProto, helper
 from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
-from onnx_gather.graphs import provider
-from onnx_gather.graphs.graph import Body, Emitter, Names, ValueType, bodies, value_types
-from onnx_gather.graphs.order import sort_topologically
-from onnx_gather.graphs.placement import FEATURE_LEVELS, FeatureLevel, place
-from onnx_gather.graphs.ranks import Observer, branch_dependence, symbolic_types
+from onnx_gather.graphs.analysis import Analysis, GatherPlan, parse_dimension_count
+from onnx_gather.graphs.changes import Report, count_ops
+from onnx_gather.graphs.emit import Emitter
+from onnx_gather.graphs.placement import FEATURE_LEVELS
+from onnx_gather.graphs.plumbing import Body, bodies, sort_topologically
+from onnx_gather.graphs.ranks import Observer
+from onnx_gather.graphs.types import ValueType
 
 # An end past any size: Slice clamps it, so the slice keeps the whole axis (lower.py recognises it).
 WHOLE_AXIS = 2**62
 
 
-@dataclass(frozen=True)
-class NodeChange:
-    """One gather node: what became of it, and why where it stayed as it was."""
-
-    where: str
-    node: str
-    op_type: str
-    result: str  # the DML node's name, or "" where the node stayed standard
-    reason: str = ""
-    dimension_count: int | None = None  # N of the DML node
-    data_type: int | None = None  # the element types DirectML would see (before carrying)
-    index_type: int | None = None
-    note: str = ""  # how data the bridge cannot carry travels
-    ranks: str = ""  # where ranks came from when shape inference could not tell them
-    data: ValueType | None = None  # the input types the decision went by, where known
-    indices: ValueType | None = None
-    axis: int | None = None  # non-negative, where the rank is known
-    batch: int = 0  # GatherND's batch_dims
-    out_rank: int | None = None  # the standard output's rank, where known
-    position: int | None = None  # in its node list, topologically sorted
-
-
-@dataclass
-class Report:
-    """What a conversion or a lowering did, for the command line's summary."""
-
-    before: Counter = field(default_factory=Counter)
-    after: Counter = field(default_factory=Counter)
-    changed: list[NodeChange] = field(default_factory=list)
-    left: list[NodeChange] = field(default_factory=list)
-
-
-def count_ops(model: onnx.ModelProto) -> Counter:
-    """Node counts by op type (``domain::op`` outside the default domain), over every graph and function."""
-    counts: Counter = Counter()
-    for body in bodies(model):
-        counts.update(f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type for n in body.nodes)
-    return counts
-
-
-def parse_dimension_count(value: str | int) -> int | None:
-    """``"auto"`` (None) or a dimension count from 1 to 8."""
-    if value == "auto":
-        return None
-    try:
-        count = int(value)
-    except (TypeError, ValueError):
-        count = 0
-    if not 1 <= count <= contract.MAX_DIMENSION_COUNT:
-        raise UserError(f"dimension_count must be 'auto' or 1 to {contract.MAX_DIMENSION_COUNT}, got {value!r}")
-    return count
-
-
-def _attribute(node: onnx.NodeProto, name: str, default: object) -> object:
-    found = next((a for a in node.attribute if a.name == name), None)
-    return default if found is None else helper.get_attribute_value(found)
-
-
-def _type_name(elem_type: int) -> str:
-    return TensorProto.DataType.Name(elem_type)
-
-
 class _Converter:
-    def __init__(
-        self, model: onnx.ModelProto, dimension_count: int | None, out_of_bounds: str, observation: Observer | None,
-        keep_on_cpu: FeatureLevel | None,
-    ) -> None:  # fmt: skip
+    def __init__(self, model: onnx.ModelProto, analysis: Analysis, out_of_bounds: str) -> None:
         self.model = model
-        self.dimension_count = dimension_count
+        self.analysis = analysis
+        self.names = analysis.names
         self.out_of_bounds = out_of_bounds
-        self.keep_on_cpu = keep_on_cpu
-        # Where the provider puts each node, for the gathers it runs with its CPU kernels: shape computations, folded.
-        self.placed = provider.place(model) if keep_on_cpu is not None else {}
-        self.names = Names(model)
-        self.types = value_types(model)
         self.report = Report()
-        self.unknown: dict[str, str] = {}  # value -> why its rank stays unknown
-        self.observed: dict[str, str] = {}  # value -> what of its shape symbolic inference or one run told
-        self.ran: set[str] = set()  # the values a run told
-        self.observed_run = ""  # that run's inputs
-        self._resolve(observation)
-
-    def _resolve(self, observation: Observer | None) -> None:
-        """Ranks ONNX shape inference could not tell, for the main graph's gathers: from ONNX Runtime's symbolic
-        shape inference, else from one run of the model if ``observation`` asks for it. For GatherND's indices also
-        the tuple length (their last dim), which fixes the output's rank."""
-        wanted, tuples = [], set()
-        for body in bodies(self.model):
-            types = self.types.get(body.scope, {})
-            for node in body.nodes:
-                if node.domain not in ("", "ai.onnx") or node.op_type not in contract.GATHER_OPS:
-                    continue
-                for name in node.input[:2]:
-                    known = types.get(name)
-                    tuple_length = node.op_type == "GatherND" and name == node.input[1]
-                    if not name or (known is not None and known.rank is not None and not (
-                            tuple_length and (not known.dims or not isinstance(known.dims[-1], int)))):  # fmt: skip
-                        continue
-                    if tuple_length:
-                        tuples.add(name)
-                    if body.container is not self.model.graph:
-                        self.unknown[name] = f"it is inside {body.where}, where a run cannot observe it"
-                    elif (branch := branch_dependence(self.model.graph, name, types)) is not None:
-                        self.unknown[name] = f"it depends on which branch of If {branch!r} runs"
-                    else:
-                        wanted.append(name)
-        if not wanted:
-            return
-        for name, value_type in symbolic_types(self.model, wanted).items():
-            last = value_type.dims[-1:] if name in tuples else ()
-            if last and not isinstance(last[0], int):
-                continue
-            self.types[0][name] = ValueType(value_type.elem_type, (None,) * (value_type.rank - len(last)) + last)
-            self.observed[name] = "rank and tuple length" if name in tuples else "rank"
-        wanted = [name for name in wanted if name not in self.observed]
-        if not wanted:
-            return
-        if observation is None:
-            for name in wanted:
-                self.unknown[name] = (
-                    "shape inference cannot tell it; give observation= (or --inputs/--shape on the "
-                    "command line) to read it off a run"
-                )
-            return
-        found = observation.observe(self.model, wanted)
-        for name in wanted:
-            if name in found.types:
-                seen = found.types[name]  # the dims of this run: only the rank (and a tuple length) hold for all
-                last = seen.dims[-1:] if name in tuples else ()
-                self.types[0][name] = ValueType(seen.elem_type, (None,) * (seen.rank - len(last)) + last)
-                self.observed[name] = "rank and tuple length" if name in tuples else "rank"
-                self.ran.add(name)
-                self.observed_run = found.inputs
-            else:
-                self.unknown[name] = found.failure
 
     def run(self) -> None:
         for body in reversed(bodies(self.model)):
-            types = self.types.get(body.scope, {})
+            types = self.analysis.types.get(body.scope, {})
             rebuilt, changed, declared = [], False, _declarations(body)
             for index, node in enumerate(body.nodes):
                 if node.domain in ("", "ai.onnx") and node.op_type in contract.GATHER_OPS:
@@ -196,47 +67,15 @@ class _Converter:
     def _convert(
         self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
     ) -> tuple[list[onnx.NodeProto] | None, dict[str, ValueType]]:
-        data, indices = (types.get(name) for name in node.input[:2])
-        known = data is not None and data.rank is not None and indices is not None and indices.rank is not None
-        axis = _attribute(node, "axis", 0) % data.rank if known and data.rank else None
-        plan = _examine(body, types, node, self.dimension_count, self.unknown)
-        placed = self.placed[body.where][index] if body.where in self.placed else None
-        if placed is not None and placed.why in provider.REASONS:
-            plan = f"kept standard, as the DirectML provider keeps it: {provider.REASONS[placed.why]}"
-        elif isinstance(plan, _Plan) and self.keep_on_cpu is not None:
-            placement = place(node.op_type, plan.data, plan.indices, plan.axis, self.keep_on_cpu, plan.out_rank)
-            if placement.provider == "CPU":
-                plan = f"kept standard, as the DirectML provider keeps it: {placement.reason}"
-        if isinstance(plan, str):
-            data, indices = (data, indices) if known else (None, None)
-            batch = _attribute(node, "batch_dims", 0)
-            self.report.left.append(NodeChange(
-                body.where, node.name, node.op_type, "", plan, data=data, indices=indices, axis=axis, batch=batch,
-                out_rank=_out_rank(node.op_type, data, indices, batch), position=index,
-            ))  # fmt: skip
+        plan, change = self.analysis.decide(body, types, node, index)
+        if plan is None:
+            self.report.left.append(change)
             return None, {}
-        name = node.name or self.names.fresh(f"{node.op_type}_{index}")
-        nodes, value_infos = self._emit(body, node, name, plan, types.get(node.output[0]))
-        note = ""
-        if plan.carrier is not None:
-            exact = "exact" if plan.data.elem_type == TensorProto.BOOL else "exact but for NaN payloads, made canonical"
-            note = f"{_type_name(plan.data.elem_type)} data travels as {_type_name(plan.carrier)} ({exact})"
-        observed = [value for value in node.input[:2] if value in self.observed]
-        ranks = ""
-        if observed:  # one run observed them all
-            roles = " and ".join(f"{'data' if value == node.input[0] else 'indices'} {value!r} ({self.observed[value]})"
-                                 for value in observed)  # fmt: skip
-            how = f"observed in a run of ONNX Runtime on {self.observed_run}" if self.ran & set(observed) else \
-                "from ONNX Runtime's symbolic shape inference"  # fmt: skip
-            ranks = f"{roles} {how}"
-        self.report.changed.append(NodeChange(
-            body.where, node.name, node.op_type, name, f"N={plan.n}", plan.n, plan.data.elem_type,
-            plan.indices.elem_type, note, ranks, plan.data, plan.indices, plan.axis, plan.batch, plan.out_rank, index,
-        ))  # fmt: skip
-        return nodes, value_infos
+        self.report.changed.append(change)
+        return self._emit(body, node, change.result, plan, types.get(node.output[0]))
 
     def _emit(
-        self, body: Body, node: onnx.NodeProto, name: str, plan: _Plan, known: ValueType | None
+        self, body: Body, node: onnx.NodeProto, name: str, plan: GatherPlan, known: ValueType | None
     ) -> tuple[list[onnx.NodeProto], dict[str, ValueType]]:
         """Slice, carry, pad -> the DML node -> unpad, carry back, ending in the original output's name.
 
@@ -320,103 +159,6 @@ def _record(body: Body, declared: dict[str, onnx.ValueInfoProto], typed: dict[st
             found.type.tensor_type.shape.CopyFrom(value_type.value_info(name).type.tensor_type.shape)
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """One standard gather as DML form takes it."""
-
-    data: ValueType
-    indices: ValueType
-    axis: int  # non-negative (GatherND: 0)
-    n: int  # the DML nodes' dimension count
-    op: str  # Gather, GatherElements or GatherND
-    carrier: int | None  # the element type the data travels as, where the bridge cannot carry it
-    slice: bool | None  # GatherElements data to slice to the indices: None, or whether it needs Shape
-    batch: int = 0  # GatherND's batch_dims
-    tuple_size: int = 0  # GatherND's index tuple length (the indices' last dim)
-
-    @property
-    def out_dims(self) -> tuple:
-        data, indices = self.data.dims, self.indices.dims
-        if self.op == "Gather":
-            return (*data[: self.axis], *indices, *data[self.axis + 1 :])
-        if self.op == "GatherND":
-            return (*indices[:-1], *data[self.batch + self.tuple_size :])
-        return indices
-
-    @property
-    def out_rank(self) -> int:
-        return len(self.out_dims)
-
-
-def _examine(
-    body: Body, types: dict[str, ValueType], node: onnx.NodeProto, dimension_count: int | None, unknown: dict[str, str]
-) -> _Plan | str:
-    """How to put ``node`` into DML form, or why it stays standard (``unknown``: why a value's rank is unknown)."""
-    if len(node.input) != 2 or len(node.output) != 1:
-        return "it does not have exactly two inputs and one output"
-    data, indices = (types.get(name) for name in node.input)
-    for role, name, value_type in (("data", node.input[0], data), ("indices", node.input[1], indices)):
-        if value_type is None or value_type.rank is None:
-            why = unknown.get(name, "no shape information")
-            return f"the rank of {role} {name!r} is unknown ({why})"
-    if data.elem_type not in contract.NODE_DATA_TYPES and data.elem_type not in contract.CARRIERS:
-        return f"{_type_name(data.elem_type)} data cannot be expressed for DirectML"
-    if body.opset < 6 and data.elem_type in contract.CARRIERS:
-        return f"carrying {_type_name(data.elem_type)} needs Cast-6 (opset {body.opset})"
-    r, q = data.rank, indices.rank
-    if node.op_type == "GatherND":
-        plan = _examine_nd(data, indices, _attribute(node, "batch_dims", 0))
-        if isinstance(plan, str):
-            return plan
-    else:
-        axis = _attribute(node, "axis", 0)
-        if not -r <= axis < r:
-            return f"axis {axis} is out of range for data of rank {r}"
-        if node.op_type == "GatherElements" and q != r:
-            return f"indices rank {q} differs from data rank {r}"
-        sliced = _slice_plan(data, indices, axis % r) if node.op_type == "GatherElements" else None
-        plan = _Plan(data, indices, axis % r, 0, node.op_type, contract.CARRIERS.get(data.elem_type), sliced)
-    needed = max(r, q, plan.out_rank)
-    n = dimension_count or needed
-    if needed > n or needed > contract.MAX_DIMENSION_COUNT:
-        limit = f"the dimension count {n}" if dimension_count else "DirectML's 8"
-        return f"it needs {needed} dimensions, more than {limit}"
-    return dataclasses.replace(plan, n=n)
-
-
-def _out_rank(op_type: str, data: ValueType | None, indices: ValueType | None, batch: int) -> int | None:
-    """The standard output's rank, where the inputs' ranks (and GatherND's tuple length) are known."""
-    if data is None or indices is None:
-        return None
-    if op_type == "GatherND":
-        k = indices.dims[-1] if indices.dims else None
-        return indices.rank - 1 + data.rank - batch - k if isinstance(k, int) else None
-    return data.rank + indices.rank - 1 if op_type == "Gather" else data.rank
-
-
-def _examine_nd(data: ValueType, indices: ValueType, batch: int) -> _Plan | str:
-    r, q = data.rank, indices.rank
-    if not 0 <= batch < min(r, q):
-        return f"batch_dims {batch} is out of range [0, {min(r, q)}) for data rank {r} and indices rank {q}"
-    k = indices.dims[-1]
-    if not isinstance(k, int):
-        return f"the length of its index tuples (the last dim of indices, {k or '?'}) is unknown"
-    if not 1 <= k <= r - batch:
-        return f"index tuples of {k} coordinates do not fit data of rank {r} with batch_dims {batch}"
-    return _Plan(data, indices, 0, 0, "GatherND", contract.CARRIERS.get(data.elem_type), None, batch, k)
-
-
-def _slice_plan(data: ValueType, indices: ValueType, axis: int) -> bool | None:
-    """None if the indices have the data's sizes off the axis; else whether slicing to them needs ``Shape``."""
-    needed, dynamic = False, False
-    for d, (data_size, index_size) in enumerate(zip(data.dims, indices.dims, strict=True)):
-        if d == axis or (data_size is not None and data_size == index_size):
-            continue
-        needed = True
-        dynamic = dynamic or not (isinstance(data_size, int) and isinstance(index_size, int))
-    return dynamic if needed else None
-
-
 def _emit_slice(emit: Emitter, data: str, indices: str, index_dims: tuple, axis: int, dynamic: bool) -> str:
     """``data`` sliced to the sizes of ``indices`` on every dimension but ``axis`` (GatherElements is opset 11+)."""
     rank = len(index_dims)
@@ -455,7 +197,7 @@ def convert(
     result.CopyFrom(model)
     sort_topologically(result)
     level = None if keep_on_cpu is None else FEATURE_LEVELS[keep_on_cpu]
-    converter = _Converter(result, count, out_of_bounds, observation, level)
+    converter = _Converter(result, Analysis(result, count, observation, level), out_of_bounds)
     converter.report.before = count_ops(model)
     converter.run()
     converter.report.after = count_ops(result)

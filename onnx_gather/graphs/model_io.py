@@ -14,8 +14,7 @@ import onnx
 from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
 from onnx_gather.core.errors import UserError
-from onnx_gather.graphs.graph import bodies
-from onnx_gather.graphs.order import sort_topologically
+from onnx_gather.graphs.plumbing import bodies, sort_topologically
 from onnx_gather.graphs.validate import InvalidModel, validate
 
 

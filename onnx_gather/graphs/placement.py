@@ -19,7 +19,8 @@ from onnx import TensorProto
 
 from onnx_gather.core import contract
 from onnx_gather.core.contract import MAX_DIMENSION_COUNT
-from onnx_gather.graphs.graph import ValueType, counted
+from onnx_gather.core.words import counted
+from onnx_gather.graphs.types import ValueType
 
 _T = TensorProto
 _BASE_DATA = frozenset({_T.FLOAT, _T.FLOAT16})

@@ -32,7 +32,8 @@ from importlib import resources
 import onnx
 from onnx import TensorProto
 
-from onnx_gather.graphs.graph import RANDOM_OPS, Body, ValueType, bodies, subgraphs, value_types
+from onnx_gather.graphs.plumbing import RANDOM_OPS, Body, bodies, subgraphs
+from onnx_gather.graphs.types import ValueType, value_types
 
 SMALL_INITIALIZER = 100  # kSmallInitializerThreshold: elements
 # Inputs of these types keep a node off the CPU provider (fallback_cpu_capability.cc).

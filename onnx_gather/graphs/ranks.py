@@ -15,7 +15,7 @@ from typing import Protocol
 import onnx
 from onnx import helper
 
-from onnx_gather.graphs.graph import ValueType, without_weights
+from onnx_gather.graphs.types import ValueType, without_weights
 
 
 class Observer(Protocol):

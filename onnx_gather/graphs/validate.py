@@ -18,8 +18,8 @@ from onnx import AttributeProto
 from onnx_gather.core import contract
 from onnx_gather.core.contract import DML_OP_TYPES, DOMAIN
 from onnx_gather.core.errors import UserError
-from onnx_gather.graphs.graph import Body, ValueType, bodies, subgraphs, value_types
-from onnx_gather.graphs.order import orders
+from onnx_gather.graphs.plumbing import Body, bodies, orders, subgraphs
+from onnx_gather.graphs.types import ValueType, value_types
 
 
 class InvalidModel(UserError):

@@ -10,7 +10,8 @@ from collections.abc import Iterator, Mapping
 import onnx
 
 from onnx_gather.graphs import model_io
-from onnx_gather.graphs.graph import unnamed, value_types
+from onnx_gather.graphs.plumbing import unnamed
+from onnx_gather.graphs.types import value_types
 from onnx_gather.runtime.backends import Model
 
 NOTE = "marking every value as an output can change what a backend fuses, and so what it computes"

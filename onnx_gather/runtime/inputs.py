@@ -14,7 +14,8 @@ from onnx import helper
 
 from onnx_gather.core.errors import UserError
 from onnx_gather.graphs import model_io
-from onnx_gather.graphs.graph import ValueType, bodies
+from onnx_gather.graphs.plumbing import bodies
+from onnx_gather.graphs.types import ValueType
 
 
 class InputError(UserError):

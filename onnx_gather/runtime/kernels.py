@@ -14,7 +14,7 @@ import onnxruntime
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 
 from onnx_gather.core import semantics
-from onnx_gather.graphs.graph import single_node_model
+from onnx_gather.graphs.emit import single_node_model
 
 # No output larger than this is allocated (ops.set_max_output_elements; the command line's --max-elements).
 max_output_elements = 2**31

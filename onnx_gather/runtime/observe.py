@@ -14,8 +14,8 @@ import onnx
 import onnxruntime
 from onnx import helper
 
-from onnx_gather.graphs.graph import ValueType
 from onnx_gather.graphs.ranks import Observed
+from onnx_gather.graphs.types import ValueType
 from onnx_gather.runtime import inputs
 
 

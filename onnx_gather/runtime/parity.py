@@ -12,7 +12,7 @@ import numpy as np
 
 from onnx_gather.core.contract import DML_OP_TYPES
 from onnx_gather.directml.process import DirectMlError, RunnerError
-from onnx_gather.graphs.graph import random_nodes
+from onnx_gather.graphs.plumbing import random_nodes
 from onnx_gather.runtime import backends as backends_module
 from onnx_gather.runtime import divergence
 from onnx_gather.runtime.backends import Model

@@ -1,0 +1,257 @@
+"""What DML form makes of each standard gather, decided without changing the model: its ranks (ONNX's shape
+inference, then ONNX Runtime's symbolic shape inference, then a run where the caller gives an ``Observer``), whether
+DML form expresses it and at which dimension count, and whether ONNX Runtime's DirectML provider keeps it on its CPU
+provider. ``convert`` rewrites what this decides; ``check`` reports it without converting."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import onnx
+from onnx import TensorProto, helper
+
+from onnx_gather.core import contract
+from onnx_gather.core.errors import UserError
+from onnx_gather.graphs import provider
+from onnx_gather.graphs.changes import NodeChange
+from onnx_gather.graphs.placement import FeatureLevel, place
+from onnx_gather.graphs.plumbing import Body, Names, bodies
+from onnx_gather.graphs.ranks import Observer, branch_dependence, symbolic_types
+from onnx_gather.graphs.types import ValueType, value_types
+
+
+def parse_dimension_count(value: str | int) -> int | None:
+    """``"auto"`` (None) or a dimension count from 1 to 8."""
+    if value == "auto":
+        return None
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = 0
+    if not 1 <= count <= contract.MAX_DIMENSION_COUNT:
+        raise UserError(f"dimension_count must be 'auto' or 1 to {contract.MAX_DIMENSION_COUNT}, got {value!r}")
+    return count
+
+
+def _attribute(node: onnx.NodeProto, name: str, default: object) -> object:
+    found = next((a for a in node.attribute if a.name == name), None)
+    return default if found is None else helper.get_attribute_value(found)
+
+
+def _type_name(elem_type: int) -> str:
+    return TensorProto.DataType.Name(elem_type)
+
+
+class Analysis:
+    """The model's value types with the ranks shape inference could not tell resolved, and per gather what DML form
+    makes of it (``decide``)."""
+
+    def __init__(
+        self, model: onnx.ModelProto, dimension_count: int | None = None, observation: Observer | None = None,
+        keep_on_cpu: FeatureLevel | None = None,
+    ) -> None:  # fmt: skip
+        self.model = model
+        self.dimension_count = dimension_count
+        self.keep_on_cpu = keep_on_cpu
+        # Where the provider puts each node, for the gathers it runs with its CPU kernels: shape computations, folded.
+        self.placed = provider.place(model) if keep_on_cpu is not None else {}
+        self.names = Names(model)
+        self.types = value_types(model)
+        self.unknown: dict[str, str] = {}  # value -> why its rank stays unknown
+        self.observed: dict[str, str] = {}  # value -> what of its shape symbolic inference or one run told
+        self.ran: set[str] = set()  # the values a run told
+        self.observed_run = ""  # that run's inputs
+        self._resolve(observation)
+
+    def _resolve(self, observation: Observer | None) -> None:
+        """Ranks ONNX shape inference could not tell, for the main graph's gathers: from ONNX Runtime's symbolic
+        shape inference, else from one run of the model if ``observation`` asks for it. For GatherND's indices also
+        the tuple length (their last dim), which fixes the output's rank."""
+        wanted, tuples = [], set()
+        for body in bodies(self.model):
+            types = self.types.get(body.scope, {})
+            for node in body.nodes:
+                if node.domain not in ("", "ai.onnx") or node.op_type not in contract.GATHER_OPS:
+                    continue
+                for name in node.input[:2]:
+                    known = types.get(name)
+                    tuple_length = node.op_type == "GatherND" and name == node.input[1]
+                    if not name or (known is not None and known.rank is not None and not (
+                            tuple_length and (not known.dims or not isinstance(known.dims[-1], int)))):  # fmt: skip
+                        continue
+                    if tuple_length:
+                        tuples.add(name)
+                    if body.container is not self.model.graph:
+                        self.unknown[name] = f"it is inside {body.where}, where a run cannot observe it"
+                    elif (branch := branch_dependence(self.model.graph, name, types)) is not None:
+                        self.unknown[name] = f"it depends on which branch of If {branch!r} runs"
+                    else:
+                        wanted.append(name)
+        if not wanted:
+            return
+        for name, value_type in symbolic_types(self.model, wanted).items():
+            last = value_type.dims[-1:] if name in tuples else ()
+            if last and not isinstance(last[0], int):
+                continue
+            self.types[0][name] = ValueType(value_type.elem_type, (None,) * (value_type.rank - len(last)) + last)
+            self.observed[name] = "rank and tuple length" if name in tuples else "rank"
+        wanted = [name for name in wanted if name not in self.observed]
+        if not wanted:
+            return
+        if observation is None:
+            for name in wanted:
+                self.unknown[name] = (
+                    "shape inference cannot tell it; give observation= (or --inputs/--shape on the "
+                    "command line) to read it off a run"
+                )
+            return
+        found = observation.observe(self.model, wanted)
+        for name in wanted:
+            if name in found.types:
+                seen = found.types[name]  # the dims of this run: only the rank (and a tuple length) hold for all
+                last = seen.dims[-1:] if name in tuples else ()
+                self.types[0][name] = ValueType(seen.elem_type, (None,) * (seen.rank - len(last)) + last)
+                self.observed[name] = "rank and tuple length" if name in tuples else "rank"
+                self.ran.add(name)
+                self.observed_run = found.inputs
+            else:
+                self.unknown[name] = found.failure
+
+    def decide(
+        self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
+    ) -> tuple[GatherPlan | None, NodeChange]:
+        """How DML form expresses gather ``node`` (the ``index``-th of ``body``), or None; and what the report says
+        of it (for a converted node, ``result`` is the DML node's name, fresh in the model)."""
+        data, indices = (types.get(name) for name in node.input[:2])
+        known = data is not None and data.rank is not None and indices is not None and indices.rank is not None
+        axis = _attribute(node, "axis", 0) % data.rank if known and data.rank else None
+        plan = _examine(body, types, node, self.dimension_count, self.unknown)
+        placed = self.placed[body.where][index] if body.where in self.placed else None
+        if placed is not None and placed.why in provider.REASONS:
+            plan = f"kept standard, as the DirectML provider keeps it: {provider.REASONS[placed.why]}"
+        elif isinstance(plan, GatherPlan) and self.keep_on_cpu is not None:
+            placement = place(node.op_type, plan.data, plan.indices, plan.axis, self.keep_on_cpu, plan.out_rank)
+            if placement.provider == "CPU":
+                plan = f"kept standard, as the DirectML provider keeps it: {placement.reason}"
+        if isinstance(plan, str):
+            data, indices = (data, indices) if known else (None, None)
+            batch = _attribute(node, "batch_dims", 0)
+            return None, NodeChange(
+                body.where, node.name, node.op_type, "", plan, data=data, indices=indices, axis=axis, batch=batch,
+                out_rank=_out_rank(node.op_type, data, indices, batch), position=index,
+            )  # fmt: skip
+        name = node.name or self.names.fresh(f"{node.op_type}_{index}")
+        note = ""
+        if plan.carrier is not None:
+            exact = "exact" if plan.data.elem_type == TensorProto.BOOL else "exact but for NaN payloads, made canonical"
+            note = f"{_type_name(plan.data.elem_type)} data travels as {_type_name(plan.carrier)} ({exact})"
+        observed = [value for value in node.input[:2] if value in self.observed]
+        ranks = ""
+        if observed:  # one run observed them all
+            roles = " and ".join(f"{'data' if value == node.input[0] else 'indices'} {value!r} ({self.observed[value]})"
+                                 for value in observed)  # fmt: skip
+            how = f"observed in a run of ONNX Runtime on {self.observed_run}" if self.ran & set(observed) else \
+                "from ONNX Runtime's symbolic shape inference"  # fmt: skip
+            ranks = f"{roles} {how}"
+        return plan, NodeChange(
+            body.where, node.name, node.op_type, name, f"N={plan.n}", plan.n, plan.data.elem_type,
+            plan.indices.elem_type, note, ranks, plan.data, plan.indices, plan.axis, plan.batch, plan.out_rank, index,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GatherPlan:
+    """One standard gather as DML form takes it."""
+
+    data: ValueType
+    indices: ValueType
+    axis: int  # non-negative (GatherND: 0)
+    n: int  # the DML nodes' dimension count
+    op: str  # Gather, GatherElements or GatherND
+    carrier: int | None  # the element type the data travels as, where the bridge cannot carry it
+    slice: bool | None  # GatherElements data to slice to the indices: None, or whether it needs Shape
+    batch: int = 0  # GatherND's batch_dims
+    tuple_size: int = 0  # GatherND's index tuple length (the indices' last dim)
+
+    @property
+    def out_dims(self) -> tuple:
+        data, indices = self.data.dims, self.indices.dims
+        if self.op == "Gather":
+            return (*data[: self.axis], *indices, *data[self.axis + 1 :])
+        if self.op == "GatherND":
+            return (*indices[:-1], *data[self.batch + self.tuple_size :])
+        return indices
+
+    @property
+    def out_rank(self) -> int:
+        return len(self.out_dims)
+
+
+def _examine(
+    body: Body, types: dict[str, ValueType], node: onnx.NodeProto, dimension_count: int | None, unknown: dict[str, str]
+) -> GatherPlan | str:
+    """How to put ``node`` into DML form, or why it stays standard (``unknown``: why a value's rank is unknown)."""
+    if len(node.input) != 2 or len(node.output) != 1:
+        return "it does not have exactly two inputs and one output"
+    data, indices = (types.get(name) for name in node.input)
+    for role, name, value_type in (("data", node.input[0], data), ("indices", node.input[1], indices)):
+        if value_type is None or value_type.rank is None:
+            why = unknown.get(name, "no shape information")
+            return f"the rank of {role} {name!r} is unknown ({why})"
+    if data.elem_type not in contract.NODE_DATA_TYPES and data.elem_type not in contract.CARRIERS:
+        return f"{_type_name(data.elem_type)} data cannot be expressed for DirectML"
+    if body.opset < 6 and data.elem_type in contract.CARRIERS:
+        return f"carrying {_type_name(data.elem_type)} needs Cast-6 (opset {body.opset})"
+    r, q = data.rank, indices.rank
+    if node.op_type == "GatherND":
+        plan = _examine_nd(data, indices, _attribute(node, "batch_dims", 0))
+        if isinstance(plan, str):
+            return plan
+    else:
+        axis = _attribute(node, "axis", 0)
+        if not -r <= axis < r:
+            return f"axis {axis} is out of range for data of rank {r}"
+        if node.op_type == "GatherElements" and q != r:
+            return f"indices rank {q} differs from data rank {r}"
+        sliced = _slice_plan(data, indices, axis % r) if node.op_type == "GatherElements" else None
+        plan = GatherPlan(data, indices, axis % r, 0, node.op_type, contract.CARRIERS.get(data.elem_type), sliced)
+    needed = max(r, q, plan.out_rank)
+    n = dimension_count or needed
+    if needed > n or needed > contract.MAX_DIMENSION_COUNT:
+        limit = f"the dimension count {n}" if dimension_count else "DirectML's 8"
+        return f"it needs {needed} dimensions, more than {limit}"
+    return dataclasses.replace(plan, n=n)
+
+
+def _out_rank(op_type: str, data: ValueType | None, indices: ValueType | None, batch: int) -> int | None:
+    """The standard output's rank, where the inputs' ranks (and GatherND's tuple length) are known."""
+    if data is None or indices is None:
+        return None
+    if op_type == "GatherND":
+        k = indices.dims[-1] if indices.dims else None
+        return indices.rank - 1 + data.rank - batch - k if isinstance(k, int) else None
+    return data.rank + indices.rank - 1 if op_type == "Gather" else data.rank
+
+
+def _examine_nd(data: ValueType, indices: ValueType, batch: int) -> GatherPlan | str:
+    r, q = data.rank, indices.rank
+    if not 0 <= batch < min(r, q):
+        return f"batch_dims {batch} is out of range [0, {min(r, q)}) for data rank {r} and indices rank {q}"
+    k = indices.dims[-1]
+    if not isinstance(k, int):
+        return f"the length of its index tuples (the last dim of indices, {k or '?'}) is unknown"
+    if not 1 <= k <= r - batch:
+        return f"index tuples of {k} coordinates do not fit data of rank {r} with batch_dims {batch}"
+    return GatherPlan(data, indices, 0, 0, "GatherND", contract.CARRIERS.get(data.elem_type), None, batch, k)
+
+
+def _slice_plan(data: ValueType, indices: ValueType, axis: int) -> bool | None:
+    """None if the indices have the data's sizes off the axis; else whether slicing to them needs ``Shape``."""
+    needed, dynamic = False, False
+    for d, (data_size, index_size) in enumerate(zip(data.dims, indices.dims, strict=True)):
+        if d == axis or (data_size is not None and data_size == index_size):
+            continue
+        needed = True
+        dynamic = dynamic or not (isinstance(data_size, int) and isinstance(index_size, int))
+    return dynamic if needed else None

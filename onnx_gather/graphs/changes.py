@@ -1,0 +1,51 @@
+"""What a conversion or a lowering did, gather by gather, for the command line's summary and ``check``."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import onnx
+
+from onnx_gather.graphs.plumbing import bodies
+from onnx_gather.graphs.types import ValueType
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    """One gather node: what became of it, and why where it stayed as it was."""
+
+    where: str
+    node: str
+    op_type: str
+    result: str  # the DML node's name, or "" where the node stayed standard
+    reason: str = ""
+    dimension_count: int | None = None  # N of the DML node
+    data_type: int | None = None  # the element types DirectML would see (before carrying)
+    index_type: int | None = None
+    note: str = ""  # how data the bridge cannot carry travels
+    ranks: str = ""  # where ranks came from when shape inference could not tell them
+    data: ValueType | None = None  # the input types the decision went by, where known
+    indices: ValueType | None = None
+    axis: int | None = None  # non-negative, where the rank is known
+    batch: int = 0  # GatherND's batch_dims
+    out_rank: int | None = None  # the standard output's rank, where known
+    position: int | None = None  # in its node list, topologically sorted
+
+
+@dataclass
+class Report:
+    """What a conversion or a lowering did, for the command line's summary."""
+
+    before: Counter = field(default_factory=Counter)
+    after: Counter = field(default_factory=Counter)
+    changed: list[NodeChange] = field(default_factory=list)
+    left: list[NodeChange] = field(default_factory=list)
+
+
+def count_ops(model: onnx.ModelProto) -> Counter:
+    """Node counts by op type (``domain::op`` outside the default domain), over every graph and function."""
+    counts: Counter = Counter()
+    for body in bodies(model):
+        counts.update(f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type for n in body.nodes)
+    return counts

@@ -1,0 +1,141 @@
+"""What ``to_dml`` put around a DML node that lowering can take away again: the leading ones it padded the data,
+the indices and the output with, the Slice before GatherElements, a Cast pair carrying a type (``look_through``);
+and the ranks of a DML node's values where a graph declares none (``complete``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from onnx_gather.core import contract, semantics
+from onnx_gather.graphs.convert import WHOLE_AXIS
+from onnx_gather.graphs.plumbing import DefUse
+from onnx_gather.graphs.types import ValueType
+
+
+def complete(types: dict[str, ValueType], node: onnx.NodeProto) -> None:
+    """Give both inputs of DML ``node`` a rank where any of its three values has one: they all have N dimensions
+    (to_dml types them all, but a graph input or output may declare no shape)."""
+    known = [types.get(name) for name in (*node.input[:2], *node.output[:1])]
+    rank = next((t.rank for t in known if t is not None and t.rank is not None), None)
+    if rank is None:
+        return
+    data_type = next((t.elem_type for t in (known[0], known[2]) if t is not None and t.elem_type), None)
+    for name, value_type, elem_type in zip(node.input[:2], known, (data_type, None), strict=False):
+        if value_type is None or value_type.rank is None:
+            elem_type = elem_type if value_type is None or not value_type.elem_type else value_type.elem_type
+            if elem_type:
+                types[name] = ValueType(elem_type, (None,) * rank)
+
+
+@dataclass
+class Surroundings:
+    """What lowering one DML node takes as its inputs and output, having looked through what ``to_dml`` added."""
+
+    data: str  # the data for the standard op, with ``data_ones`` fewer leading ones than the DML input
+    data_ones: int
+    indices: str  # the indices, with ``index_ones`` fewer leading ones than the DML indices
+    index_ones: int
+    final: str  # the value the lowering produces, with ``unpadded`` fewer leading ones than the DML output
+    unpadded: int = 0
+    carried: int | None = None  # the element type the data had before a carrying Cast that is dropped
+    crop_to: list[int] | None = None  # static DML output sizes, where the crop removes ones from the middle
+    removals: list[tuple[onnx.NodeProto, str]] = field(default_factory=list)  # (node, the input it keeps)
+
+
+def look_through(
+    work: DefUse, types: dict[str, ValueType], node: onnx.NodeProto, axis: int, index_dimensions: int, mode: str
+) -> Surroundings:
+    """What ``to_dml`` put around ``node`` that lowering can take away: the leading ones of the data (at most
+    ``axis`` of them) and of the indices (leaving ``index_dimensions``), the output's, and a carrying Cast pair."""
+    gather, elements = node.op_type == "DmlGather", node.op_type == "DmlGatherElements"
+    n = types[node.input[0]].rank
+    around = Surroundings(node.input[0], 0, node.input[1], 0, node.output[0])
+    pad = work.private_producer(node.input[0])
+    if pad is not None and (count := leading_ones(work, pad, "Unsqueeze")) is not None and count <= axis:
+        around.data, around.data_ones = pad.input[0], count
+    pad_i = work.private_producer(node.input[1])
+    if pad_i is not None and (count := leading_ones(work, pad_i, "Unsqueeze")) is not None:
+        if elements or n - count >= index_dimensions:
+            around.indices, around.index_ones = pad_i.input[0], count
+    if elements and around.data_ones != around.index_ones:  # GatherElements needs equal ranks
+        around.data, around.data_ones, around.indices, around.index_ones = node.input[0], 0, node.input[1], 0
+    if gather and around.data_ones < index_dimensions - 1:
+        # The crop removes ones from inside the standard output: possible with static sizes only.
+        input_dims, indices_dims = types[node.input[0]].dims, types[node.input[1]].dims
+        if all(isinstance(d, int) for d in (*input_dims, *indices_dims)):
+            try:
+                around.crop_to = list(semantics.gather_output_sizes(input_dims, indices_dims, axis, index_dimensions))
+            except semantics.GatherError:
+                pass
+        return around
+    around.removals += [(pad, pad.input[0])] if around.data_ones else []
+    around.removals += [(pad_i, pad_i.input[0])] if around.index_ones else []
+    unpad = work.sole_consumer(around.final)
+    if unpad is not None and (count := leading_ones(work, unpad, "Squeeze")) is not None:
+        around.final, around.unpadded = unpad.output[0], count
+        around.removals.append((unpad, unpad.input[0]))
+    cast_in = work.private_producer(around.data)
+    if cast_in is not None and cast_in.op_type == "Cast":
+        source = types.get(cast_in.input[0])
+        cast_out = work.sole_consumer(around.final)
+        if (
+            source is not None
+            and contract.CARRIERS.get(source.elem_type) == cast_in.attribute[0].i
+            and cast_out is not None
+            and cast_out.op_type == "Cast"
+            and cast_out.attribute[0].i == source.elem_type
+        ):
+            around.carried, around.data, around.final = source.elem_type, cast_in.input[0], cast_out.output[0]
+            around.removals += [(cast_in, cast_in.input[0]), (cast_out, cast_out.input[0])]
+    if elements and not mode.startswith("directml"):  # DirectML reads within the sliced tensor's memory
+        index_dims = (types.get(around.indices) or types[node.input[1]]).dims
+        cut = sliced_source(work, around.data, around.indices, index_dims, axis - around.data_ones)
+        if cut is not None:
+            around.data = cut.input[0]
+            around.removals.append((cut, cut.input[0]))
+    return around
+
+
+def leading_ones(work: DefUse, node: onnx.NodeProto, op_type: str) -> int | None:
+    """How many leading ones ``node`` adds or removes, if it is that kind of ``op_type`` node."""
+    if node.op_type != op_type or node.domain not in ("", "ai.onnx"):
+        return None
+    axes_attribute = next((a for a in node.attribute if a.name == "axes"), None)
+    if axes_attribute is not None:
+        axes = list(axes_attribute.ints)
+    elif len(node.input) == 2 and (found := work.constant(node.input[1])) is not None:
+        axes = found.reshape(-1).tolist()
+    else:
+        return None
+    return len(axes) if axes and axes == list(range(len(axes))) else None
+
+
+def sliced_source(work: DefUse, value: str, indices: str, index_dims: tuple | None, axis: int) -> onnx.NodeProto | None:
+    """The Slice ``to_dml`` puts before GatherElements (data cut to the indices' sizes off the axis), if
+    ``value`` comes from one: the standard op reads only those positions, so it can take the data whole."""
+    node = work.private_producer(value)
+    if node is None or node.op_type != "Slice" or len(node.input) != 3:
+        return None
+    starts = work.constant(node.input[1])
+    if starts is None or starts.any():
+        return None
+
+    def keep_axis(ends: np.ndarray) -> bool:
+        return ends.ndim == 1 and ends.size > axis and ends[axis] >= WHOLE_AXIS
+
+    ends = work.constant(node.input[2])
+    if ends is not None:
+        off_axis = [int(e) for d, e in enumerate(ends) if d != axis]
+        static = index_dims is not None and off_axis == [s for d, s in enumerate(index_dims) if d != axis]
+        return node if keep_axis(ends) and static else None
+    add = work.private_producer(node.input[2])
+    if add is None or add.op_type != "Add":
+        return None
+    shape = work.private_producer(add.input[0])
+    offset = work.constant(add.input[1])
+    if shape is None or shape.op_type != "Shape" or shape.input[0] != indices or offset is None:
+        return None
+    return node if keep_axis(offset) and not np.delete(offset, axis).any() else None
