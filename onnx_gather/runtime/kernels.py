@@ -1,13 +1,15 @@
 """Fast implementations of the three DML operators, for use inside ONNX Runtime.
 
-Each validates through ``semantics`` and then gathers with ``np.take`` or ONNX Runtime's own native
-``GatherElements`` or ``GatherND`` kernel, which take negative indices as DirectML does and refuse an
-out-of-bounds one. Only then, rarely, is the reference implementation called to apply ``fix()``.
+Each validates through ``semantics`` and then gathers with ONNX Runtime's own native ``Gather``,
+``GatherElements`` or ``GatherND`` kernel (``np.take`` for a small Gather), which take negative indices as
+DirectML does and refuse an out-of-bounds one. Only then, rarely, is the reference implementation called to
+apply ``fix()``.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import onnxruntime
@@ -35,6 +37,16 @@ def _signed_indices(indices: np.ndarray, size: int) -> np.ndarray | None:
     return indices.view(np.int32) if size <= 2**31 else indices.astype(np.int64)
 
 
+# DmlGather runs ONNX Runtime's native Gather only where it beat np.take, measured on this project's 2-core machine
+# (onnxruntime 1.32, numpy 2.4; each called directly, the native one in its nested session; take/native, medians):
+# the native kernel copies slice by slice (the contiguous run after the axis) on its threads, after a session call of
+# ~6-13 us. With slices of 1-16 KiB: 0.3-0.9 for outputs up to 2 MiB, 0.65-1.98 at 4 MiB, 0.93-2.98 at 8 MiB,
+# 1.02-2.7 at 16 MiB (the issue's 16 MB of 4000-byte rows: 1.60), 1.8-2.9 at 64 MiB. With slices of 4-256 bytes
+# np.take mostly won up to 16 MiB (0.1-1.15), and at 64 MiB the result varied with the shape (0.25-1.9).
+_NATIVE_GATHER_SLICE_BYTES = 2**10
+_NATIVE_GATHER_OUTPUT_BYTES = 2**23
+
+
 def gather(input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: int, out_of_bounds: str) -> np.ndarray:
     """DML_GATHER with the results of ``semantics.dml_gather``."""
     semantics.check_types("DmlGather", input.dtype, indices.dtype)
@@ -42,13 +54,21 @@ def gather(input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: 
     output_sizes = semantics.gather_output_sizes(input.shape, indices.shape, axis, index_dimensions)
     semantics.check_output_elements("DmlGather", output_sizes, max_output_elements)
     signed = _signed_indices(indices, input.shape[axis])
-    # An empty output reads no index, so np.take would not check them: the reference does.
+    # An empty output reads no index, so np.take or the native kernel would not check them: the reference does.
     if signed is not None and 0 not in output_sizes:
-        try:
-            index_shape = indices.shape[input.ndim - index_dimensions :]
-            return np.take(input, signed.reshape(index_shape), axis=axis).reshape(output_sizes)
-        except IndexError:  # an index out of bounds
-            pass
+        index = signed.reshape(indices.shape[input.ndim - index_dimensions :])
+        large = math.prod(output_sizes) * input.itemsize >= _NATIVE_GATHER_OUTPUT_BYTES
+        if large and math.prod(input.shape[axis + 1 :]) * input.itemsize >= _NATIVE_GATHER_SLICE_BYTES:
+            session = _native("Gather", input.dtype, index.dtype, axis=axis)
+            try:
+                return session.run(None, {"input": input, "indices": index})[0].reshape(output_sizes)
+            except InvalidArgument:  # an index out of bounds
+                pass
+        else:
+            try:
+                return np.take(input, index, axis=axis).reshape(output_sizes)
+            except IndexError:  # an index out of bounds
+                pass
     return semantics.dml_gather(input, indices, axis, index_dimensions, out_of_bounds)
 
 
