@@ -23,7 +23,8 @@ import onnxruntime
 import onnx_gather
 from onnx_gather.conformance import provider as conformance
 from onnx_gather.core import contract
-from onnx_gather.graphs.graph import single_node_model, value_types
+from onnx_gather.graphs.emit import single_node_model
+from onnx_gather.graphs.types import value_types
 
 # name, op, data shape, indices shape (standard ONNX), axis (GatherND: batch_dims; its tuples have 1 coordinate)
 CASES = [

@@ -24,7 +24,7 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 import onnx_gather
-from onnx_gather.graphs.graph import bodies
+from onnx_gather.graphs.plumbing import bodies
 
 
 def chain(gathers: int) -> onnx.ModelProto:
