@@ -17,8 +17,11 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
+import onnx_gather
 from onnx_gather.app.cli import main
 from onnx_gather.app.demo import sample_model_path
+from onnx_gather.core import semantics
+from onnx_gather.runtime import backends, reference
 from onnx_gather.runtime.parity import compare
 
 
@@ -585,3 +588,28 @@ def test_the_reference_evaluator_backend_runs_the_dml_form_in_onnxs_own_evaluato
     assert document["out_of_bounds"] == {"lookup": 2, "pick": 1}
     assert all(by["reference"]["equal"] for by in document["outputs"].values())
     assert document["backends"]["reference"]["versions"] == {"onnx": importlib.metadata.version("onnx")}
+
+
+def test_the_reference_evaluator_takes_float16_as_it_is(tmp_path):
+    # FLOAT16 on the DML nodes themselves (no carrying Casts): NaN payloads kept, DirectML's 2-byte reading out of
+    # bounds (an odd element count: the padding reads 0), bit for bit as the semantics compute it.
+    bits = np.array([0x7C01, 0xFE33, 0x3C00, 0x8001, 0x7E00], np.uint16)  # NaNs with payloads, 1, a subnormal
+    table = bits.view(np.float16)
+    graph = h.make_graph(
+        [h.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0)], "half",
+        [h.make_tensor_value_info("table", T.FLOAT16, [5]), h.make_tensor_value_info("ids", T.INT64, [6])],
+        [h.make_tensor_value_info("rows", T.FLOAT16, [6])],
+    )  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
+    converted = onnx_gather.to_dml(model, native_float16=True)
+    assert [n.op_type for n in converted.graph.node] == ["DmlGather"]
+    assert converted.graph.node[0].input[0] == "table"
+    ids = np.array([0, 1, 4, -5, 5, 7], np.int64)  # in range, negative, and out of bounds past the odd end
+    expected = semantics.dml_gather(table, ids, 0, 1)
+    assert reference.run(converted, {"table": table, "ids": ids})[0].view(np.uint16).tolist() == (
+        expected.view(np.uint16).tolist())  # fmt: skip
+    path = tmp_path / "half.onnx"
+    onnx.save(model, path)
+    outcome = backends.create("reference").run(backends.Model(path, model), {"table": table, "ids": ids})
+    assert outcome.outputs["rows"].view(np.uint16).tolist() == expected.view(np.uint16).tolist()
+    assert expected.view(np.uint16).tolist()[:2] == [0x7C01, 0xFE33] and 0 in expected.view(np.uint16).tolist()[4:]

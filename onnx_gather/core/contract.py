@@ -67,6 +67,21 @@ DIRECTML_NAMES = {t.onnx: t.directml for t in DATA_TYPES}
 NODE_DATA_TYPES = frozenset(t.onnx for t in DATA_TYPES if t.onnx != TensorProto.FLOAT16)
 CARRIERS = {TensorProto.FLOAT16: TensorProto.FLOAT, TensorProto.BFLOAT16: TensorProto.FLOAT,
             TensorProto.BOOL: TensorProto.UINT8}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Carrying:
+    """The element types DML nodes carry for one runtime, and what the others travel as."""
+
+    node_types: frozenset[int]
+    carriers: dict[int, int]
+
+
+# For the custom ops (the default); for runtimes that take FLOAT16 on a DML node as it is (onnx's reference
+# evaluator with ``runtime.reference``'s op classes): DirectML's own types, BFLOAT16 and BOOL carried (it has neither).
+CUSTOM_OPS = Carrying(NODE_DATA_TYPES, CARRIERS)
+NATIVE_FLOAT16 = Carrying(NODE_DATA_TYPES | {TensorProto.FLOAT16},
+                          {k: v for k, v in CARRIERS.items() if k != TensorProto.FLOAT16})  # fmt: skip
 # ONNX Runtime's DirectML provider hands DirectML a BOOL tensor as UINT8.
 DIRECTML_STORAGE = {TensorProto.BOOL: TensorProto.UINT8}
 # ONNX Runtime's Where has no kernel for these: the lowering masks them as an exact wider or same-width type.
@@ -206,7 +221,7 @@ def _schema(op: DmlOp) -> defs.OpSchema:
         inputs=[defs.OpSchema.FormalParameter("input", "T"), defs.OpSchema.FormalParameter("indices", "Tind")],
         outputs=[defs.OpSchema.FormalParameter("output", "T")],
         type_constraints=[
-            ("T", _type_names(sorted(NODE_DATA_TYPES)), "the data types a DML node carries"),
+            ("T", _type_names(t.onnx for t in DATA_TYPES), "DirectML's data types (the custom ops: all but FLOAT16)"),
             ("Tind", _type_names(t.onnx for t in INDEX_TYPES), "DirectML's index types"),
         ],
         attributes=[

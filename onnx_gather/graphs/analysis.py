@@ -49,9 +49,10 @@ class Analysis:
 
     def __init__(
         self, model: onnx.ModelProto, dimension_count: int | None = None, observation: Observer | None = None,
-        keep_on_cpu: FeatureLevel | None = None,
+        keep_on_cpu: FeatureLevel | None = None, carrying: contract.Carrying = contract.CUSTOM_OPS,
     ) -> None:  # fmt: skip
         self.model = model
+        self.carrying = carrying
         self.dimension_count = dimension_count
         self.keep_on_cpu = keep_on_cpu
         # Where the provider puts each node, for the gathers it runs with its CPU kernels: shape computations, folded.
@@ -126,7 +127,7 @@ class Analysis:
         data, indices = (types.get(name) for name in node.input[:2])
         known = data is not None and data.rank is not None and indices is not None and indices.rank is not None
         axis = _attribute(node, "axis", 0) % data.rank if known and data.rank else None
-        plan = _examine(body, types, node, self.dimension_count, self.unknown)
+        plan = _examine(body, types, node, self.dimension_count, self.unknown, self.carrying)
         placed = self.placed[body.where][index] if body.where in self.placed else None
         if placed is not None and placed.why in provider.REASONS:
             plan = f"kept standard, as the DirectML provider keeps it: {provider.REASONS[placed.why]}"
@@ -189,8 +190,9 @@ class GatherPlan:
 
 
 def _examine(
-    body: Body, types: dict[str, ValueType], node: onnx.NodeProto, dimension_count: int | None, unknown: dict[str, str]
-) -> GatherPlan | str:
+    body: Body, types: dict[str, ValueType], node: onnx.NodeProto, dimension_count: int | None, unknown: dict[str, str],
+    carrying: contract.Carrying,
+) -> GatherPlan | str:  # fmt: skip
     """How to put ``node`` into DML form, or why it stays standard (``unknown``: why a value's rank is unknown)."""
     if len(node.input) != 2 or len(node.output) != 1:
         return "it does not have exactly two inputs and one output"
@@ -199,13 +201,14 @@ def _examine(
         if value_type is None or value_type.rank is None:
             why = unknown.get(name, "no shape information")
             return f"the rank of {role} {name!r} is unknown ({why})"
-    if data.elem_type not in contract.NODE_DATA_TYPES and data.elem_type not in contract.CARRIERS:
+    carriers = carrying.carriers
+    if data.elem_type not in carrying.node_types and data.elem_type not in carriers:
         return f"{_type_name(data.elem_type)} data cannot be expressed for DirectML"
-    if body.opset < 6 and data.elem_type in contract.CARRIERS:
+    if body.opset < 6 and data.elem_type in carriers:
         return f"carrying {_type_name(data.elem_type)} needs Cast-6 (opset {body.opset})"
     r, q = data.rank, indices.rank
     if node.op_type == "GatherND":
-        plan = _examine_nd(data, indices, _attribute(node, "batch_dims", 0))
+        plan = _examine_nd(data, indices, _attribute(node, "batch_dims", 0), carriers.get(data.elem_type))
         if isinstance(plan, str):
             return plan
     else:
@@ -215,7 +218,7 @@ def _examine(
         if node.op_type == "GatherElements" and q != r:
             return f"indices rank {q} differs from data rank {r}"
         sliced = _slice_plan(data, indices, axis % r) if node.op_type == "GatherElements" else None
-        plan = GatherPlan(data, indices, axis % r, 0, node.op_type, contract.CARRIERS.get(data.elem_type), sliced)
+        plan = GatherPlan(data, indices, axis % r, 0, node.op_type, carriers.get(data.elem_type), sliced)
     needed = max(r, q, plan.out_rank)
     n = dimension_count or needed
     if needed > n or needed > contract.MAX_DIMENSION_COUNT:
@@ -234,7 +237,7 @@ def _out_rank(op_type: str, data: ValueType | None, indices: ValueType | None, b
     return data.rank + indices.rank - 1 if op_type == "Gather" else data.rank
 
 
-def _examine_nd(data: ValueType, indices: ValueType, batch: int) -> GatherPlan | str:
+def _examine_nd(data: ValueType, indices: ValueType, batch: int, carrier: int | None) -> GatherPlan | str:
     r, q = data.rank, indices.rank
     if not 0 <= batch < min(r, q):
         return f"batch_dims {batch} is out of range [0, {min(r, q)}) for data rank {r} and indices rank {q}"
@@ -243,7 +246,7 @@ def _examine_nd(data: ValueType, indices: ValueType, batch: int) -> GatherPlan |
         return f"the length of its index tuples (the last dim of indices, {k or '?'}) is unknown"
     if not 1 <= k <= r - batch:
         return f"index tuples of {k} coordinates do not fit data of rank {r} with batch_dims {batch}"
-    return GatherPlan(data, indices, 0, 0, "GatherND", contract.CARRIERS.get(data.elem_type), None, batch, k)
+    return GatherPlan(data, indices, 0, 0, "GatherND", carrier, None, batch, k)
 
 
 def _slice_plan(data: ValueType, indices: ValueType, axis: int) -> bool | None:

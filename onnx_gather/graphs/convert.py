@@ -186,6 +186,7 @@ def convert(
     out_of_bounds: str = "directml",
     observation: Observer | None = None,
     keep_on_cpu: str | None = None,
+    native_float16: bool = False,
 ) -> tuple[onnx.ModelProto, Report]:
     """``to_dml`` with a report of what was converted and what was left standard, and why."""
     semantics.check_out_of_bounds("to_dml", out_of_bounds)
@@ -197,7 +198,8 @@ def convert(
     result.CopyFrom(model)
     sort_topologically(result)
     level = None if keep_on_cpu is None else FEATURE_LEVELS[keep_on_cpu]
-    converter = _Converter(result, Analysis(result, count, observation, level), out_of_bounds)
+    carrying = contract.NATIVE_FLOAT16 if native_float16 else contract.CUSTOM_OPS
+    converter = _Converter(result, Analysis(result, count, observation, level, carrying), out_of_bounds)
     converter.report.before = count_ops(model)
     converter.run()
     converter.report.after = count_ops(result)
@@ -210,6 +212,7 @@ def to_dml(
     out_of_bounds: str = "directml",
     observation: Observer | None = None,
     keep_on_cpu: str | None = None,
+    native_float16: bool = False,
 ) -> onnx.ModelProto:
     """Every standard Gather, GatherElements and GatherND that DirectML can express, rewritten into DML form.
 
@@ -222,5 +225,7 @@ def to_dml(
     keeps on its CPU provider (shape computations, gathers of constants it folds, BFLOAT16, a type the device
     lacks). Nodes that cannot be expressed stay standard (``convert`` reports them). The DML ops' schemas are
     declared to onnx (``core.contract.register_schemas``), so ``onnx.shape_inference`` types the result.
+    ``native_float16`` keeps FLOAT16 data on the DML nodes as it is (for onnx's reference evaluator, whose op classes
+    take it; the custom ops cannot: by default it travels as FLOAT32, exact but for NaN payloads).
     """
-    return convert(model, dimension_count, out_of_bounds, observation, keep_on_cpu)[0]
+    return convert(model, dimension_count, out_of_bounds, observation, keep_on_cpu, native_float16)[0]

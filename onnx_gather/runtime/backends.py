@@ -270,10 +270,11 @@ def _named_nodes(model: Model) -> Iterator[Path]:
 
 class Reference(Backend):
     name = "reference"
-    description = "to_dml(model) in onnx's reference evaluator: DirectML's semantics without ONNX Runtime"
+    description = "to_dml(model) in onnx's reference evaluator: DirectML's semantics without ONNX Runtime, FLOAT16 as it is"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
-        converted = to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds))
+        converted = to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds),
+                           native_float16=True)  # fmt: skip
         return Outcome(_named(model, reference.run(converted, feeds)))
 
     def versions(self) -> dict[str, str]:
