@@ -270,7 +270,7 @@ def _named_nodes(model: Model) -> Iterator[Path]:
 
 class Reference(Backend):
     name = "reference"
-    description = "to_dml(model) in onnx's reference evaluator: DirectML's semantics without ONNX Runtime (FLOAT16 kept)"
+    description = "to_dml(model) in onnx's reference evaluator: DirectML's semantics, no ONNX Runtime, FLOAT16 kept"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         converted = to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds),
