@@ -139,9 +139,18 @@ class Analysis:
             data, indices = (data, indices) if known else (None, None)
             batch = _attribute(node, "batch_dims", 0)
             return None, NodeChange(
-                body.where, node.name, node.op_type, "", plan, data=data, indices=indices, axis=axis, batch=batch,
-                out_rank=_out_rank(node.op_type, data, indices, batch), position=index,
-            )  # fmt: skip
+                where=body.where,
+                node=node.name,
+                op_type=node.op_type,
+                result="",
+                reason=plan,
+                data=data,
+                indices=indices,
+                axis=axis,
+                batch=batch,
+                out_rank=_out_rank(node.op_type, data, indices, batch),
+                position=index,
+            )
         name = node.name or self.names.fresh(f"{node.op_type}_{index}")
         note = ""
         if plan.carrier is not None:
@@ -156,9 +165,23 @@ class Analysis:
                 "from ONNX Runtime's symbolic shape inference"  # fmt: skip
             ranks = f"{roles} {how}"
         return plan, NodeChange(
-            body.where, node.name, node.op_type, name, f"N={plan.n}", plan.n, plan.data.elem_type,
-            plan.indices.elem_type, note, ranks, plan.data, plan.indices, plan.axis, plan.batch, plan.out_rank, index,
-        )  # fmt: skip
+            where=body.where,
+            node=node.name,
+            op_type=node.op_type,
+            result=name,
+            reason=f"N={plan.n}",
+            dimension_count=plan.n,
+            data_type=plan.data.elem_type,
+            index_type=plan.indices.elem_type,
+            note=note,
+            ranks=ranks,
+            data=plan.data,
+            indices=plan.indices,
+            axis=plan.axis,
+            batch=plan.batch,
+            out_rank=plan.out_rank,
+            position=index,
+        )
 
 
 @dataclass(frozen=True)

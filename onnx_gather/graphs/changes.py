@@ -11,7 +11,7 @@ from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.graphs.types import ValueType
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeChange:
     """One gather node: what became of it, and why where it stayed as it was."""
 

@@ -32,7 +32,7 @@ class NativeGather:
     data_type: int  # the data's element type, before a carrying Cast
     mode: str  # directml, or directml-16bit for 16-bit data that travels as FLOAT32
     output: str
-    axis: int = 0  # Gather and GatherElements
+    axis: int = 0  # Gather's and GatherElements' (GatherND: 0)
     batch: int = 0  # GatherND's batch dims
     tuple_length: int = 0  # GatherND's coordinates per index tuple
 

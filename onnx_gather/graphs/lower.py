@@ -92,7 +92,9 @@ class _Lowering:
         )
 
     def _leave(self, work: DefUse, node: onnx.NodeProto, reason: str) -> None:
-        self.report.left.append(NodeChange(work.body.where, node.name, node.op_type, "", reason))
+        self.report.left.append(
+            NodeChange(where=work.body.where, node=node.name, op_type=node.op_type, result="", reason=reason)
+        )
 
     def _lower(
         self, work: DefUse, types: dict[str, ValueType], node: onnx.NodeProto, index: int
@@ -208,7 +210,9 @@ class _Lowering:
             emit.pad(result, padding, "pad_output", around.final)
         elif padding < 0:
             emit.unpad(result, -padding, "unpad_output", around.final)
-        self.report.changed.append(NodeChange(work.body.where, node.name, node.op_type, name, f"out_of_bounds={mode}"))
+        change = NodeChange(where=work.body.where, node=node.name, op_type=node.op_type, result=name,
+                            reason=f"out_of_bounds={mode}")  # fmt: skip
+        self.report.changed.append(change)
         return emit.nodes
 
     def _nd_attributes(
