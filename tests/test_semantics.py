@@ -96,9 +96,12 @@ def test_out_of_bounds_modes_for_gather_elements(mode, expected):
 
 
 def test_clamp_follows_the_webnn_conformance_case():
-    # WebNN conformance: GatherElements of a 6-element input at index 7 returns the last element.
+    # WebNN conformance: GatherElements of a 6-element input at index 7 returns the last element; index 9 and -9
+    # too (clamped into the axis, where DirectML's own reading of them differs).
     data = np.array([1, 2, 3, 4, 5, 6], np.float32)
-    assert_identical(dml_gather_elements(data, np.array([7], np.int32), axis=0), np.array([6], np.float32))
+    indices = np.array([7, 9, -9], np.int32)
+    assert_identical(dml_gather_elements(data, indices, axis=0, out_of_bounds="clamp"), np.array([6, 6, 1], np.float32))
+    assert dml_gather_elements(data, indices, axis=0).tolist() != [6, 6, 1]
 
 
 def test_zero_mode_zeroes_whole_gather_slices():
