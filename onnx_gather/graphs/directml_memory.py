@@ -52,7 +52,8 @@ def reduce(emit: Emitter, op_type: str, value: str, step: str) -> str:
 
 
 def minimum(emit: Emitter, a: str, b: str, step: str) -> str:
-    # Not Min: ONNX Runtime 1.31's INT64 Min returns 4294967288 for Min(4294967288, 255).
+    # Not Min: ONNX Runtime 1.31's INT64 Min returned 4294967288 for Min(4294967288, 255) (pinned by
+    # tests/test_workarounds.py).
     return emit.node("Where", [emit.node("Less", [a, b], f"{step}_less"), a, b], step)
 
 
@@ -148,7 +149,7 @@ class Tensor:
         return self.data.product(self._emit, self._axis + 1, self.data.rank, "inner")[0]
 
     @functools.cached_property
-    def count(self) -> str:  # not Size: ONNX Runtime has no BFLOAT16 Size
+    def count(self) -> str:  # not Size: ONNX Runtime has no BFLOAT16 Size (tests/test_workarounds.py)
         return self.data.product(self._emit, 0, self.data.rank, "count")[0]
 
 

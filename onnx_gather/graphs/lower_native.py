@@ -115,8 +115,9 @@ def fix_indices(
         if emit.opset >= 12 and index_type == TensorProto.INT32:
             return emit.node("Clip", [indices, bounds.low, bounds.high], "clamp"), mask
         if emit.opset >= 12:
-            # ONNX Runtime 1.31's INT64 Clip leaves values beyond the int32 range unclamped (Clip(2^32 - 8, -6, 5)
-            # gives 2^32 - 8). DOUBLE keeps every value's order against the bounds, and the clamped ones exactly.
+            # ONNX Runtime 1.31's INT64 Clip left values beyond the int32 range unclamped (Clip(2^32 - 8, -6, 5)
+            # gave 2^32 - 8; 1.32 clamps them, and the package admits 1.20 on). DOUBLE keeps every value's order
+            # against the bounds, and the clamped ones exactly. Pinned by tests/test_workarounds.py.
             as_double = [emit.node("Cast", [v], f"{step}_double", to=TensorProto.DOUBLE)
                          for v, step in ((indices, "indices"), (bounds.low, "low"), (bounds.high, "high"))]  # fmt: skip
             clamped = emit.node("Clip", as_double, "clamp_double")
@@ -151,12 +152,14 @@ def fix_tuples(
     if mode == "zero":
         outside = emit.node("Equal", [emit.node("Less", [v, sizes], "below_size"),
                                       emit.node("Less", [v, low], "below_low")], "outside")  # fmt: skip
-        # An Or over the k coordinates (not a ReduceMax: ONNX Runtime 1.31 gives an empty one the wrong shape).
+        # An Or over the k coordinates (not a ReduceMax: ONNX Runtime 1.31 gave an empty one the wrong shape;
+        # pinned by tests/test_workarounds.py).
         coordinates = [emit.node("Gather", [outside, emit.constant(j, np.int64, f"j{j}")], f"outside{j}", axis=-1)
                        for j in range(k)]  # fmt: skip
         any_outside = functools.reduce(lambda a, b: emit.node("Or", [a, b], "any_outside"), coordinates)
         mask = emit.node("Not", [any_outside], "in_bounds")
-    # Clamped through DOUBLE: ONNX Runtime 1.31's INT64 Min and Max are wrong beyond the int32 range.
+    # Clamped through DOUBLE: ONNX Runtime 1.31's INT64 Min and Max were wrong beyond the int32 range (pinned by
+    # tests/test_workarounds.py).
     double = [emit.node("Cast", [value], f"{step}_double", to=TensorProto.DOUBLE)
               for value, step in ((v, "v"), (low, "low"), (emit.node("Sub", [sizes, emit.constant(1, np.int64, "one")],
                                                                       "high"), "high"))]  # fmt: skip
