@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import onnx
+from google.protobuf.message import DecodeError
 from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
 from onnx_gather.core.errors import UserError
@@ -71,8 +72,8 @@ def load(path: str | os.PathLike) -> onnx.ModelProto:
         model = onnx.load(str(path), load_external_data=False)
     except PermissionError:
         raise ModelError(f"{path}: permission denied") from None
-    except Exception as error:
-        if "MaxDepth" in str(error):
+    except DecodeError as error:  # protobuf cannot parse the bytes; anything else is not the file's fault
+        if "MaxDepth" in str(error):  # upb names its limit of 100 nested messages only in the message
             raise ModelError(
                 f"{path}: nested deeper than protobuf reads (100 levels of messages, about 33 levels of subgraphs)"
             ) from None
