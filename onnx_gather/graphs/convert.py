@@ -18,6 +18,8 @@ The rules (docs/semantics.md section 6), for each node in every graph, subgraph 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -207,20 +209,16 @@ def convert(
 
 
 def to_dml(
-    model: onnx.ModelProto,
-    dimension_count: str | int = "auto",
-    out_of_bounds: str = "directml",
-    observation: Observer | None = None,
-    keep_on_cpu: str | None = None,
-    native_float16: bool = False,
+    model: onnx.ModelProto, dimension_count: str | int = "auto", out_of_bounds: str = "directml", **options: Any
 ) -> onnx.ModelProto:
     """Every standard Gather, GatherElements and GatherND that DirectML can express, rewritten into DML form.
 
     ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider
     does) or a fixed N from 1 to 8 (4 emulates feature levels below 3.0). ``out_of_bounds`` is written
-    on every DML node. Where ONNX shape inference cannot tell a gather's ranks, ONNX Runtime's symbolic shape
-    inference is asked (nothing runs); what it cannot tell either is read off one run of the model with ONNX
-    Runtime on the inputs ``observation`` gives or generates, only when ``observation`` is given (None: no run).
+    on every DML node. ``options`` are ``convert``'s: ``observation``, ``keep_on_cpu``, ``native_float16``.
+    Where ONNX shape inference cannot tell a gather's ranks, ONNX Runtime's symbolic shape inference is asked
+    (nothing runs); what it cannot tell either is read off one run of the model with ONNX Runtime on the inputs
+    ``observation`` gives or generates, only when ``observation`` is given (None, the default: no run).
     ``keep_on_cpu``, a feature level, leaves standard the gathers ONNX Runtime's DirectML provider on such a device
     keeps on its CPU provider (shape computations, gathers of constants it folds, BFLOAT16, a type the device
     lacks). Nodes that cannot be expressed stay standard (``convert`` reports them). The DML ops' schemas are
@@ -228,4 +226,4 @@ def to_dml(
     ``native_float16`` keeps FLOAT16 data on the DML nodes as it is (for onnx's reference evaluator, whose op classes
     take it; the custom ops cannot: by default it travels as FLOAT32, exact but for NaN payloads).
     """
-    return convert(model, dimension_count, out_of_bounds, observation, keep_on_cpu, native_float16)[0]
+    return convert(model, dimension_count, out_of_bounds, **options)[0]
