@@ -9,8 +9,8 @@
 * ``register_schemas()``: the DML ops declared to onnx, whose shape inference and checker then know them
   (``onnx_gather.core.contract``, the one declaration of the ops).
 
-Each name is imported when first used: importing the package, or its runtime-free core (semantics, predict, descs,
-convert, lower, placement, provider, check), loads neither onnxruntime nor onnxruntime-extensions.
+Each name is imported when first used: importing the package, or its runtime-free layers (``core``, ``graphs``,
+``directml``; docs/design.md), loads neither onnxruntime nor onnxruntime-extensions.
 """
 
 from __future__ import annotations
