@@ -147,9 +147,11 @@ def is_dml(node: onnx.NodeProto) -> bool:
     return node.domain == DOMAIN and node.op_type in BY_TYPE
 
 
-def output_dims(op: DmlOp, input: Sequence, indices: Sequence, attributes: dict[str, int]) -> list | None:
-    """The output's dims (ints, names or None) from the inputs' (the same), or None where the rank is not known
-    or they do not fit; ``core.semantics`` checks the shapes themselves, this only states the sizes."""
+def output_dims(op: DmlOp, input: Sequence, indices: Sequence, attributes: dict[str, int], one: object,
+                tuple_length: int | None) -> list | None:  # fmt: skip
+    """The output's dims from the inputs' (any objects: onnx's dims, sizes), ``one`` where DirectML pads, or None
+    where the rank does not fit (GatherND: or the tuple length, the indices' last size, is not known).
+    ``core.semantics`` checks the shapes themselves; this only states the sizes."""
     n = len(input)
     if len(indices) != n or not 1 <= n <= MAX_DIMENSION_COUNT:
         return None
@@ -160,50 +162,43 @@ def output_dims(op: DmlOp, input: Sequence, indices: Sequence, attributes: dict[
         if not (0 <= axis < n and 0 <= index_dimensions <= n):
             return None
         sizes = [*input[:axis], *indices[n - index_dimensions :], *input[axis + 1 :]]
-        return [1] * (n - len(sizes)) + sizes[max(len(sizes) - n, 0) :]
+        return [one] * (n - len(sizes)) + sizes[max(len(sizes) - n, 0) :]
     counts = [attributes.get(a, 0) for a in ("input_dimension_count", "indices_dimension_count")]
     batch = attributes.get("batch_dimension_count", 0)
-    if not all(1 <= count <= n for count in counts):
+    if tuple_length is None or not all(1 <= count <= n for count in counts):
         return None
     data, index = input[n - counts[0] :], indices[n - counts[1] :]
-    if not isinstance(index[-1], int) or not 0 <= batch < min(len(data), len(index)):
+    if not 0 <= batch < min(len(data), len(index)):
         return None
-    sizes = [*index[:-1], *data[batch + index[-1] :]]
-    return [1] * (n - len(sizes)) + sizes if len(sizes) <= n else None
+    sizes = [*index[:-1], *data[batch + tuple_length :]]
+    return [one] * (n - len(sizes)) + sizes if len(sizes) <= n else None
 
 
-def _dims(value: onnx.TypeProto | None) -> list | None:
-    if value is None or not value.tensor_type.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in value.tensor_type.shape.dim]
-
-
-def _tensor_type(elem_type: int, dims: list | None) -> onnx.TypeProto:
-    result = onnx.TypeProto()
-    result.tensor_type.elem_type = elem_type
-    if dims is not None:
-        for size in dims:
-            dim = result.tensor_type.shape.dim.add()
-            if isinstance(size, int):
-                dim.dim_value = size
-            elif size:
-                dim.dim_param = size
-    return result
+_ONE = onnx.TensorShapeProto.Dimension(dim_value=1)
 
 
 def _inference(op: DmlOp) -> Callable[[onnx.shape_inference.InferenceContext], None]:
-    """onnx's type and shape inference for ``op``: the input's element type, and the sizes where known."""
+    """onnx's type and shape inference for ``op``: the input's element type, and the output's dims where the inputs'
+    ranks are known (sizes and symbols carried over from the inputs). Called per DML node by every inference over a
+    DML model, so it moves onnx's dims as they are and reads only the attributes it needs."""
+    ints = [a.name for a in op.attributes if a.type == _INT] if op.op_type != "DmlGatherElements" else []
 
     def infer(context: onnx.shape_inference.InferenceContext) -> None:
-        input, indices = context.get_input_type(0), context.get_input_type(1)
+        input = context.get_input_type(0)
         if input is None or not input.tensor_type.elem_type:
             return
-        attributes = {name: context.get_attribute(name) for name in op.attribute_types()}
-        ints = {name: a.i for name, a in attributes.items() if a is not None and a.type == _INT}
-        input_dims, indices_dims = _dims(input), _dims(indices)
-        known = input_dims is not None and indices_dims is not None
-        dims = output_dims(op, input_dims, indices_dims, ints) if known else None
-        context.set_output_type(0, _tensor_type(input.tensor_type.elem_type, dims))
+        output = onnx.TypeProto()
+        output.tensor_type.elem_type = input.tensor_type.elem_type
+        indices = context.get_input_type(1)
+        if input.tensor_type.HasField("shape") and indices is not None and indices.tensor_type.HasField("shape"):
+            index_dims = indices.tensor_type.shape.dim
+            last = index_dims[-1] if index_dims else None
+            attributes = {name: a.i for name in ints if (a := context.get_attribute(name)) is not None}
+            tuple_length = last.dim_value if last is not None and last.HasField("dim_value") else None
+            dims = output_dims(op, input.tensor_type.shape.dim, index_dims, attributes, _ONE, tuple_length)
+            if dims is not None:
+                output.tensor_type.shape.dim.extend(dims)
+        context.set_output_type(0, output)
 
     return infer
 
