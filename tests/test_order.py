@@ -15,6 +15,7 @@ from onnx import numpy_helper
 import onnx_gather
 from onnx_gather.app.cli import main
 from onnx_gather.graphs.plumbing import bodies, sort_topologically
+from onnx_gather.graphs.validate import InvalidModel, validate
 
 
 def _branch(name: str, scale: float, backwards: bool) -> onnx.GraphProto:
@@ -155,3 +156,23 @@ def test_a_name_nothing_defines_anywhere_is_still_refused(tmp_path, capsys):
     nodes = [h.make_node("Add", ["x", "ghost"], ["y"], name="add")]
     assert main(["check", _write(tmp_path, nodes)]) == 2
     assert "node 'add' (Add) uses 'ghost', which nothing defines" in capsys.readouterr().err
+
+
+def test_a_graph_on_an_op_that_takes_none_is_refused_not_walked_past():
+    # The walk reads graph attributes of control flow and other domains' ops only; validate refuses a graph anywhere
+    # else, so that no graph of a model that loads is left out of conversion or lowering.
+    inner = h.make_graph([h.make_node("Gather", ["a", "k"], ["b"], axis=0)], "inner",
+                         [h.make_tensor_value_info("a", T.FLOAT, [3]),
+                          h.make_tensor_value_info("k", T.INT64, [1])],
+                         [h.make_tensor_value_info("b", T.FLOAT, [1])])  # fmt: skip
+    node = h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=0)
+    node.attribute.append(h.make_attribute("body", inner))
+    graph = h.make_graph([node], "m", [h.make_tensor_value_info("x", T.FLOAT, [3]),
+                                       h.make_tensor_value_info("i", T.INT64, [2])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [2])])  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    assert len(bodies(model)) == 1
+    with pytest.raises(InvalidModel, match="node 'g' \\(Gather\\): attribute 'body' holds a graph, which Gather does"):
+        validate(model)
+    model.graph.node[0].op_type, model.graph.node[0].domain = "Wrapper", "example.custom"  # may take graphs: walked
+    assert len(bodies(model)) == 2

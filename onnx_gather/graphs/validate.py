@@ -18,7 +18,7 @@ from onnx import AttributeProto
 from onnx_gather.core import contract
 from onnx_gather.core.contract import DML_OP_TYPES, DOMAIN
 from onnx_gather.core.errors import UserError
-from onnx_gather.graphs.plumbing import Body, bodies, orders, subgraphs
+from onnx_gather.graphs.plumbing import Body, bodies, may_hold_graphs, orders, subgraphs
 from onnx_gather.graphs.types import ValueType, value_types
 
 
@@ -43,6 +43,9 @@ def _check_definitions(model: onnx.ModelProto) -> None:
                 if name not in defined:
                     raise InvalidModel(f"{where}: {_node_name(node)} uses {name!r}, which nothing defines")
             for attribute_name, subgraph in subgraphs(node):
+                if not may_hold_graphs(node):
+                    raise InvalidModel(f"{where}: {_node_name(node)}: attribute {attribute_name!r} holds a graph, "
+                                       f"which {node.op_type} does not take")  # fmt: skip
                 stack.append((subgraph, frozenset(defined), f"subgraph {attribute_name!r} of {_node_name(node)}"))
         for value in current.output:
             if value.name not in defined:
