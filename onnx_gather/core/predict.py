@@ -13,12 +13,10 @@ import math
 
 import numpy as np
 
-from onnx_gather.core.contract import DIRECTML_DTYPES
+from onnx_gather.core.contract import DIRECTML_DTYPES, INDEX_TYPE_NAMES, MAX_DIMENSION_COUNT
 from onnx_gather.core.descs import Case, Outcome, TensorDesc
 
 REFUSED = Outcome("create 0x80070057", None)  # every refusal: CreateOperator returns E_INVALIDARG
-INDEX_TYPES = ("INT32", "INT64", "UINT32", "UINT64")
-MAX_DIMENSIONS = 8
 _WORD = np.uint64(0xFFFFFFFF)
 
 
@@ -38,8 +36,8 @@ def _extent(desc: TensorDesc) -> int:
 
 def _desc_refusal(desc: TensorDesc) -> str | None:
     """DirectML's checks of one tensor desc alone."""
-    if not 1 <= len(desc.sizes) <= MAX_DIMENSIONS:
-        return f"{len(desc.sizes)} dimensions (1 to {MAX_DIMENSIONS})"
+    if not 1 <= len(desc.sizes) <= MAX_DIMENSION_COUNT:
+        return f"{len(desc.sizes)} dimensions (1 to {MAX_DIMENSION_COUNT})"
     if 0 in desc.sizes:
         return f"a size of 0 in {desc.sizes}"
     if desc.alignment != 0 and (desc.alignment < 16 or desc.alignment & (desc.alignment - 1)):
@@ -123,8 +121,8 @@ def refusal(case: Case) -> str | None:
     n = len(case.input.sizes)
     if len(case.indices.sizes) != n or len(case.output.sizes) != n:
         return f"dimension counts differ: input {n}, indices {len(case.indices.sizes)}, output {len(case.output.sizes)}"
-    if case.indices.dtype not in INDEX_TYPES:
-        return f"indices of type {case.indices.dtype} ({', '.join(INDEX_TYPES)})"
+    if case.indices.dtype not in INDEX_TYPE_NAMES:
+        return f"indices of type {case.indices.dtype} ({', '.join(INDEX_TYPE_NAMES)})"
     if case.output.dtype != case.input.dtype:
         return f"output type {case.output.dtype} unlike the input's {case.input.dtype}"
     if case.operator in ("GATHER_ND", "GATHER_ND1"):

@@ -20,7 +20,6 @@ from onnx_gather.core.descs import Case, TensorDesc, packed_strides
 
 Rng = np.random.Generator
 DATA_TYPES = tuple(DIRECTML_DTYPES)
-INDEX_TYPES = tuple(sorted(t.directml for t in contract.INDEX_TYPES))  # INT32, INT64, UINT32, UINT64
 MAX_ELEMENTS = 400  # per tensor
 OPERATORS = {"GATHER": 0.4, "GATHER_ELEMENTS": 0.25, "GATHER_ND1": 0.25, "GATHER_ND": 0.1}
 
@@ -187,7 +186,7 @@ def random_case(rng: Rng) -> Case:
     """One random case (see the module's docstring)."""
     operator = str(rng.choice(list(OPERATORS), p=list(OPERATORS.values())))
     n = int(rng.choice(np.arange(1, 9), p=[0.08, 0.16, 0.17, 0.17, 0.13, 0.11, 0.09, 0.09]))
-    types = [str(rng.choice(DATA_TYPES)), str(rng.choice(INDEX_TYPES))]
+    types = [str(rng.choice(DATA_TYPES)), str(rng.choice(contract.INDEX_TYPE_NAMES))]
     types.append(types[0])
     if operator == "GATHER":
         attributes, xs, js, os_, dims = _gather(rng, n)
@@ -212,7 +211,7 @@ def random_case(rng: Rng) -> Case:
     data = rng.integers(0, 256, math.prod(x.sizes) * _itemsize(x.dtype), dtype=np.uint8).view(DIRECTML_DTYPES[x.dtype])
     values = None
     addressed = [(xs[d], packed_strides(tuple(xs))[d]) for d in dims if d < len(xs)]
-    if j.dtype in INDEX_TYPES and 0 not in j.sizes and addressed and all(size for size, _ in addressed):
+    if j.dtype in contract.INDEX_TYPE_NAMES and 0 not in j.sizes and addressed and all(size for size, _ in addressed):
         sizes_of, strides_of = [size for size, _ in addressed], [step for _, step in addressed]
         values = _index_values(rng, math.prod(j.sizes), sizes_of, strides_of, j.dtype)
     fill = int(rng.choice([0xCD, 0x00, 0xFF, int(rng.integers(0, 256))]))
