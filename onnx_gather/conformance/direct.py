@@ -20,7 +20,7 @@ import numpy as np
 from onnx import helper
 
 from onnx_gather.core import contract, predict
-from onnx_gather.core.contract import DIRECTML_DTYPES, DOMAIN
+from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.descs import Case, Outcome, TensorDesc, from_buffer
 from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.graphs.emit import IR_VERSION, ONNX_OPSET
@@ -72,7 +72,7 @@ def _carried(case: Case) -> bool:
     if any(d != TensorDesc.provider(d.dtype, d.sizes) for d in descs):
         return False
     for desc, data in ((case.input, case.input_bytes), (case.indices, case.indices_bytes)):
-        used = int(np.prod(desc.sizes, dtype=np.int64)) * np.dtype(DIRECTML_DTYPES[desc.dtype]).itemsize
+        used = int(np.prod(desc.sizes, dtype=np.int64)) * desc.itemsize
         if any(data[used:]):
             return False
     return True

@@ -40,10 +40,8 @@ class TensorDesc:
     def of(cls, dtype: str, sizes: Sequence[int], strides: Sequence[int] | None = None) -> TensorDesc:
         """The desc with the smallest total DirectML accepts: the bytes up to the last element, rounded up to 4."""
         sizes = tuple(sizes)
-        steps = tuple(strides) if strides is not None else packed_strides(sizes)
-        last = sum((size - 1) * step for size, step in zip(sizes, steps, strict=True))
-        extent = (last + 1) * np.dtype(DIRECTML_DTYPES[dtype]).itemsize if all(sizes) else 0
-        return cls(dtype, sizes, None if strides is None else steps, -(-extent // 4) * 4)
+        packed = cls(dtype, sizes, None if strides is None else tuple(strides), 0)
+        return cls(dtype, sizes, packed.strides, -(-packed.extent // 4) * 4)
 
     @classmethod
     def provider(cls, dtype: str, sizes: Sequence[int]) -> TensorDesc:
@@ -60,6 +58,17 @@ class TensorDesc:
         """The strides in elements: the desc's, or the packed (row-major) ones where it has none."""
         return self.strides if self.strides is not None else packed_strides(self.sizes)
 
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(DIRECTML_DTYPES[self.dtype]).itemsize
+
+    @property
+    def extent(self) -> int:
+        """Bytes from the buffer's start to the end of the last element, in exact arithmetic (0: no element)."""
+        if not all(self.sizes):
+            return 0
+        return (sum((size - 1) * step for size, step in zip(self.sizes, self.steps, strict=True)) + 1) * self.itemsize
+
     def text(self) -> str:
         """The desc as direct.exe reads it in desc.txt."""
         strides = f"{len(self.strides)} {' '.join(map(str, self.strides))}" if self.strides is not None else "0"
@@ -75,8 +84,7 @@ def packed_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
 def _view(desc: TensorDesc, buffer: np.ndarray) -> np.ndarray:
     """The elements of a buffer (bytes as uint8) that a desc addresses, as an array of its sizes."""
     dtype = np.dtype(DIRECTML_DTYPES[desc.dtype])
-    steps = desc.steps
-    return np.ndarray(desc.sizes, dtype, buffer, strides=tuple(step * dtype.itemsize for step in steps))
+    return np.ndarray(desc.sizes, dtype, buffer, strides=tuple(step * dtype.itemsize for step in desc.steps))
 
 
 def to_buffer(desc: TensorDesc, values: np.ndarray) -> bytes:

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from onnx_gather.core.contract import DIRECTML_DTYPES, INDEX_TYPE_NAMES, MAX_DIMENSION_COUNT
+from onnx_gather.core.contract import INDEX_TYPE_NAMES, MAX_DIMENSION_COUNT
 from onnx_gather.core.descs import Case, Outcome, TensorDesc
 
 REFUSED = Outcome("create 0x80070057", None)  # every refusal: CreateOperator returns E_INVALIDARG
@@ -24,16 +24,6 @@ class NotPredicted(Exception):
     """A desc whose result no measured rule predicts; the message says why."""
 
 
-def _itemsize(desc: TensorDesc) -> int:
-    return np.dtype(DIRECTML_DTYPES[desc.dtype]).itemsize
-
-
-def _extent(desc: TensorDesc) -> int:
-    """Bytes from the buffer's start to the end of the last element, in exact arithmetic."""
-    last = sum((size - 1) * step for size, step in zip(desc.sizes, desc.steps, strict=True))
-    return (last + 1) * _itemsize(desc)
-
-
 def _desc_refusal(desc: TensorDesc) -> str | None:
     """DirectML's checks of one tensor desc alone."""
     if not 1 <= len(desc.sizes) <= MAX_DIMENSION_COUNT:
@@ -42,7 +32,7 @@ def _desc_refusal(desc: TensorDesc) -> str | None:
         return f"a size of 0 in {desc.sizes}"
     if desc.alignment != 0 and (desc.alignment < 16 or desc.alignment & (desc.alignment - 1)):
         return f"base offset alignment {desc.alignment} (0 or a power of two of at least 16)"
-    needed = -(-_extent(desc) // 4) * 4
+    needed = -(-desc.extent // 4) * 4
     if desc.total_bytes < needed:
         return f"TotalTensorSizeInBytes {desc.total_bytes}, below the extent rounded up to 4 bytes ({needed})"
     return None
@@ -55,7 +45,7 @@ def _output_overlap(desc: TensorDesc) -> str | None:
         return "an output stride of 0 on a dimension of size above 1"
     if len(set(steps)) != len(steps):
         return "two output dimensions of size above 1 with equal strides"
-    if _extent(desc) // _itemsize(desc) < math.prod(desc.sizes):
+    if desc.extent // desc.itemsize < math.prod(desc.sizes):
         return "an output extent below its element count"
     return None
 
@@ -153,7 +143,7 @@ def refusal(case: Case) -> str | None:
 def _elements(desc: TensorDesc, data: bytes, offsets: np.ndarray) -> np.ndarray:
     """The elements at these element offsets of a buffer (each wholly within it), as unsigned integers."""
     raw = np.frombuffer(data, np.uint8)
-    size = _itemsize(desc)
+    size = desc.itemsize
     return raw[: len(raw) // size * size].view(f"<u{size}")[offsets.astype(np.intp)]
 
 
@@ -168,7 +158,7 @@ def _words(case: Case, coordinates: np.ndarray, size: int, component: int = -1) 
     raw = _elements(case.indices, case.indices_bytes, offsets).astype(np.uint64)
     words = raw & _WORD
     if case.indices.dtype != "UINT32":
-        negative = (raw >> np.uint64(8 * _itemsize(case.indices) - 1)) & np.uint64(1)
+        negative = (raw >> np.uint64(8 * case.indices.itemsize - 1)) & np.uint64(1)
         words = np.where(negative == 1, (words + np.uint64(size)) & _WORD, words)
     return words
 
@@ -176,7 +166,7 @@ def _words(case: Case, coordinates: np.ndarray, size: int, component: int = -1) 
 def _read(case: Case, offsets: np.ndarray) -> np.ndarray:
     """What DirectML reads at these element offsets (32-bit words): clamped to ceil(total / element size) - 1, from
     the buffer as it is; an element reaching past the total reads 0."""
-    size = _itemsize(case.input)
+    size = case.input.itemsize
     clamped = np.minimum(offsets, np.uint64(-(-case.input.total_bytes // size) - 1))
     whole = case.input.total_bytes // size
     values = _elements(case.input, case.input_bytes, np.minimum(clamped, np.uint64(max(whole - 1, 0))))
@@ -232,7 +222,7 @@ def out_of_bounds(case: Case) -> bool:
     offsets = (at * np.array(case.indices.steps, np.uint64)).sum(axis=1)
     raw = _elements(case.indices, case.indices_bytes, offsets)
     values = raw.astype(np.uint64).astype(object)
-    bits = 8 * _itemsize(case.indices)
+    bits = 8 * case.indices.itemsize
     if case.indices.dtype != "UINT32":
         values = np.array([v - 2**bits if v >= 2 ** (bits - 1) else v for v in values], dtype=object)
     if case.operator in ("GATHER", "GATHER_ELEMENTS"):
@@ -268,6 +258,6 @@ def predict(case: Case) -> Outcome:
     shared = at[order][1:] == at[order][:-1]
     if shared.any() and (values[order][1:][shared] != values[order][:-1][shared]).any():
         raise NotPredicted("output positions sharing an address get different values: a race between GPU threads")
-    size = _itemsize(case.output)
+    size = case.output.itemsize
     buffer[: len(buffer) // size * size].view(f"<u{size}")[at] = values
     return Outcome(None, buffer.tobytes())

@@ -104,7 +104,7 @@ def _buffer(rng: Rng, desc: TensorDesc, values: np.ndarray | None) -> bytes:
     """Random bytes, with ``values`` (in row-major order) where the desc puts its elements."""
     buffer = rng.integers(0, 256, desc.total_bytes, dtype=np.uint8)
     if values is not None and 0 not in desc.sizes:
-        size = _itemsize(desc.dtype)
+        size = desc.itemsize
         steps = desc.steps
         coordinates = np.indices(desc.sizes).reshape(len(desc.sizes), -1).T
         offsets = (coordinates * np.array(steps)).sum(axis=1) * size
@@ -208,7 +208,7 @@ def random_case(rng: Rng) -> Case:
         desc = [x, j, o][int(rng.integers(0, 3))]
         odd = TensorDesc(desc.dtype, desc.sizes, desc.strides, desc.total_bytes, int(rng.choice([1, 2, 4, 8, 24])))
         x, j, o = (odd if d is desc else d for d in (x, j, o))
-    data = rng.integers(0, 256, math.prod(x.sizes) * _itemsize(x.dtype), dtype=np.uint8).view(DIRECTML_DTYPES[x.dtype])
+    data = rng.integers(0, 256, math.prod(x.sizes) * x.itemsize, dtype=np.uint8).view(DIRECTML_DTYPES[x.dtype])
     values = None
     addressed = [(xs[d], packed_strides(tuple(xs))[d]) for d in dims if d < len(xs)]
     if j.dtype in contract.INDEX_TYPE_NAMES and 0 not in j.sizes and addressed and all(size for size, _ in addressed):
