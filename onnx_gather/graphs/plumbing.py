@@ -101,10 +101,14 @@ def bodies(model: onnx.ModelProto) -> list[Body]:
         body = stack.pop()
         found.append(body)
         for node in body.nodes:
-            for name, graph in nested(node):
-                where = f"subgraph {name!r} of node {node.name or node.op_type!r} in {body.where}"
-                stack.append(Body(graph, body.opset, where, body.scope))
+            stack.extend(inner_bodies(body, node))
     return found
+
+
+def inner_bodies(body: Body, node: onnx.NodeProto) -> list[Body]:
+    """The subgraphs of ``node`` (a node of ``body``) the walk goes into, as bodies of the same opset and scope."""
+    return [Body(graph, body.opset, f"subgraph {name!r} of node {node.name or node.op_type!r} in {body.where}",
+                 body.scope) for name, graph in nested(node)]  # fmt: skip
 
 
 def graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto]:

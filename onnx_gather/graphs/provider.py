@@ -32,7 +32,7 @@ from importlib import resources
 import onnx
 from onnx import TensorProto
 
-from onnx_gather.graphs.plumbing import RANDOM_OPS, Body, bodies, subgraphs
+from onnx_gather.graphs.plumbing import RANDOM_OPS, Body, bodies, inner_bodies, subgraphs
 from onnx_gather.graphs.types import ValueType, value_types
 
 SMALL_INITIALIZER = 100  # kSmallInitializerThreshold: elements
@@ -276,9 +276,7 @@ def place(model: onnx.ModelProto) -> dict[str, list[Placed]]:
                 verdicts.append(Placed("CPU", UNSUPPORTED))
             else:
                 verdicts.append(Placed("DirectML", DIRECTML))
-            for name, subgraph in subgraphs(node):
-                where = f"subgraph {name!r} of node {node.name or node.op_type!r} in {body.where}"
-                stack.append((Body(subgraph, body.opset, where, body.scope), graph))
+            stack.extend((inner, graph) for inner in inner_bodies(body, node))
         placed[body.where] = verdicts
     return placed
 
