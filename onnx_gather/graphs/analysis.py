@@ -6,6 +6,7 @@ provider. ``convert`` rewrites what this decides; ``check`` reports it without c
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import onnx
@@ -57,13 +58,17 @@ class Analysis:
         self.keep_on_cpu = keep_on_cpu
         # Where the provider puts each node, for the gathers it runs with its CPU kernels: shape computations, folded.
         self.placed = provider.place(model) if keep_on_cpu is not None else {}
-        self.names = Names(model)
         self.types = value_types(model)
         self.unknown: dict[str, str] = {}  # value -> why its rank stays unknown
         self.observed: dict[str, str] = {}  # value -> what of its shape symbolic inference or one run told
         self.ran: set[str] = set()  # the values a run told
         self.observed_run = ""  # that run's inputs
         self._resolve(observation)
+
+    @functools.cached_property
+    def names(self) -> Names:
+        """Fresh names in the model: only a conversion, or an unnamed gather it converts, needs them."""
+        return Names(self.model)
 
     def _resolve(self, observation: Observer | None) -> None:
         """Ranks ONNX shape inference could not tell, for the main graph's gathers: from ONNX Runtime's symbolic

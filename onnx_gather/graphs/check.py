@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import onnx
 
-from onnx_gather.core.contract import DML_OP_TYPES, DOMAIN, GATHER_OPS
+from onnx_gather.core import contract
+from onnx_gather.core.contract import GATHER_OPS
 from onnx_gather.core.words import counted
 from onnx_gather.graphs import provider
 from onnx_gather.graphs.analysis import Analysis
@@ -93,7 +94,7 @@ def check(
     for body in bodies(model):
         scope = analysis.types.get(body.scope, {})
         for position, node in enumerate(body.nodes):
-            if node.domain != DOMAIN or node.op_type not in DML_OP_TYPES:
+            if not contract.is_dml(node):
                 continue
             name = node.name or unnamed(node, position)
             data, indices = (scope.get(name) for name in node.input[:2])

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnx_gather.core.contract import DML_OP_TYPES, DOMAIN
+from onnx_gather.core import contract
 
 
 @dataclass
@@ -73,7 +73,7 @@ def may_hold_graphs(node: onnx.NodeProto) -> bool:
     """Whether ``node``'s op can take graph attributes (``validate`` refuses graphs on the others)."""
     if node.domain in ("", "ai.onnx"):
         return node.op_type in CONTROL_FLOW
-    return node.domain != DOMAIN or node.op_type not in DML_OP_TYPES
+    return not contract.is_dml(node)
 
 
 def nested(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:

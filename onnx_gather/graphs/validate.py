@@ -16,7 +16,6 @@ import onnx
 from onnx import AttributeProto
 
 from onnx_gather.core import contract
-from onnx_gather.core.contract import DML_OP_TYPES, DOMAIN
 from onnx_gather.core.errors import UserError
 from onnx_gather.graphs.plumbing import Body, bodies, may_hold_graphs, orders, subgraphs
 from onnx_gather.graphs.types import ValueType, value_types
@@ -132,7 +131,7 @@ def validate(model: onnx.ModelProto) -> None:
     _check_cycles(model)
     types = value_types(model)
     for body in bodies(model):
-        checker = _checker(model, body)
+        checker = None  # made for the first DML node of the body
         scope = types.get(body.scope, {})
         for node in body.nodes:
             data = scope.get(node.input[0]) if node.input else None
@@ -141,7 +140,8 @@ def validate(model: onnx.ModelProto) -> None:
                 problem = _check_gather(node, data)
             elif node.domain in ("", "ai.onnx") and node.op_type == "GatherND":
                 problem = _check_gather_nd(node, data, scope.get(node.input[1]) if len(node.input) > 1 else None)
-            elif node.domain == DOMAIN and node.op_type in DML_OP_TYPES:
+            elif contract.is_dml(node):
+                checker = checker or _checker(model, body)
                 problem = _check_dml(node, data, checker)
             if problem:
                 raise InvalidModel(f"{body.where}: {_node_name(node)}: {problem}")

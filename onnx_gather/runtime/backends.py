@@ -18,7 +18,7 @@ import onnx
 import onnxruntime
 from onnx import helper
 
-from onnx_gather.core.contract import DML_OP_TYPES, DOMAIN
+from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
 from onnx_gather.directml import layout as directml_layout
 from onnx_gather.directml import worker
@@ -101,7 +101,7 @@ def traced(model: onnx.ModelProto) -> onnx.ModelProto:
     result.CopyFrom(model)
     for body in bodies(result):
         for node in body.nodes:
-            if node.domain == DOMAIN and node.op_type in DML_OP_TYPES:
+            if contract.is_dml(node):
                 node.op_type = ops.TRACED[node.op_type]
                 node.attribute.append(helper.make_attribute("node", node.name))
     return result
