@@ -58,17 +58,14 @@ def gather(input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: 
     if signed is not None and 0 not in output_sizes:
         index = signed.reshape(indices.shape[input.ndim - index_dimensions :])
         large = math.prod(output_sizes) * input.itemsize >= _NATIVE_GATHER_OUTPUT_BYTES
-        if large and math.prod(input.shape[axis + 1 :]) * input.itemsize >= _NATIVE_GATHER_SLICE_BYTES:
-            session = _native("Gather", input.dtype, index.dtype, axis=axis)
-            try:
+        native = large and math.prod(input.shape[axis + 1 :]) * input.itemsize >= _NATIVE_GATHER_SLICE_BYTES
+        try:
+            if native:
+                session = _native("Gather", input.dtype, index.dtype, axis=axis)
                 return session.run(None, {"input": input, "indices": index})[0].reshape(output_sizes)
-            except InvalidArgument:  # an index out of bounds
-                pass
-        else:
-            try:
-                return np.take(input, index, axis=axis).reshape(output_sizes)
-            except IndexError:  # an index out of bounds
-                pass
+            return np.take(input, index, axis=axis).reshape(output_sizes)
+        except (InvalidArgument, IndexError):  # an index out of bounds (the native kernel's error, np.take's)
+            pass
     return semantics.dml_gather(input, indices, axis, index_dimensions, out_of_bounds)
 
 

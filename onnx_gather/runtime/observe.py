@@ -31,7 +31,35 @@ class Observation:
 
     def observe(self, model: onnx.ModelProto, names: Iterable[str]) -> Observed:
         """Run ``model`` once with ONNX Runtime's CPU provider and read the ranks of main-graph values ``names``."""
-        return _observe(model, names, self)
+        names = list(dict.fromkeys(names))
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        declared = {o.name for o in probe.graph.output}
+        probe.graph.output.extend(helper.make_value_info(n, onnx.TypeProto()) for n in names if n not in declared)
+        try:
+            feeds = inputs.generate(model, self.shapes, self.seed, self.int_range, self.feeds)
+        except inputs.InputError as error:
+            return Observed(failure=f"no inputs to run it on: {error}")
+        described = _describe(feeds, self.feeds)
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 4
+        if self.folder is not None:
+            options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(self.folder))
+        try:
+            session = onnxruntime.InferenceSession(
+                probe.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
+            arrays = session.run(names, feeds)
+        except Exception as error:  # ONNX Runtime raises several types; its message says what failed
+            message = " ".join(str(error).split())
+            hint = inputs.dynamic_hint(model, self.shapes, list(self.feeds))
+            failure = f"a run of ONNX Runtime on {described} failed: {message}" + (f"; {hint}" if hint else "")
+            return Observed(inputs=described, failure=failure)
+        types = {
+            name: ValueType(helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.shape(a))
+            for name, a in zip(names, arrays, strict=True)
+        }
+        return Observed(types, described)
 
 
 def _describe(feeds: Mapping[str, np.ndarray], given: Iterable[str]) -> str:
@@ -40,35 +68,3 @@ def _describe(feeds: Mapping[str, np.ndarray], given: Iterable[str]) -> str:
         f"{name} {inputs.dims_text(array.shape)} ({'given' if name in given else 'generated'})"
         for name, array in feeds.items()
     )
-
-
-def _observe(model: onnx.ModelProto, names: Iterable[str], observation: Observation) -> Observed:
-    names = list(dict.fromkeys(names))
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    declared = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(helper.make_value_info(n, onnx.TypeProto()) for n in names if n not in declared)
-    try:
-        feeds = inputs.generate(model, observation.shapes, observation.seed, observation.int_range, observation.feeds)
-    except inputs.InputError as error:
-        return Observed(failure=f"no inputs to run it on: {error}")
-    described = _describe(feeds, observation.feeds)
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 4
-    if observation.folder is not None:
-        options.add_session_config_entry(
-            "session.model_external_initializers_file_folder_path", str(observation.folder)
-        )
-    try:
-        session = onnxruntime.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        arrays = session.run(names, feeds)
-    except Exception as error:  # ONNX Runtime raises several types; its message says what failed
-        message = " ".join(str(error).split())
-        hint = inputs.dynamic_hint(model, observation.shapes, list(observation.feeds))
-        failure = f"a run of ONNX Runtime on {described} failed: {message}" + (f"; {hint}" if hint else "")
-        return Observed(inputs=described, failure=failure)
-    types = {
-        name: ValueType(helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.shape(a))
-        for name, a in zip(names, arrays, strict=True)
-    }
-    return Observed(types, described)
