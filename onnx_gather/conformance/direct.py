@@ -28,8 +28,8 @@ from onnx_gather.runtime.ops import InferenceSession
 
 OPERATORS = ("GATHER", "GATHER_ELEMENTS", "GATHER_ND", "GATHER_ND1")
 KINDS = ("refused", "in range", "out of bounds", "not predicted")
-_CUSTOM_OPS = {"GATHER": "DmlGather", "GATHER_ELEMENTS": "DmlGatherElements", "GATHER_ND": "DmlGatherNd",
-               "GATHER_ND1": "DmlGatherNd"}  # fmt: skip
+# The custom op of each DirectML operator (GATHER_ND is GATHER_ND1 without batch dimensions).
+_CUSTOM_OPS = {op.directml.removeprefix("DML_"): op.op_type for op in contract.OPS} | {"GATHER_ND": "DmlGatherNd"}
 CASES_PER_MODEL = 250
 
 
@@ -96,7 +96,7 @@ def _custom_ops_model(cases: Sequence[Case]) -> tuple[bytes, dict[str, np.ndarra
             feeds[name] = array
         outputs.append(helper.make_tensor_value_info(f"output_{k}", helper.np_dtype_to_tensor_dtype(data.dtype), None))
     graph = helper.make_graph(nodes, "direct_conformance", inputs, outputs)
-    opsets = [helper.make_opsetid("", ONNX_OPSET), helper.make_opsetid(DOMAIN, 1)]
+    opsets = [helper.make_opsetid("", ONNX_OPSET), helper.make_opsetid(DOMAIN, contract.DOMAIN_VERSION)]
     return helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION).SerializeToString(), feeds
 
 

@@ -179,7 +179,7 @@ def _emit_slice(emit: Emitter, data: str, indices: str, index_dims: tuple, axis:
 
 def _import_domain(imports: object) -> None:
     if imports is not None and not any(o.domain == DOMAIN for o in imports):
-        imports.append(helper.make_opsetid(DOMAIN, 1))
+        imports.append(helper.make_opsetid(DOMAIN, contract.DOMAIN_VERSION))
 
 
 def convert(
