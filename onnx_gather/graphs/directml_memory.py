@@ -45,6 +45,11 @@ class NativeGather:
     def signed(self) -> bool:
         return self.index_type in (TensorProto.INT32, TensorProto.INT64)
 
+    @property
+    def negative_reads(self) -> bool:
+        """Whether DirectML reads some index values as negative: signed ones, and UINT64 ones from 2^63."""
+        return self.signed or self.index_type == TensorProto.UINT64
+
 
 def reduce(emit: Emitter, op_type: str, value: str, step: str) -> str:
     """A reduction of every element to a scalar (keepdims 0), in the form the opset takes."""

@@ -78,8 +78,7 @@ def _repair(emit: Emitter, tensor: Tensor, gather: NativeGather, v: str, outside
     index_values = emit.node("GatherElements", [flat_v, positions], "outside_values", axis=0)
     if index_type == TensorProto.INT32:
         index_values = emit.node("Cast", [index_values], "outside_int64", to=TensorProto.INT64)
-    negative = gather.signed or index_type == TensorProto.UINT64  # a UINT64 from 2^63 is negative, as an INT64
-    words = axis_words(emit, tensor, index_values, (tensor.size, tensor.known_size), negative)
+    words = axis_words(emit, tensor, index_values, (tensor.size, tensor.known_size), gather.negative_reads)
     if elements:  # single elements, at their coordinates in the indices (the data's sizes off the axis)
         shape = tensor.data.sizes(emit, 0, rank, "data_sizes")
         outer, inner = position(emit, at, shape, range(axis)), position(emit, at, shape, range(axis + 1, rank))
@@ -261,8 +260,7 @@ def _directml_gather_nd(emit: Emitter, gather: NativeGather) -> None:
         native = exact.node("GatherND", [x, safe], "native", **({"batch_dims": batch} if batch else {}))
         # Each bad tuple's linear position, in wrapping 32-bit arithmetic: its batch's position, then each coordinate
         # (Horner's rule: ((b * size0 + word0) * size1 + word1) ..., each step taken mod 2^32).
-        negative = gather.signed or index_type == TensorProto.UINT64  # a UINT64 from 2^63 is negative, as an INT64
-        words = axis_words(exact, tensor, bad, (sizes, data.known(batch, batch + k)), negative)  # (M, k)
+        words = axis_words(exact, tensor, bad, (sizes, data.known(batch, batch + k)), gather.negative_reads)  # (M, k)
         rows = None if batch == 0 else position(exact, at, exact.node("Shape", [v], "indices_shape"), range(batch))
         for j in range(k):
             word = exact.node("Gather", [words, exact.constant(j, np.int64, f"k{j}")], f"word{j}", axis=1)
