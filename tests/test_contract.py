@@ -109,5 +109,6 @@ def test_every_layer_takes_the_declared_ops():
         schema = onnx.defs.get_schema(op.op_type, contract.DOMAIN_VERSION, contract.DOMAIN)
         assert set(schema.attributes) == set(op.attribute_types())
         attributes = {} if op.standard == "GatherND" else {"axis": 0}
-        converted = onnx_gather.to_dml(_dml_model(op.standard, [3, 4], [3, 1], domain="", **attributes))
+        model = _dml_model(op.standard, [3, 4], [3, 1], domain="", **attributes)
+        converted = onnx_gather.to_dml(model, provider_failures="onnx")
         assert [n.op_type for n in converted.graph.node if contract.is_dml(n)] == [op.op_type]

@@ -201,7 +201,7 @@ VALIDATION_ERRORS = {
     ),
     "gather elements sizes differ off the axis": (
         lambda: dml_gather_elements(np.zeros((2, 3)), np.zeros((2, 2), np.int64), 0),
-        r"on dimension 1 \(2 != 3\); they must be equal except on axis 0",
+        r"on dimension 1 \(2 != 3\): DirectML refuses DML_GATHER_ELEMENTS unless they are equal off axis 0",
     ),
     "unsupported data type": (
         lambda: dml_gather(np.zeros(3, bool), np.zeros(1, np.int64), 0, 1),

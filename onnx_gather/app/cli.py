@@ -72,7 +72,14 @@ def _check_saved_model(args: argparse.Namespace, model: onnx.ModelProto, reads: 
 def _convert(args: argparse.Namespace) -> int:
     model = model_io.load(args.model)
     _check_saved_model(args, model, _read_files(args.model, model, args.inputs))
-    result, report = convert(model, args.dimension_count, args.out_of_bounds, _observation(args), args.keep_cpu_gathers)
+    result, report = convert(
+        model,
+        args.dimension_count,
+        args.out_of_bounds,
+        _observation(args),
+        args.keep_cpu_gathers,
+        provider_failures=args.provider_failures,
+    )
     model_io.save(result, args.output, args.model)
     _print_report(report, "Converted", args.model, args.output)
     return 1 if args.strict and report.left else 0

@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
 from onnx_gather.core.errors import UserError
+from onnx_gather.graphs.convert import PROVIDER_FAILURES
 from onnx_gather.graphs.placement import FEATURE_LEVELS
 from onnx_gather.runtime import backends
 
@@ -93,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="leave standard the gathers ONNX Runtime's DirectML provider keeps on its CPU provider on a device of "
         "feature level LEVEL (default 4.1): shape computations, gathers of constants it folds, BFLOAT16 data, and "
         "types the device lacks",
+    )  # fmt: skip
+    convert_command.add_argument(
+        "--provider-failures", default="raise", choices=PROVIDER_FAILURES,
+        help="a gather ONNX Runtime's DirectML provider fails (`check` says fails): raise, an error naming it (the "
+        "default), or onnx: convert it all the same, to compute ONNX's values (GatherElements data sliced to its "
+        "indices first)",
     )  # fmt: skip
     _observation_options(convert_command, _RANK_RUN)
 

@@ -112,8 +112,11 @@ def check_gather_elements(input_sizes: Sequence[int], indices_sizes: Sequence[in
     for d in range(n):
         if d != axis and indices_sizes[d] != input_sizes[d]:
             raise GatherError(
-                f"{op}: indices sizes {tuple(indices_sizes)} differ from input sizes {tuple(input_sizes)} "
-                f"on dimension {d} ({indices_sizes[d]} != {input_sizes[d]}); they must be equal except on axis {axis}"
+                f"{op}: indices sizes {tuple(indices_sizes)} differ from input sizes {tuple(input_sizes)} on dimension "
+                f"{d} ({indices_sizes[d]} != {input_sizes[d]}): DirectML refuses DML_GATHER_ELEMENTS unless they are "
+                f"equal off axis {axis} (CreateOperator 0x80070057), and ONNX Runtime's DirectML provider fails such a "
+                "GatherElements when it creates the session, or when it runs where the dims are dynamic "
+                "(AbiCustomRegistry.cpp(519) 80070057)"
             )
 
 

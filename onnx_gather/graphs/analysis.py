@@ -16,10 +16,12 @@ from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
 from onnx_gather.graphs import provider
 from onnx_gather.graphs.changes import NodeChange
-from onnx_gather.graphs.placement import FeatureLevel, place
+from onnx_gather.graphs.placement import FEATURE_LEVELS, FeatureLevel, place
 from onnx_gather.graphs.plumbing import Body, Names, bodies
 from onnx_gather.graphs.ranks import Observer, branch_dependence, symbolic_types
 from onnx_gather.graphs.types import ValueType, value_types
+
+HIGHEST_LEVEL = "4.1"  # a device of DirectML's highest feature level has every type the provider registers
 
 
 def parse_dimension_count(value: str | int) -> int | None:
@@ -134,12 +136,16 @@ class Analysis:
         axis = _attribute(node, "axis", 0) % data.rank if known and data.rank else None
         plan = _examine(body, types, node, self.dimension_count, self.unknown, self.carrying)
         placed = self.placed[body.where][index] if body.where in self.placed else None
+        fails = ""
         if placed is not None and placed.why in provider.REASONS:
             plan = f"kept standard, as the DirectML provider keeps it: {provider.REASONS[placed.why]}"
-        elif isinstance(plan, GatherPlan) and self.keep_on_cpu is not None:
-            placement = place(node.op_type, plan.data, plan.indices, plan.axis, self.keep_on_cpu, plan.out_rank)
-            if placement.provider == "CPU":
+        elif isinstance(plan, GatherPlan):
+            level = self.keep_on_cpu or FEATURE_LEVELS[HIGHEST_LEVEL]
+            placement = place(node.op_type, plan.data, plan.indices, plan.axis, level, plan.out_rank, plan.batch)
+            if placement.provider == "CPU" and self.keep_on_cpu is not None:
                 plan = f"kept standard, as the DirectML provider keeps it: {placement.reason}"
+            elif placement.provider == "fails":
+                fails = placement.reason
         if isinstance(plan, str):
             data, indices = (data, indices) if known else (None, None)
             batch = _attribute(node, "batch_dims", 0)
@@ -175,6 +181,7 @@ class Analysis:
             op_type=node.op_type,
             result=name,
             reason=f"N={plan.n}",
+            fails=fails,
             dimension_count=plan.n,
             data_type=plan.data.elem_type,
             index_type=plan.indices.elem_type,

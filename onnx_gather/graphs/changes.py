@@ -20,6 +20,7 @@ class NodeChange:
     op_type: str
     result: str  # the DML node's name, or "" where the node stayed standard
     reason: str = ""
+    fails: str = ""  # why ONNX Runtime's DirectML provider fails the standard gather, where it does
     dimension_count: int | None = None  # N of the DML node
     data_type: int | None = None  # the element types DirectML would see (before carrying)
     index_type: int | None = None

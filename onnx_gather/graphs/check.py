@@ -57,7 +57,7 @@ def _standard(change: NodeChange, level_name: str, placed: provider.Placed | Non
     level = FEATURE_LEVELS[level_name]
     if change.out_rank is None:  # a GatherND whose index tuples have no known length
         return verdict("unknown", f"the provider decides when it runs: {change.reason}")
-    placement = place(change.op_type, change.data, change.indices, change.axis, level, change.out_rank)
+    placement = place(change.op_type, change.data, change.indices, change.axis, level, change.out_rank, change.batch)
     if placement.provider != "DirectML":
         return verdict(placement.provider, placement.reason)
     if not change.result:

@@ -9,8 +9,9 @@ The rules (docs/semantics.md section 6), for each node in every graph, subgraph 
    ``index_dimensions`` is q.
 3. The DML output is the ONNX output with ``N - (r + q - 1)`` leading ones (none for GatherElements
    with N = r), removed again with ``Squeeze``. Dynamic dims need no shape arithmetic for this.
-4. GatherElements indices smaller than the data off the axis (ONNX allows it, DirectML does not): the
-   data is sliced to the indices' sizes first, from ``Shape(indices)`` where they are dynamic.
+4. A gather the provider fails raises ``ProviderFailure``; where dims are dynamic, the DML node fails when it runs
+   as the provider does. Asked for ONNX's values instead, GatherElements indices smaller than the data off the axis
+   (ONNX allows it, DirectML does not) get the data sliced to them first, from ``Shape(indices)`` where dynamic.
 5. FLOAT16 and BFLOAT16 travel as FLOAT32, BOOL as UINT8 (exact); STRING and other types stay standard.
 6. Every DML node carries every attribute, is named after the node it replaces, and its output gets a
    ``value_info`` so that shape inference carries on through it.
@@ -18,6 +19,7 @@ The rules (docs/semantics.md section 6), for each node in every graph, subgraph 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -39,12 +41,20 @@ from onnx_gather.graphs.types import ValueType
 WHOLE_AXIS = 2**62
 
 
+PROVIDER_FAILURES = ("raise", "onnx")  # what to_dml does with a gather the provider fails
+
+
+class ProviderFailure(semantics.GatherError):
+    """A standard gather that ONNX Runtime's DirectML provider fails: DirectML computes nothing for it."""
+
+
 class _Converter:
-    def __init__(self, model: onnx.ModelProto, analysis: Analysis, out_of_bounds: str) -> None:
+    def __init__(self, model: onnx.ModelProto, analysis: Analysis, out_of_bounds: str, provider_failures: str) -> None:
         self.model = model
         self.analysis = analysis
         self.names = analysis.names
         self.out_of_bounds = out_of_bounds
+        self.provider_failures = provider_failures
         self.report = Report()
 
     def run(self) -> None:
@@ -70,6 +80,15 @@ class _Converter:
         self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
     ) -> tuple[list[onnx.NodeProto] | None, dict[str, ValueType]]:
         plan, change = self.analysis.decide(body, types, node, index)
+        if plan is not None and change.fails:
+            name = change.node or f"{change.op_type} #{index}"
+            if self.provider_failures == "raise":
+                raise ProviderFailure(
+                    f"{change.op_type} node {name!r} ({change.where}) fails on DirectML: {change.fails}. To compute "
+                    "ONNX's values instead, convert with provider_failures='onnx' (--provider-failures onnx)"
+                )
+        if plan is not None and plan.slice is not None and self.provider_failures == "raise":
+            plan = dataclasses.replace(plan, slice=None)  # dynamic dims: the DML node fails if they differ, as DirectML
         if plan is None:
             self.report.left.append(change)
             return None, {}
@@ -189,9 +208,12 @@ def convert(
     observation: Observer | None = None,
     keep_on_cpu: str | None = None,
     native_float16: bool = False,
+    provider_failures: str = "raise",
 ) -> tuple[onnx.ModelProto, Report]:
     """``to_dml`` with a report of what was converted and what was left standard, and why."""
     semantics.check_out_of_bounds("to_dml", out_of_bounds)
+    if provider_failures not in PROVIDER_FAILURES:
+        raise UserError(f"provider_failures must be one of {', '.join(PROVIDER_FAILURES)}, got {provider_failures!r}")
     contract.register_schemas()
     count = parse_dimension_count(dimension_count)
     if keep_on_cpu is not None and keep_on_cpu not in FEATURE_LEVELS:
@@ -201,7 +223,8 @@ def convert(
     sort_topologically(result)
     level = None if keep_on_cpu is None else FEATURE_LEVELS[keep_on_cpu]
     carrying = contract.NATIVE_FLOAT16 if native_float16 else contract.CUSTOM_OPS
-    converter = _Converter(result, Analysis(result, count, observation, level, carrying), out_of_bounds)
+    analysis = Analysis(result, count, observation, level, carrying)
+    converter = _Converter(result, analysis, out_of_bounds, provider_failures)
     converter.report.before = count_ops(model)
     converter.run()
     converter.report.after = count_ops(result)
@@ -215,13 +238,17 @@ def to_dml(
 
     ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider
     does) or a fixed N from 1 to 8 (4 emulates feature levels below 3.0). ``out_of_bounds`` is written
-    on every DML node. ``options`` are ``convert``'s: ``observation``, ``keep_on_cpu``, ``native_float16``.
-    Where ONNX shape inference cannot tell a gather's ranks, ONNX Runtime's symbolic shape inference is asked
-    (nothing runs); what it cannot tell either is read off one run of the model with ONNX Runtime on the inputs
-    ``observation`` gives or generates, only when ``observation`` is given (None, the default: no run).
+    on every DML node. ``options`` are ``convert``'s: ``observation``, ``keep_on_cpu``, ``native_float16``,
+    ``provider_failures``. Where ONNX shape inference cannot tell a gather's ranks, ONNX Runtime's symbolic shape
+    inference is asked (nothing runs); what it cannot tell either is read off one run of the model with ONNX Runtime
+    on the inputs ``observation`` gives or generates, only when ``observation`` is given (None, the default: no run).
     ``keep_on_cpu``, a feature level, leaves standard the gathers ONNX Runtime's DirectML provider on such a device
     keeps on its CPU provider (shape computations, gathers of constants it folds, BFLOAT16, a type the device
-    lacks). Nodes that cannot be expressed stay standard (``convert`` reports them). The DML ops' schemas are
+    lacks). Nodes that cannot be expressed stay standard (``convert`` reports them). A gather that ONNX Runtime's
+    DirectML provider fails (``check`` says ``fails``: GatherElements indices that differ from the data off the axis,
+    GatherND batch sizes that differ, ...) raises ``ProviderFailure``, naming the node and what the provider reports,
+    with ``provider_failures="raise"`` (the default); ``"onnx"`` converts it all the same, to compute ONNX's values
+    (GatherElements data sliced to its indices' sizes first). The DML ops' schemas are
     declared to onnx (``core.contract.register_schemas``), so ``onnx.shape_inference`` types the result.
     ``native_float16`` keeps FLOAT16 data on the DML nodes as it is (for onnx's reference evaluator, whose op classes
     take it; the custom ops cannot: by default it travels as FLOAT32, exact but for NaN payloads).

@@ -7,8 +7,9 @@ Measured with ONNX Runtime 1.24.4 and DirectML 1.15.4 (tests/test_directml.py ch
 * BFLOAT16 and STRING gathers are not registered for DirectML: ONNX Runtime's CPU provider runs them, with its own
   semantics (an out-of-bounds index is an error there), and so does a data type the device lacks;
 * a tensor of more than 8 dimensions (data, indices or output), GatherElements indices that differ from the
-  data off the axis, or a GatherND whose output is a scalar: the provider takes the node all the same and fails,
-  when the session is created if the shapes are static, else when it runs. CPU fallback does not rescue it.
+  data off the axis, a GatherND whose output is a scalar, or a GatherND whose batch sizes differ between data and
+  indices: the provider takes the node all the same and fails, when the session is created if the shapes are
+  static, else when it runs. CPU fallback does not rescue it.
 """
 
 from __future__ import annotations
@@ -96,10 +97,10 @@ class Placement:
 
 
 def place(
-    op_type: str, data: ValueType, indices: ValueType, axis: int, level: FeatureLevel, out_rank: int
+    op_type: str, data: ValueType, indices: ValueType, axis: int, level: FeatureLevel, out_rank: int, batch: int = 0
 ) -> Placement:
     """Where the provider, on a device of feature ``level``, puts ``op_type`` of ``data`` at ``indices`` (known ranks;
-    ``axis`` non-negative) with an output of ``out_rank``."""
+    ``axis`` non-negative; GatherND's ``batch`` dims) with an output of ``out_rank``."""
     cpu = "ONNX Runtime's CPU provider runs it, where an out-of-bounds index is an error"
     if data.elem_type in NOT_REGISTERED:
         return Placement("CPU", f"{dml_type_name(data.elem_type)} gathers are not registered for DirectML; {cpu}")
@@ -117,13 +118,22 @@ def place(
                                   f"takes the node and fails {when} (80070057)")  # fmt: skip
     if op_type == "GatherND" and out_rank == 0:
         return Placement("fails", f"its output is a scalar: the provider takes the node and fails {when} (80070057)")
+    if op_type == "GatherND":
+        pairs = zip(data.dims[:batch], indices.dims[:batch], strict=True)
+        differ = [d for d, (a, b) in enumerate(pairs) if isinstance(a, int) and isinstance(b, int) and a != b]
+        if differ:
+            d = differ[0]
+            return Placement("fails", f"its batch sizes differ (dimension {d}: data {data.dims[d]}, indices "
+                                      f"{indices.dims[d]}); the provider takes the node and fails when the session "
+                                      "is created (MLOperatorAuthorImpl.cpp(2853) 80070057)")  # fmt: skip
     if op_type == "GatherElements":
         pairs = [(d, a, b) for d, (a, b) in enumerate(zip(data.dims, indices.dims, strict=True)) if d != axis]
         differ = [d for d, a, b in pairs if isinstance(a, int) and isinstance(b, int) and a != b]
         if differ:
             return Placement("fails", f"its indices differ from the data off the axis (dimension {differ[0]}: "
-                                      f"{indices.dims[differ[0]]} != {data.dims[differ[0]]}); the provider takes the "
-                                      f"node and fails {when} (80070057)")  # fmt: skip
+                                      f"{indices.dims[differ[0]]} != {data.dims[differ[0]]}); DirectML refuses such a "
+                                      "DML_GATHER_ELEMENTS and the provider fails when the session is created "
+                                      "(AbiCustomRegistry.cpp(519) 80070057)")  # fmt: skip
         if any(a is None or b is None or a != b for _, a, b in pairs):
             return Placement("DirectML", "runs on DirectML if its indices match the data off the axis when it runs "
                                          "(dynamic dims); the run fails if they do not")  # fmt: skip
