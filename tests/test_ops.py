@@ -109,10 +109,12 @@ RUN_TIME_ERRORS = {
     "index_dimensions out of range": (
         "DmlGather", (2, 3), (1, 2), {"axis": 0, "index_dimensions": 3}, r"index_dimensions 3 is out of range",
     ),
-    "leading index sizes not 1": (
-        "DmlGather", (2, 3), (2, 2), {"axis": 0, "index_dimensions": 1}, r"leading sizes \(2,\) that are not 1",
+    "leading index sizes DirectML refuses": (
+        "DmlGather", (2, 3), (3, 2), {"axis": 1, "index_dimensions": 1}, r"DirectML refuses this DML_GATHER",
     ),
-    "output cannot be cropped": ("DmlGather", (2, 3), (2, 2), {"axis": 0, "index_dimensions": 2}, r"is not predicted"),
+    "leading index sizes not predicted": (
+        "DmlGather", (1, 3), (2, 2), {"axis": 1, "index_dimensions": 1}, r"its process then ends",
+    ),
     "sizes differ off the axis": ("DmlGatherElements", (2, 3), (2, 2), {"axis": 0}, r"on dimension 1 \(2 != 3\)"),
     "unknown out_of_bounds": (
         "DmlGatherElements", (3,), (1,), {"axis": 0, "out_of_bounds": "wrap"}, r"out_of_bounds 'wrap' is unknown",

@@ -57,12 +57,21 @@ def test_openvino_gather_1_example_has_the_documented_output_shape():
     assert sizes == (6, 15, 4, 20, 28, 10, 24)
 
 
-def test_output_sizes_keep_the_last_n_of_c_and_say_where_directml_is_not_predicted():
+def test_output_sizes_keep_the_last_n_of_c_whatever_they_crop():
     # DirectML keeps the last N entries of C: the input's leading 1s go (ONNX Runtime's provider makes such descs).
     assert gather_output_sizes((1, 3, 2), (1, 1, 2), axis=2, index_dimensions=2) == (3, 1, 2)
-    # Example 3 as printed: C = {3,1,2}; DirectML takes only {1,2}, dropping the 3, where no rule was found.
-    with pytest.raises(GatherError, match=r"cropping \(3,\) beyond the input's leading 1s: what DirectML computes"):
-        gather_output_sizes((3, 2), (1, 2), axis=1, index_dimensions=2)
+    # Example 3 as printed: C = {3,1,2}; DirectML takes {1,2} (measured), the cropped coordinate read as 0.
+    assert gather_output_sizes((3, 2), (1, 2), axis=1, index_dimensions=2) == (1, 2)
+    example = np.array([[1, 2], [3, 4], [5, 6]], np.float32)
+    assert_identical(dml_gather(example, np.array([[1, 0]], np.uint32), 1, 2), np.array([[2, 1]], np.float32))
+
+
+def test_leading_index_sizes_take_the_output_dimensions_that_are_not_1_in_order():
+    # DirectML's issue 685 (input {3,3}, indices {3,2}, axis 1): row r reads its index row r. Measured: [[0,1],[5,3],
+    # [7,8]] for input 0..8 and indices [[0,1],[2,0],[1,2]].
+    data = np.arange(9, dtype=np.float32).reshape(3, 3)
+    indices = np.array([[0, 1], [2, 0], [1, 2]], np.uint32)
+    assert_identical(dml_gather(data, indices, 1, 1), np.array([[0, 1], [5, 3], [7, 8]], np.float32))
 
 
 def test_output_sizes_are_padded_with_leading_ones():
@@ -191,13 +200,17 @@ VALIDATION_ERRORS = {
         lambda: dml_gather(np.zeros((2, 3)), np.zeros((1, 2), np.int64), 0, 3),
         r"index_dimensions 3 is out of range \[0, 2\]",
     ),
-    "leading index sizes not 1": (
-        lambda: dml_gather(np.zeros((2, 3)), np.zeros((2, 2), np.int64), 0, 1),
-        r"leading sizes \(2,\) that are not 1: DirectML takes some such descs, but what it computes there is not",
+    "leading index sizes DirectML refuses": (
+        lambda: dml_gather(np.zeros((2, 3)), np.zeros((3, 2), np.int64), 1, 1),
+        r"index sizes \(3,\) before the last 1: without leading 1s they are not the start of the input's sizes",
     ),
-    "output cannot be cropped": (
-        lambda: dml_gather(np.zeros((2, 3)), np.zeros((2, 2), np.int64), 0, 2),
-        r"the output keeps the last 2 of \(2, 2, 3\), cropping \(2,\) beyond the input's leading 1s",
+    "leading index sizes not predicted": (
+        lambda: dml_gather(np.zeros((1, 1, 9)), np.zeros((1, 2, 2), np.int64), 2, 0),
+        r"only 1s before axis 2: DirectML takes some such descs and its process then ends",
+    ),
+    "a desc beyond ONNX's Gather in another mode than directml": (
+        lambda: dml_gather(np.zeros((2, 3)), np.zeros((2, 2), np.int64), 0, 2, out_of_bounds="clamp"),
+        r"only out_of_bounds=directml reads such a desc",
     ),
     "gather elements sizes differ off the axis": (
         lambda: dml_gather_elements(np.zeros((2, 3)), np.zeros((2, 2), np.int64), 0),

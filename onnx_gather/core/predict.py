@@ -50,22 +50,37 @@ def _output_overlap(desc: TensorDesc) -> str | None:
     return None
 
 
+def _stripped(sizes: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """Sizes without their leading 1s."""
+    first = next((d for d, size in enumerate(sizes) if size != 1), len(sizes))
+    return tuple(sizes[first:])
+
+
+def gather_refusal(input_sizes: tuple[int, ...], indices_sizes: tuple[int, ...], axis: int, m: int) -> str | None:
+    """DML_GATHER's rule for the index sizes before the last ``m`` (``IndexDimensions``): without their leading 1s,
+    they are the start of the input's sizes before ``axis`` without theirs (measured). Where the input has only 1s
+    before the axis and they are not all 1, DirectML takes some such descs and its process then dies: not predicted."""
+    n = len(input_sizes)
+    leading, batch = _stripped(indices_sizes[: n - m]), _stripped(input_sizes[:axis])
+    if leading and not batch:
+        raise NotPredicted(
+            f"DML_GATHER with leading index sizes {indices_sizes[: n - m]} and only 1s before axis {axis}: DirectML "
+            "takes some such descs and its process then ends (docs/semantics.md section 8)"
+        )
+    if leading != batch[: len(leading)]:
+        return (f"index sizes {indices_sizes[: n - m]} before the last {m}: without leading 1s they are not the start "
+                f"of the input's sizes before axis {axis}, {input_sizes[:axis]}, without theirs")  # fmt: skip
+    return None
+
+
 def gather_output_sizes(case: Case) -> tuple[int, ...]:
-    """DML_GATHER: the one output size DirectML takes for index sizes 1 before the last ``index_dimensions`` m: the
-    last N entries of ``C = input[:axis] + indices[N-m:] + input[axis+1:]``, whatever they crop (1 or not), with a
-    1 prepended where C is shorter (m = 0)."""
+    """DML_GATHER: the one output size DirectML takes: the last N entries of ``C = input[:axis] + indices[N-m:] +
+    input[axis+1:]``, whatever they crop; for m = 0 (C one shorter), any first size before them."""
     n = len(case.input.sizes)
     axis, m = case.attributes["axis"], case.attributes["index_dimensions"]
-    if any(size != 1 for size in case.indices.sizes[: n - m]):
-        raise NotPredicted(f"DML_GATHER with leading index sizes {case.indices.sizes[: n - m]} that are not 1")
     c = (*case.input.sizes[:axis], *case.indices.sizes[n - m :], *case.input.sizes[axis + 1 :])
-    cropped = max(len(c) - n, 0)
-    if cropped > axis or any(size != 1 for size in case.input.sizes[:cropped]):
-        raise NotPredicted(
-            f"DML_GATHER whose output crops {c[:cropped]} of {c}, beyond the input's leading 1s: DirectML was seen "
-            "to leave output elements unwritten there, and to write elsewhere"
-        )
-    return (1,) * (n - len(c)) + c[cropped:]
+    first = (case.output.sizes[0],) if len(c) < n and case.output.sizes else (1,) * (n - len(c))
+    return (*first, *c[max(len(c) - n, 0) :])
 
 
 def nd_output_sizes(case: Case) -> tuple[int, ...]:
@@ -131,10 +146,10 @@ def refusal(case: Case) -> str | None:
         elif case.attributes["index_dimensions"] > n:
             return f"index_dimensions {case.attributes['index_dimensions']} above the dimension count {n}"
         else:
+            reason = gather_refusal(case.input.sizes, case.indices.sizes, axis, case.attributes["index_dimensions"])
+            if reason:
+                return reason
             sizes = gather_output_sizes(case)
-            if case.attributes["index_dimensions"] == 0 and case.output.sizes[1:] == sizes[1:]:
-                if case.output.sizes[0] != sizes[0]:
-                    raise NotPredicted("DML_GATHER with index_dimensions 0 and a first output size above 1")
     if tuple(case.output.sizes) != tuple(sizes):
         return f"output sizes {case.output.sizes}, not {tuple(sizes)}"
     return _output_overlap(case.output)
@@ -155,7 +170,9 @@ def _words(case: Case, coordinates: np.ndarray, size: int, component: int = -1) 
         coordinates = coordinates.copy()
         coordinates[:, -1] = component
     offsets = (coordinates.astype(np.uint64) * np.array(case.indices.steps, np.uint64)).sum(axis=1)
-    raw = _elements(case.indices, case.indices_bytes, offsets).astype(np.uint64)
+    inside = offsets < np.uint64(case.indices.total_bytes // case.indices.itemsize)  # past the total: 0, unclamped
+    raw = np.where(inside, _elements(case.indices, case.indices_bytes, np.where(inside, offsets, 0)), 0)
+    raw = raw.astype(np.uint64)
     words = raw & _WORD
     if case.indices.dtype != "UINT32":
         negative = (raw >> np.uint64(8 * case.indices.itemsize - 1)) & np.uint64(1)
@@ -174,17 +191,38 @@ def _read(case: Case, offsets: np.ndarray) -> np.ndarray:
 
 
 def _gather_offsets(case: Case, out: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """DML_GATHER (measured): output dimension k is entry ``k + len(C) - N`` of C, the cropped entries' coordinates
+    0; for m = 0 the first output dimension, before C, steps the input by its first size times its first stride
+    (below 4 dimensions; 0 at 4). The index is read at the C coordinates of the last m index dimensions, except
+    that the index dimensions before them that are not 1, in order, take the coordinates of the output dimensions
+    that are not 1, in order, in place of what those output dimensions would give."""
     n, axis, m = len(case.input.sizes), case.attributes["axis"], case.attributes["index_dimensions"]
-    # Coordinates over C = input[:axis] + Q + input[axis+1:]: those the output crops are 0.
-    cropped = n + m - 1 - n
-    if cropped >= 0:
-        full = np.concatenate([np.zeros((len(out), cropped), np.uint64), out], axis=1)
-    else:
-        full = out[:, -cropped:]
-    at = np.concatenate([np.zeros((len(out), n - m), np.uint64), full[:, axis : axis + m]], axis=1)
-    words = _words(case, at, case.input.sizes[axis])
-    rest = np.concatenate([full[:, :axis], full[:, axis + m :]], axis=1)
-    return (rest * np.concatenate([steps[:axis], steps[axis + 1 :]])).sum(axis=1) + words * steps[axis]
+    shift = m - 1  # C is N + m - 1 long
+    offsets = np.zeros(len(out), np.uint64)
+    at = np.zeros((len(out), n), np.uint64)  # the index's coordinates
+    for k in range(n):
+        p = k + shift
+        if p < 0:  # m = 0: the first output dimension
+            offsets += out[:, k] * np.uint64(_virtual_step(case))
+        elif p < axis:
+            offsets += out[:, k] * steps[p]
+        elif p < axis + m:
+            at[:, n - m + p - axis] = out[:, k]
+        else:
+            offsets += out[:, k] * steps[p - m + 1]
+    lead = [d for d in range(n - m) if case.indices.sizes[d] != 1]
+    outer = [k for k in range(n) if case.output.sizes[k] != 1]
+    for d, k in zip(lead, outer, strict=False):
+        p = k + shift
+        if axis <= p < axis + m:
+            at[:, n - m + p - axis] = 0
+        at[:, d] = out[:, k]
+    return offsets + _words(case, at, case.input.sizes[axis]) * steps[axis]
+
+
+def _virtual_step(case: Case) -> int:
+    n = len(case.input.sizes)
+    return 0 if n == 4 else case.input.sizes[0] * case.input.steps[0]
 
 
 def _elements_offsets(case: Case, out: np.ndarray, steps: np.ndarray) -> np.ndarray:
@@ -242,6 +280,14 @@ _OFFSETS = {"GATHER": _gather_offsets, "GATHER_ELEMENTS": _elements_offsets, "GA
             "GATHER_ND1": _nd_offsets}  # fmt: skip
 
 
+def element_offsets(case: Case) -> np.ndarray:
+    """For every output position in row-major order, the input element offset DirectML reads (32-bit words, before
+    the clamp to the tensor's memory), for a case it takes."""
+    sizes = case.output.sizes
+    out = np.indices(sizes, np.uint64).reshape(len(sizes), -1).T  # every output coordinate, row-major
+    return _OFFSETS[case.operator](case, out, np.array(case.input.steps, np.uint64)) & _WORD
+
+
 def predict(case: Case) -> Outcome:
     """The outcome DirectML gives for ``case``: ``REFUSED``, or the whole output buffer."""
     if refusal(case) is not None:
@@ -250,8 +296,7 @@ def predict(case: Case) -> Outcome:
         raise NotPredicted("a buffer of 4 GiB or more (never measured)")
     sizes = case.output.sizes
     out = np.indices(sizes, np.uint64).reshape(len(sizes), -1).T  # every output coordinate, row-major
-    offsets = _OFFSETS[case.operator](case, out, np.array(case.input.steps, np.uint64)) & _WORD
-    values = _read(case, offsets)
+    values = _read(case, element_offsets(case))
     buffer = np.full(case.output.total_bytes, case.fill, np.uint8)
     at = (out * np.array(case.output.steps, np.uint64)).sum(axis=1).astype(np.intp)
     order = np.argsort(at, kind="stable")

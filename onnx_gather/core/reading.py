@@ -38,6 +38,12 @@ def read_rows(input: np.ndarray, rows: np.ndarray, inner: int, element_size: int
     broadcast to ``inner``, or ``inner`` itself): wrapping at 2^32, clamped to the tensor's memory rounded up to 4
     bytes, whose padding reads 0."""
     offsets = ((rows & MASK32) * np.uint64(inner) + np.arange(inner, dtype=np.uint64)) & MASK32
+    return read_offsets(input, offsets, element_size)
+
+
+def read_offsets(input: np.ndarray, offsets: np.ndarray, element_size: int) -> np.ndarray:
+    """What DirectML reads at these element offsets (32-bit words): clamped to the tensor's memory rounded up to 4
+    bytes, whose padding reads 0."""
     flat = input.reshape(-1)
     if flat.size == 0:  # nothing to read: DirectML leaves the output as its memory was (unpredictable); 0 here
         return np.zeros(offsets.shape, input.dtype)

@@ -11,15 +11,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from onnx_gather.core import predict
 from onnx_gather.core.contract import (
     ATTRIBUTE_VALUES,
     DATA_DTYPES,
+    DIRECTML_DTYPES,
     INDEX_DTYPES,
     MAX_DIMENSION_COUNT,
     OUT_OF_BOUNDS_MODES,
 )
+from onnx_gather.core.descs import Case, TensorDesc, to_buffer
 from onnx_gather.core.errors import UserError
-from onnx_gather.core.reading import MASK32, axis_words, directml_read, element_size, read_rows
+from onnx_gather.core.reading import MASK32, axis_words, directml_read, element_size, read_offsets, read_rows
 
 
 class GatherError(UserError):
@@ -67,30 +70,31 @@ def gather_output_sizes(
     """The output sizes of DML_GATHER, validating the shapes and attributes (docs/semantics.md sections 2 and 8).
 
     ``C = input[:axis] + indices[N - index_dimensions:] + input[axis + 1:]``; DirectML takes exactly its last N
-    entries, with a 1 prepended where it is shorter. Where those entries crop more than the input's leading 1s, or
-    where index sizes before the last ``index_dimensions`` are not 1, DirectML's result is not predicted: an error.
+    entries, with a 1 prepended where it is shorter. The index sizes before the last ``index_dimensions``, without
+    their leading 1s, must be the start of the input's sizes before the axis without theirs, or DirectML refuses the
+    operator; where the input has only 1s there and the index does not, DirectML is not predicted (an error).
     """
     op = "DmlGather"
     n = _check_dimension_counts(op, input_sizes, indices_sizes)
     _check_axis(op, axis, n)
     if not 0 <= index_dimensions <= n:
         raise GatherError(f"{op}: index_dimensions {index_dimensions} is out of range [0, {n}]")
-    leading = tuple(indices_sizes[: n - index_dimensions])
-    if any(size != 1 for size in leading):
-        raise GatherError(
-            f"{op}: indices sizes {tuple(indices_sizes)} with index_dimensions {index_dimensions} have leading "
-            f"sizes {leading} that are not 1: DirectML takes some such descs, but what it computes there is not "
-            "predicted (docs/semantics.md section 8)"
-        )
+    try:
+        refused = predict.gather_refusal(tuple(input_sizes), tuple(indices_sizes), axis, index_dimensions)
+    except predict.NotPredicted as error:
+        raise GatherError(f"{op}: {error}") from None
+    if refused:
+        raise GatherError(f"{op}: DirectML refuses this DML_GATHER (CreateOperator 0x80070057): {refused}")
     sizes = (*input_sizes[:axis], *indices_sizes[n - index_dimensions :], *input_sizes[axis + 1 :])
-    cropped = max(len(sizes) - n, 0)
-    if cropped > axis or any(size != 1 for size in input_sizes[:cropped]):
-        raise GatherError(
-            f"{op}: the output keeps the last {n} of {sizes}, cropping {sizes[:cropped]} beyond the input's leading "
-            "1s: what DirectML computes there is not predicted (it was seen to leave output elements unwritten "
-            "and to write outside them; docs/semantics.md section 8)"
-        )
-    return (1,) * (n - len(sizes)) + sizes[cropped:]
+    return (1,) * (n - len(sizes)) + sizes[max(len(sizes) - n, 0) :]
+
+
+def plain_gather(input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int, index_dimensions: int) -> bool:
+    """Whether a valid DML_GATHER is an ONNX Gather with leading 1s, as ONNX Runtime's provider makes them: index
+    sizes 1 before the last ``index_dimensions``, and an output that crops only the input's leading 1s."""
+    n, cropped = len(input_sizes), max(index_dimensions - 1, 0)  # C's first entries: the input's before the axis
+    leading = (*indices_sizes[: n - index_dimensions], *input_sizes[:cropped])
+    return cropped <= axis and all(size == 1 for size in leading)
 
 
 def check_output_elements(op: str, sizes: Sequence[int], limit: int) -> None:
@@ -182,6 +186,12 @@ def dml_gather(
     output_sizes = gather_output_sizes(input.shape, indices.shape, axis, index_dimensions)
     index_shape = indices.shape[input.ndim - index_dimensions :]
     check_out_of_bounds("DmlGather", out_of_bounds)
+    if not plain_gather(input.shape, indices.shape, axis, index_dimensions):
+        if not out_of_bounds.startswith("directml"):
+            raise GatherError(f"DmlGather: indices {indices.shape} and input {input.shape} along axis {axis} with "
+                              f"index_dimensions {index_dimensions}: only out_of_bounds=directml reads such a desc, as "
+                              "DirectML does (docs/semantics.md section 8)")  # fmt: skip
+        return _directml_desc_gather(input, indices, axis, index_dimensions, output_sizes, out_of_bounds)
     if out_of_bounds.startswith("directml"):
         words = axis_words(indices.reshape(1, -1, 1), input.shape[axis])
         read = directml_read(input, axis, words, element_size(input, out_of_bounds))
@@ -196,6 +206,25 @@ def dml_gather(
     k = len(index_shape)
     result = np.moveaxis(gathered, tuple(range(k)), tuple(range(axis, axis + k)))
     return np.ascontiguousarray(result).reshape(output_sizes)
+
+
+def _directml_desc_gather(
+    input: np.ndarray,
+    indices: np.ndarray,
+    axis: int,
+    index_dimensions: int,
+    output_sizes: tuple[int, ...],
+    out_of_bounds: str,
+) -> np.ndarray:
+    """DML_GATHER beyond ONNX's Gather, on the descs ONNX Runtime's provider would make of these arrays: the element
+    offsets ``predict`` states for DirectML called directly, read as section 4.3 reads them."""
+    names = {np.dtype(numpy): name for name, numpy in DIRECTML_DTYPES.items()}
+    descs = [TensorDesc.provider(names[array.dtype], shape)
+             for array, shape in ((input, input.shape), (indices, indices.shape), (input, output_sizes))]  # fmt: skip
+    case = Case("GATHER", {"axis": axis, "index_dimensions": index_dimensions}, *descs,
+                bytes(descs[0].total_bytes), to_buffer(descs[1], indices))  # fmt: skip
+    offsets = predict.element_offsets(case)
+    return read_offsets(input, offsets, element_size(input, out_of_bounds)).reshape(output_sizes)
 
 
 def dml_gather_elements(

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from onnx_gather.core import contract
+from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.graphs.changes import NodeChange, Report, count_ops
 from onnx_gather.graphs.emit import Emitter, Initializers, prune_initializers
@@ -248,8 +248,14 @@ class _Lowering:
         if reason is None:
             axis, index_dimensions = attributes["axis"], attributes.get("index_dimensions", 0)
             n = types[node.input[0]].rank
+            input_dims, indices_dims = types[node.input[0]].dims, types[node.input[1]].dims
             if mode not in contract.ATTRIBUTE_VALUES or not 0 <= axis < n or not 0 <= index_dimensions <= n:
                 reason = f"its attributes are invalid for rank {n}: {attributes}"
+            elif node.op_type == "DmlGather" and not semantics.plain_gather(input_dims, indices_dims, axis,
+                                                                             index_dimensions):  # fmt: skip
+                reason = (f"indices {indices_dims} and input {input_dims} are beyond ONNX's Gather (index sizes other "
+                          "than 1 before the last index_dimensions, or a crop of input sizes other than 1): only "
+                          "the custom ops compute what DirectML does there")  # fmt: skip
             elif mode.startswith("directml") and work.body.opset < MIN_OPSET:
                 reason = f"out_of_bounds={mode} needs opset {MIN_OPSET} (Range, Mod; this is opset {work.body.opset})"
             elif mode != "error" and work.body.opset < 9:

@@ -53,7 +53,8 @@ def gather(input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: 
     semantics.check_out_of_bounds("DmlGather", out_of_bounds)
     output_sizes = semantics.gather_output_sizes(input.shape, indices.shape, axis, index_dimensions)
     semantics.check_output_elements("DmlGather", output_sizes, max_output_elements)
-    signed = _signed_indices(indices, input.shape[axis])
+    plain = semantics.plain_gather(input.shape, indices.shape, axis, index_dimensions)
+    signed = _signed_indices(indices, input.shape[axis]) if plain else None
     # An empty output reads no index, so np.take or the native kernel would not check them: the reference does.
     if signed is not None and 0 not in output_sizes:
         index = signed.reshape(indices.shape[input.ndim - index_dimensions :])
