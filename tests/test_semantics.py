@@ -200,16 +200,17 @@ VALIDATION_ERRORS = {
         lambda: dml_gather(np.zeros((2, 3)), np.zeros((1, 2), np.int64), 0, 3),
         r"index_dimensions 3 is out of range \[0, 2\]",
     ),
-    "leading index sizes DirectML refuses": (
-        lambda: dml_gather(np.zeros((2, 3)), np.zeros((3, 2), np.int64), 1, 1),
-        r"index sizes \(3,\) before the last 1: without leading 1s they are not the start of the input's sizes",
-    ),
-    "leading index sizes not predicted": (
+    "leading index sizes DirectML is not safe on": (
         lambda: dml_gather(np.zeros((1, 1, 9)), np.zeros((1, 2, 2), np.int64), 2, 0),
-        r"only 1s before axis 2: DirectML takes some such descs and its process then ends",
+        r"index sizes \(1, 2, 2\) before the last 0 that, without leading 1s, do not start the input's sizes before "
+        r"axis 2, \(1, 1\): DirectML refuses most such descs, but takes some and its process then ends",
+    ),
+    "an output that crops index entries": (
+        lambda: dml_gather(np.zeros((2, 3)), np.zeros((2, 2), np.int64), 0, 2),
+        r"crops index entries of C \(index_dimensions 2 above axis 0 \+ 1\): DirectML takes it, then later operators",
     ),
     "a desc beyond ONNX's Gather in another mode than directml": (
-        lambda: dml_gather(np.zeros((2, 3)), np.zeros((2, 2), np.int64), 0, 2, out_of_bounds="clamp"),
+        lambda: dml_gather(np.zeros((3, 3)), np.zeros((3, 2), np.int64), 1, 1, out_of_bounds="clamp"),
         r"only out_of_bounds=directml reads such a desc",
     ),
     "gather elements sizes differ off the axis": (

@@ -70,21 +70,17 @@ def gather_output_sizes(
     """The output sizes of DML_GATHER, validating the shapes and attributes (docs/semantics.md sections 2 and 8).
 
     ``C = input[:axis] + indices[N - index_dimensions:] + input[axis + 1:]``; DirectML takes exactly its last N
-    entries, with a 1 prepended where it is shorter. The index sizes before the last ``index_dimensions``, without
-    their leading 1s, must be the start of the input's sizes before the axis without theirs, or DirectML refuses the
-    operator; where the input has only 1s there and the index does not, DirectML is not predicted (an error).
+    entries, with a 1 prepended where it is shorter. Where DirectML is not safe (``predict.gather_unsafe``): an
+    error.
     """
     op = "DmlGather"
     n = _check_dimension_counts(op, input_sizes, indices_sizes)
     _check_axis(op, axis, n)
     if not 0 <= index_dimensions <= n:
         raise GatherError(f"{op}: index_dimensions {index_dimensions} is out of range [0, {n}]")
-    try:
-        refused = predict.gather_refusal(tuple(input_sizes), tuple(indices_sizes), axis, index_dimensions)
-    except predict.NotPredicted as error:
-        raise GatherError(f"{op}: {error}") from None
-    if refused:
-        raise GatherError(f"{op}: DirectML refuses this DML_GATHER (CreateOperator 0x80070057): {refused}")
+    unsafe = predict.gather_unsafe(tuple(input_sizes), tuple(indices_sizes), axis, index_dimensions)
+    if unsafe:
+        raise GatherError(f"{op}: {unsafe}")
     sizes = (*input_sizes[:axis], *indices_sizes[n - index_dimensions :], *input_sizes[axis + 1 :])
     return (1,) * (n - len(sizes)) + sizes[max(len(sizes) - n, 0) :]
 

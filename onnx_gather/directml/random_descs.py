@@ -2,10 +2,12 @@
 DML_GATHER, DML_GATHER_ELEMENTS, DML_GATHER_ND and DML_GATHER_ND1; 1 to 8 dimensions; the 11 data types and 4 index
 types; packed, transposed, gapped and zero strides; totals with slack and alignments; index values in range, at the
 edges and far out of bounds (beyond 32 bits, multiples of 2^32 that wrap); and a fifth of the cases changed in one
-field DirectML checks (a type, a size, an axis, a count, a total), to hold its refusals too. Never a DML_GATHER whose
-output crops more than its input's leading 1s: DirectML leaves such outputs partly unwritten and can write outside
-them, which makes later work in the process crash (docs/semantics.md section 8). Buffers hold random bytes
-wherever the tensor has no element (padding, gaps, slack), so that what DirectML reads there shows.
+field DirectML checks (a type, a size, an axis, a count, a total), to hold its refusals too. Half the DML_GATHER
+descs go beyond what ONNX Runtime's provider makes: index sizes other than 1 before the last ``IndexDimensions``,
+crops of C beyond the input's leading 1s, a first output size above 1 for ``IndexDimensions`` 0; never the two
+kinds DirectML is not safe on (docs/semantics.md section 8): other index sizes before the last ``IndexDimensions``,
+which it takes now and then and dies on, and crops of index entries, which corrupt its process. Buffers hold random
+bytes wherever the tensor has no element (padding, gaps, slack), so that what DirectML reads there shows.
 """
 
 from __future__ import annotations
@@ -116,6 +118,28 @@ def _buffer(rng: Rng, desc: TensorDesc, values: np.ndarray | None) -> bytes:
 
 
 def _gather(rng: Rng, n: int) -> tuple[dict, list[int], list[int], list[int], list[int]]:
+    """DML_GATHER as ONNX Runtime's provider makes it, or half the time beyond it (``_wider_gather``)."""
+    if rng.random() < 0.5:
+        return _wider_gather(rng, n)
+    return _provider_gather(rng, n)
+
+
+def _wider_gather(rng: Rng, n: int) -> tuple[dict, list[int], list[int], list[int], list[int]]:
+    """DML_GATHER with any input sizes and axis: the index sizes before the last ``index_dimensions`` m, without
+    leading 1s, a start of the input's before the axis, the output the last N entries of C, whatever input sizes they
+    crop (never index entries: m - 1 <= axis), or for m = 0 any first size before C."""
+    axis = int(rng.integers(0, n))
+    m = int(rng.integers(0, axis + 2))  # never m - 1 > axis: crops of index entries corrupt DirectML's process
+    xs = _sizes(rng, n)
+    batch = xs[:axis][next((d for d, size in enumerate(xs[:axis]) if size != 1), axis) :]
+    lead = batch[: int(rng.integers(0, min(len(batch), n - m) + 1))]
+    js = [1] * (n - m - len(lead)) + lead + _sizes(rng, m, 60)
+    c = [*xs[:axis], *js[n - m :], *xs[axis + 1 :]]
+    first = [int(rng.choice([1, 2, 3]))] if len(c) < n else []
+    return {"axis": axis, "index_dimensions": m}, xs, js, first + c[len(c) - n + len(first) :], [axis]
+
+
+def _provider_gather(rng: Rng, n: int) -> tuple[dict, list[int], list[int], list[int], list[int]]:
     """DML_GATHER with index sizes 1 before the last ``index_dimensions`` m (0 to N) and an input of r dimensions
     padded with N - r leading 1s, which the output crops where C is longer than N (as ONNX Runtime's provider makes
     them): attributes, the three sizes, and the input dimension the index values address."""
@@ -173,7 +197,7 @@ def _change(rng: Rng, operator: str, attributes: dict, sizes: list[list[int]], t
             del which[0]
         else:
             which.insert(0, 1)
-    elif change == "attribute":  # never a DML_GATHER that crops more than its input's leading 1s (see the docs)
+    elif change == "attribute":
         name = str(rng.choice(sorted(attributes)))
         attributes[name] = int(rng.choice([n + 1, 9, 2**32 - 1] if operator == "GATHER" else [n, n + 1, 9, 2**32 - 1]))
     elif change == "zero size":
