@@ -203,6 +203,15 @@ def test_the_cpu_backend_gets_strings_with_nul_whole(tmp_path):
         cpu.run(loaded, {"w": np.array([b"\xff", b"", b""])})
 
 
+def test_the_onnx_runtime_backends_name_an_input_of_a_type_their_binding_does_not_take(tmp_path):
+    model = _identity(T.BFLOAT16, 3)
+    onnx.save(model, tmp_path / "halves.onnx")
+    loaded = backends.Model(tmp_path / "halves.onnx", model)
+    for name in ("cpu", "pyop", "lowered"):
+        with pytest.raises(ValueError, match=r"^input 'w' is BFLOAT16, which ONNX Runtime's Python binding does not"):
+            backends.create(name).run(loaded, {"w": np.zeros(3, ml_dtypes.bfloat16)})
+
+
 # --- one model per type through real DirectML -----------------------------------------------------------------------
 
 # Each type but STRING passes through (input to output) and through an operator: the types DirectML has (its eleven

@@ -68,7 +68,16 @@ def _options(model: Model) -> onnxruntime.SessionOptions:
 def _for_onnxruntime(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The feeds as ONNX Runtime's Python binding reads them whole: it cuts each string of a numpy ``str`` array at
     its first NUL, misreads ``bytes`` arrays and takes a ``bytes`` element for its repr, so every STRING feed goes as
-    an object array of ``str`` (``bytes`` decoded as UTF-8, as ONNX Runtime holds them)."""
+    an object array of ``str`` (``bytes`` decoded as UTF-8, as ONNX Runtime holds them). ml_dtypes' types (BFLOAT16,
+    the FLOAT8s, the 4- and 2-bit ones) it does not take at all: refused here naming the input."""
+    for name, value in feeds.items():
+        try:
+            element = onnx.TensorProto.DataType.Name(helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype))
+        except ValueError:
+            continue  # no ONNX type: ONNX Runtime says so
+        if np.asarray(value).dtype.kind == "V":
+            raise UserError(f"input {name!r} is {element}, which ONNX Runtime's Python binding does not take (the "
+                            "dml and reference backends do)")  # fmt: skip
     return {name: _strings(name, value) if np.asarray(value).dtype.kind in "OSU" else value
             for name, value in feeds.items()}  # fmt: skip
 
