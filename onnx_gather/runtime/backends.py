@@ -70,20 +70,20 @@ def _for_onnxruntime(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     its first NUL, misreads ``bytes`` arrays and takes a ``bytes`` element for its repr, so every STRING feed goes as
     an object array of ``str`` (``bytes`` decoded as UTF-8, as ONNX Runtime holds them). ml_dtypes' types (BFLOAT16,
     the FLOAT8s, the 4- and 2-bit ones) it does not take at all: refused here naming the input."""
-    for name, value in feeds.items():
+    arrays = {name: np.asarray(value) for name, value in feeds.items()}
+    for name, array in arrays.items():
+        if array.dtype.kind != "V":
+            continue
         try:
-            element = onnx.TensorProto.DataType.Name(helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype))
+            element = onnx.TensorProto.DataType.Name(helper.np_dtype_to_tensor_dtype(array.dtype))
         except ValueError:
-            continue  # no ONNX type: ONNX Runtime says so
-        if np.asarray(value).dtype.kind == "V":
-            raise UserError(f"input {name!r} is {element}, which ONNX Runtime's Python binding does not take (the "
-                            "dml and reference backends do)")  # fmt: skip
-    return {name: _strings(name, value) if np.asarray(value).dtype.kind in "OSU" else value
-            for name, value in feeds.items()}  # fmt: skip
+            continue  # a void array of no ONNX type: ONNX Runtime says so
+        raise UserError(f"input {name!r} is {element}, which ONNX Runtime's Python binding does not take (the dml "
+                        "and reference backends do)")  # fmt: skip
+    return {name: _strings(name, array) if array.dtype.kind in "OSU" else array for name, array in arrays.items()}
 
 
-def _strings(name: str, value: np.ndarray) -> np.ndarray:
-    array = np.asarray(value)
+def _strings(name: str, array: np.ndarray) -> np.ndarray:
     result = np.empty(array.shape, dtype=object)
     for position, item in np.ndenumerate(array):
         try:
