@@ -2,18 +2,24 @@
  *
  * Built for Windows (mingw-w64) by `onnx-gather setup-directml` and run under Wine by onnx_gather.directml.worker.
  * One process serves a whole batch: it reads one request per line on stdin and answers each with zero or more
- * "#R info ..." lines and one final "#R ok ..." or "#R error ..." line on stdout. Tensors travel as .npy files.
+ * "#R info ..." lines and one final "#R ok ..." or "#R error ..." line on stdout. Tensors travel as tensor files.
  *
  *   load <mode 0|1|2> <model path>     -> info input <k> <name>, info output <k> <name>,
  *                                         with modes 1 and 2: info placement <ONNX Runtime's placement log line>;
  *                                         ok <session id>. Mode 0: DirectML only; 1: nodes DirectML cannot take
  *                                         fall back to the CPU provider; 2: as 1, with DirectML's graph fusion
  *                                         off, so that the placement lists every node by its name
- *   run <session id> <folder>          -> reads <folder>/in<k>.npy for every input k, writes <folder>/out<k>.npy
+ *   run <session id> <folder>          -> reads <folder>/in<k>.tensor for every input k, writes <folder>/out<k>.tensor
  *   free <session id>                  -> ok
  *   caps                               -> ok shader_model <m.n> wave_ops <0|1> int64_ops <0|1> native16 <0|1>:
  *                                         what the Direct3D 12 device DirectML runs on offers
  *   quit                               -> ok, then the process ends
+ *
+ * A tensor file (onnx_gather/directml/tensors.py writes and reads them): the magic "OGTENSOR", the ONNX element type
+ * (int32), the dimension count (int32), the dims (int64 each), then the elements. STRING: each element's length in
+ * bytes (uint64 each), then the elements' bytes one after the other (NUL bytes are bytes like any other); every other
+ * type: the elements in C order as ONNX Runtime holds them (INT4, UINT4 and FLOAT4E2M1 two to a byte, INT2 and UINT2
+ * four, from the low bits). All little-endian.
  *
  * The OrtApi functions are called by their position in the table (onnxruntime_c_api.h): the table only grows at
  * its end, so these positions hold for every later ONNX Runtime.
@@ -43,11 +49,12 @@ enum {
     GET_ERROR_MESSAGE = 2, CREATE_ENV_WITH_CUSTOM_LOGGER = 4, CREATE_SESSION = 7, RUN = 9,
     CREATE_SESSION_OPTIONS = 10, SET_SESSION_EXECUTION_MODE = 13, DISABLE_MEM_PATTERN = 17,
     SET_SESSION_LOG_SEVERITY_LEVEL = 22, SESSION_GET_INPUT_COUNT = 30, SESSION_GET_OUTPUT_COUNT = 31,
-    SESSION_GET_INPUT_NAME = 36, SESSION_GET_OUTPUT_NAME = 37, CREATE_TENSOR_WITH_DATA_AS_ORT_VALUE = 49,
-    GET_TENSOR_MUTABLE_DATA = 51, GET_TENSOR_ELEMENT_TYPE = 60, GET_DIMENSIONS_COUNT = 61, GET_DIMENSIONS = 62,
-    GET_TENSOR_SHAPE_ELEMENT_COUNT = 64, GET_TENSOR_TYPE_AND_SHAPE = 65, CREATE_CPU_MEMORY_INFO = 69,
-    ALLOCATOR_FREE = 76, GET_ALLOCATOR_WITH_DEFAULT_OPTIONS = 78, RELEASE_STATUS = 93, RELEASE_SESSION = 95, RELEASE_VALUE = 96,
-    RELEASE_TENSOR_TYPE_AND_SHAPE_INFO = 99, RELEASE_SESSION_OPTIONS = 100, ADD_SESSION_CONFIG_ENTRY = 130,
+    SESSION_GET_INPUT_NAME = 36, SESSION_GET_OUTPUT_NAME = 37, CREATE_TENSOR_AS_ORT_VALUE = 48,
+    GET_TENSOR_MUTABLE_DATA = 51, GET_STRING_TENSOR_DATA_LENGTH = 53, GET_STRING_TENSOR_CONTENT = 54,
+    GET_TENSOR_ELEMENT_TYPE = 60, GET_DIMENSIONS_COUNT = 61, GET_DIMENSIONS = 62, GET_TENSOR_SHAPE_ELEMENT_COUNT = 64,
+    GET_TENSOR_TYPE_AND_SHAPE = 65, ALLOCATOR_FREE = 76, GET_ALLOCATOR_WITH_DEFAULT_OPTIONS = 78, RELEASE_STATUS = 93,
+    RELEASE_SESSION = 95, RELEASE_VALUE = 96, RELEASE_TENSOR_TYPE_AND_SHAPE_INFO = 99, RELEASE_SESSION_OPTIONS = 100,
+    ADD_SESSION_CONFIG_ENTRY = 130, GET_RESIZED_STRING_TENSOR_ELEMENT_BUFFER = 252,
 };
 #define API_VERSION 16
 #define MAX_SESSIONS 256
@@ -55,7 +62,7 @@ enum {
 
 static void *const *api;
 static Fn append_dml;
-static Ort env, cpu_memory, allocator;
+static Ort env, allocator;
 static int reporting_placement;
 
 typedef struct {
@@ -97,19 +104,12 @@ static void log_message(void *param, int severity, const char *category, const c
     else if (severity >= 3) reply("info log", message);
 }
 
-/* .npy element types and ONNX's: descr, ONNX type, bytes per element. */
-static const struct { const char *descr; int onnx; size_t size; } types[] = {
-    {"<f4", 1, 4}, {"|u1", 2, 1}, {"|i1", 3, 1}, {"<u2", 4, 2}, {"<i2", 5, 2}, {"<i4", 6, 4}, {"<i8", 7, 8},
-    {"|b1", 9, 1}, {"<f2", 10, 2}, {"<f8", 11, 8}, {"<u4", 12, 4}, {"<u8", 13, 8},
-};
-#define TYPE_COUNT (sizeof types / sizeof types[0])
-
-typedef struct {
-    int type;
-    size_t size, dims;
-    int64_t shape[MAX_DIMS];
-    void *data;
-} Tensor;
+/* Bits per element of each ONNX element type a tensor file carries, by type number; 0: not carried (STRING, 8, is
+ * carried apart; COMPLEX64, COMPLEX128 and FLOAT8E8M0 are types ONNX Runtime 1.24 does not take). */
+static const unsigned char bits[] = {0, 32, 8, 8, 16, 16, 32, 64, 0, 8, 16, 64, 32, 64, 0, 0, 16, 8, 8, 8, 8, 4, 4, 4, 0, 2, 2};
+#define STRING 8
+#define MAGIC "OGTENSOR"
+#define CARRIED(type) ((type) == STRING || ((type) > 0 && (size_t)(type) < sizeof bits && bits[type]))
 
 static wchar_t *wide(const char *text) {
     int length = MultiByteToWideChar(CP_UTF8, 0, text, -1, NULL, 0);
@@ -126,56 +126,57 @@ static FILE *open_file(const char *path, const char *mode) {
     return file;
 }
 
-/* Reads a C-order .npy file of one of `types`; 0 on success, else -1 with `failure` set. */
-static int read_npy(const char *path, Tensor *tensor) {
-    FILE *file = open_file(path, "rb");
-    unsigned char magic[10];
-    char header[4096];
-    if (!file) return snprintf(failure, sizeof failure, "cannot open %s", path), -1;
-    size_t header_length = 0;
-    int ok = fread(magic, 1, 8, file) == 8 && memcmp(magic, "\x93NUMPY", 6) == 0;
-    if (ok && magic[6] == 1) ok = fread(magic + 8, 1, 2, file) == 2, header_length = magic[8] | magic[9] << 8;
-    else if (ok && magic[6] == 2) {
-        unsigned char length[4];
-        ok = fread(length, 1, 4, file) == 4;
-        header_length = length[0] | length[1] << 8 | length[2] << 16 | (size_t)length[3] << 24;
-    } else ok = 0;
-    ok = ok && header_length < sizeof header && fread(header, 1, header_length, file) == header_length;
-    header[ok ? header_length : 0] = 0;
-    const char *descr = strstr(header, "'descr': '"), *shape = strstr(header, "'shape': (");
-    tensor->type = 0;
-    for (size_t t = 0; ok && descr && t < TYPE_COUNT; t++)
-        if (strncmp(descr + 10, types[t].descr, 3) == 0) tensor->type = types[t].onnx, tensor->size = types[t].size;
-    if (!ok || !tensor->type || !shape || !strstr(header, "'fortran_order': False")) {
-        fclose(file);
-        return snprintf(failure, sizeof failure, "%s: not a C-order .npy file of a supported type", path), -1;
-    }
-    size_t count = 1;
-    tensor->dims = 0;
-    for (char *at = (char *)shape + 10; *at != ')';) {
-        if (tensor->dims == MAX_DIMS) return fclose(file), snprintf(failure, sizeof failure, "%s: too many dims", path), -1;
-        tensor->shape[tensor->dims] = _strtoi64(at, &at, 10);
-        count *= (size_t)tensor->shape[tensor->dims++];
-        while (*at == ',' || *at == ' ') at++;
-    }
-    size_t bytes = count * tensor->size;
-    tensor->data = malloc(bytes ? bytes : 1);
-    if (fread(tensor->data, 1, bytes, file) != bytes) {
-        fclose(file);
-        free(tensor->data);
-        return snprintf(failure, sizeof failure, "%s: shorter than its header says", path), -1;
-    }
-    fclose(file);
-    return 0;
+/* Puts "<role> '<name>': " in front of `failure`. */
+static void blame(const char *role, const char *name) {
+    char text[sizeof failure];
+    snprintf(text, sizeof text, "%s '%s': %s", role, name, failure);
+    memcpy(failure, text, sizeof failure);
 }
 
-/* Writes an output tensor as .npy (version 1.0, C order); 0 on success, else -1 with `failure` set. */
-static int write_npy(const char *path, Ort value) {
+/* Reads a tensor file into a new tensor of ONNX Runtime's in `*value`; 0 on success, else -1 with `failure` set. */
+static int read_tensor(const char *path, Ort *value) {
+    FILE *file = open_file(path, "rb");
+    char magic[8];
+    int32_t head[2] = {0, -1}; /* element type, dimension count */
+    int64_t shape[MAX_DIMS];
+    size_t count = 1;
+    if (!file) return snprintf(failure, sizeof failure, "cannot open %s", path), -1;
+    int ok = fread(magic, 1, 8, file) == 8 && memcmp(magic, MAGIC, 8) == 0 && fread(head, 4, 2, file) == 2 &&
+             head[1] >= 0 && head[1] <= MAX_DIMS && fread(shape, 8, head[1], file) == (size_t)head[1];
+    for (int d = 0; ok && d < head[1]; d++) ok = shape[d] >= 0, count *= (size_t)shape[d];
+    if (!ok || !CARRIED(head[0])) {
+        fclose(file);
+        return snprintf(failure, sizeof failure, "%s: not a tensor file of a carried type (ONNX type %d, %d dims; at "
+                        "most %d)", path, head[0], head[1], MAX_DIMS), -1;
+    }
+    int bad = CALL(CREATE_TENSOR_AS_ORT_VALUE, allocator, shape, (size_t)head[1], head[0], value), short_read = 0;
+    if (!bad && head[0] == STRING) {
+        uint64_t *lengths = malloc(count * sizeof *lengths + 1);
+        short_read = !lengths || fread(lengths, sizeof *lengths, count, file) != count;
+        for (size_t k = 0; !bad && !short_read && k < count; k++) {
+            char *buffer = NULL;
+            bad = CALL(GET_RESIZED_STRING_TENSOR_ELEMENT_BUFFER, *value, k, (size_t)lengths[k], &buffer);
+            short_read = !bad && fread(buffer, 1, (size_t)lengths[k], file) != lengths[k];
+        }
+        free(lengths);
+    } else if (!bad) {
+        size_t bytes = (count * bits[head[0]] + 7) / 8;
+        void *data = NULL;
+        bad = bytes && CALL(GET_TENSOR_MUTABLE_DATA, *value, &data);
+        short_read = !bad && bytes && fread(data, 1, bytes, file) != bytes;
+    }
+    short_read = short_read || (!bad && fgetc(file) != EOF);
+    fclose(file);
+    if (short_read) snprintf(failure, sizeof failure, "%s: its length is not what its header says", path);
+    return bad || short_read ? -1 : 0;
+}
+
+/* Writes an output tensor as a tensor file; 0 on success, else -1 with `failure` set. */
+static int write_tensor(const char *path, Ort value) {
     Ort info = NULL;
     int type = 0;
-    size_t dims = 0, count = 0;
+    size_t dims = 0, count = 0, bytes = 0;
     int64_t shape[MAX_DIMS];
-    void *data = NULL;
     if (CALL(GET_TENSOR_TYPE_AND_SHAPE, value, &info) || CALL(GET_TENSOR_ELEMENT_TYPE, info, &type) ||
         CALL(GET_DIMENSIONS_COUNT, info, &dims) || (dims <= MAX_DIMS && CALL(GET_DIMENSIONS, info, shape, dims)) ||
         CALL(GET_TENSOR_SHAPE_ELEMENT_COUNT, info, &count)) {
@@ -183,23 +184,37 @@ static int write_npy(const char *path, Ort value) {
         return -1;
     }
     release(RELEASE_TENSOR_TYPE_AND_SHAPE_INFO, info);
-    size_t t = 0;
-    while (t < TYPE_COUNT && types[t].onnx != type) t++;
-    if (t == TYPE_COUNT || dims > MAX_DIMS)
-        return snprintf(failure, sizeof failure, "output of ONNX type %d with %zu dims is not supported", type, dims), -1;
-    if (count && CALL(GET_TENSOR_MUTABLE_DATA, value, &data)) return -1;
-    char header[512];
-    int length = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (", types[t].descr);
-    for (size_t d = 0; d < dims; d++) length += snprintf(header + length, sizeof header - length, "%lld,", (long long)shape[d]);
-    length += snprintf(header + length, sizeof header - length, "), }");
-    while ((length + 11) % 64) header[length++] = ' '; /* magic, version, length and '\n' make the rest */
-    header[length++] = '\n';
-    FILE *file = open_file(path, "wb");
-    if (!file) return snprintf(failure, sizeof failure, "cannot write %s", path), -1;
-    unsigned char prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(length & 255), (unsigned char)(length >> 8)};
-    int ok = fwrite(prefix, 1, 10, file) == 10 && fwrite(header, 1, length, file) == (size_t)length &&
-             fwrite(data, types[t].size, count, file) == count;
-    if (fclose(file) != 0 || !ok) return snprintf(failure, sizeof failure, "cannot write %s", path), -1;
+    /* ONNX Runtime's C API numbers UINT2 and INT2 24 and 25, ONNX 25 and 26 (its 24 is FLOAT8E8M0, which ONNX Runtime
+     * 1.24 lacks); CreateTensorAsOrtValue takes ONNX's numbers there, GetTensorElementType gives the C API's
+     * (measured with 1.24.4). Tensor files hold ONNX's. */
+    if (type == 24 || type == 25) type++;
+    if (!CARRIED(type) || dims > MAX_DIMS)
+        return snprintf(failure, sizeof failure, "ONNX type %d with %zu dims is not carried (at most %d dims)", type,
+                        dims, MAX_DIMS), -1;
+    void *data = NULL;
+    char *strings = NULL;
+    size_t *offsets = NULL;
+    uint64_t *lengths = NULL;
+    int bad = 0;
+    if (type == STRING) {
+        bad = CALL(GET_STRING_TENSOR_DATA_LENGTH, value, &bytes);
+        data = strings = malloc(bytes + 1);
+        offsets = malloc(count * sizeof *offsets + 1), lengths = malloc(count * sizeof *lengths + 1);
+        bad = bad || CALL(GET_STRING_TENSOR_CONTENT, value, strings, bytes, offsets, count);
+        for (size_t k = 0; !bad && k < count; k++) lengths[k] = (k + 1 < count ? offsets[k + 1] : bytes) - offsets[k];
+    } else {
+        bytes = (count * bits[type] + 7) / 8;
+        bad = bytes && CALL(GET_TENSOR_MUTABLE_DATA, value, &data);
+    }
+    FILE *file = bad ? NULL : open_file(path, "wb");
+    int32_t head[2] = {type, (int32_t)dims};
+    int ok = file && fwrite(MAGIC, 1, 8, file) == 8 && fwrite(head, 4, 2, file) == 2 &&
+             fwrite(shape, 8, dims, file) == dims && (type != STRING || fwrite(lengths, 8, count, file) == count) &&
+             fwrite(data, 1, bytes, file) == bytes;
+    if (file && fclose(file) != 0) ok = 0;
+    free(strings), free(offsets), free(lengths);
+    if (bad) return -1;
+    if (!ok) return snprintf(failure, sizeof failure, "cannot write %s", path), -1;
     return 0;
 }
 
@@ -254,28 +269,22 @@ static void run(const char *arguments) {
     const char *folder = strchr(arguments, ' ');
     if (!s || !folder) return reply("error", "run: unknown session or no folder");
     folder++;
-    Tensor *tensors = calloc(s->inputs + 1, sizeof(Tensor));
     Ort *inputs = calloc(s->inputs + 1, sizeof(Ort)), *outputs = calloc(s->outputs + 1, sizeof(Ort));
     char path[4096];
     int bad = 0;
     for (size_t k = 0; !bad && k < s->inputs; k++) {
-        Tensor *t = &tensors[k];
-        snprintf(path, sizeof path, "%s/in%zu.npy", folder, k);
-        bad = read_npy(path, t);
-        size_t bytes = t->size;
-        for (size_t d = 0; d < t->dims; d++) bytes *= (size_t)t->shape[d];
-        bad = bad || CALL(CREATE_TENSOR_WITH_DATA_AS_ORT_VALUE, cpu_memory, t->data, bytes, t->shape, t->dims, t->type,
-                          &inputs[k]);
+        snprintf(path, sizeof path, "%s/in%zu.tensor", folder, k);
+        if ((bad = read_tensor(path, &inputs[k]))) blame("input", s->input_names[k]);
     }
     bad = bad || CALL(RUN, s->session, NULL, (const char *const *)s->input_names, (const Ort *)inputs, s->inputs,
                       (const char *const *)s->output_names, s->outputs, outputs);
     for (size_t k = 0; !bad && k < s->outputs; k++) {
-        snprintf(path, sizeof path, "%s/out%zu.npy", folder, k);
-        bad = write_npy(path, outputs[k]);
+        snprintf(path, sizeof path, "%s/out%zu.tensor", folder, k);
+        if ((bad = write_tensor(path, outputs[k]))) blame("output", s->output_names[k]);
     }
-    for (size_t k = 0; k < s->inputs; k++) release(RELEASE_VALUE, inputs[k]), free(tensors[k].data);
+    for (size_t k = 0; k < s->inputs; k++) release(RELEASE_VALUE, inputs[k]);
     for (size_t k = 0; k < s->outputs; k++) release(RELEASE_VALUE, outputs[k]);
-    free(tensors), free(inputs), free(outputs);
+    free(inputs), free(outputs);
     reply(bad ? "error" : "ok", bad ? failure : "");
 }
 
@@ -333,7 +342,7 @@ int main(int argc, char **argv) {
     api = base ? base()->GetApi(API_VERSION) : NULL;
     if (!api || !append_dml) return reply("error", "onnxruntime.dll lacks the C API or the DirectML provider"), 1;
     if (CALL(CREATE_ENV_WITH_CUSTOM_LOGGER, (LogFn)log_message, NULL, 2, "onnx-gather", &env) ||
-        CALL(CREATE_CPU_MEMORY_INFO, 0, 0, &cpu_memory) || CALL(GET_ALLOCATOR_WITH_DEFAULT_OPTIONS, &allocator))
+        CALL(GET_ALLOCATOR_WITH_DEFAULT_OPTIONS, &allocator))
         return reply("error", failure), 1;
     reply("ok", base()->GetVersionString());
     char line[8192];

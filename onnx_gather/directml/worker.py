@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 
 from onnx_gather.core.errors import UserError
+from onnx_gather.directml import tensors
 from onnx_gather.directml.layout import Layout
 from onnx_gather.directml.process import REQUEST_SECONDS, RunnerError, WineProgram, windows_path
 
@@ -73,7 +74,8 @@ class Runner(WineProgram):
         return loaded
 
     def run(self, loaded: Loaded, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run a loaded model on DirectML; the outputs by name."""
+        """Run a loaded model on DirectML; the outputs by name. Every tensor type ONNX Runtime takes travels
+        (``tensors``): STRING as str or bytes elements in, an object array of str out."""
         missing = [name for name in loaded.inputs if name not in feeds]
         if missing:
             raise UserError(f"no value given for the model's inputs {', '.join(missing)}")
@@ -83,11 +85,9 @@ class Runner(WineProgram):
                 raise RunnerError("the runner was ended; load the model again")
             with self.workspace("run") as folder:
                 for k, name in enumerate(loaded.inputs):
-                    np.save(folder / f"in{k}.npy", np.asarray(feeds[name], order="C"), allow_pickle=False)  # keeps 0-d
+                    tensors.write(folder / f"in{k}.tensor", name, feeds[name])
                 self._request(f"run {loaded.id} {windows_path(folder)}", "run")
-                return {
-                    name: np.load(folder / f"out{k}.npy", allow_pickle=False) for k, name in enumerate(loaded.outputs)
-                }
+                return {name: tensors.read(folder / f"out{k}.tensor", name) for k, name in enumerate(loaded.outputs)}
 
     def capabilities(self) -> dict[str, str]:
         """What the Direct3D 12 device under DirectML offers: shader_model, wave_ops, int64_ops, native16."""

@@ -65,6 +65,35 @@ def _options(model: Model) -> onnxruntime.SessionOptions:
     return options
 
 
+def _for_onnxruntime(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The feeds as ONNX Runtime's Python binding reads them whole: it cuts each string of a numpy ``str`` array at
+    its first NUL, misreads ``bytes`` arrays and takes a ``bytes`` element for its repr, so every STRING feed goes as
+    an object array of ``str`` (``bytes`` decoded as UTF-8, as ONNX Runtime holds them). ml_dtypes' types (BFLOAT16,
+    the FLOAT8s, the 4- and 2-bit ones) it does not take at all: refused here naming the input."""
+    arrays = {name: np.asarray(value) for name, value in feeds.items()}
+    for name, array in arrays.items():
+        if array.dtype.kind != "V":
+            continue
+        try:
+            element = onnx.TensorProto.DataType.Name(helper.np_dtype_to_tensor_dtype(array.dtype))
+        except ValueError:
+            continue  # a void array of no ONNX type: ONNX Runtime says so
+        raise UserError(f"input {name!r} is {element}, which ONNX Runtime's Python binding does not take (the dml "
+                        "and reference backends do)")  # fmt: skip
+    return {name: _strings(name, array) if array.dtype.kind in "OSU" else array for name, array in arrays.items()}
+
+
+def _strings(name: str, array: np.ndarray) -> np.ndarray:
+    result = np.empty(array.shape, dtype=object)
+    for position, item in np.ndenumerate(array):
+        try:
+            result[position] = item.decode("utf-8") if isinstance(item, bytes) else item
+        except UnicodeDecodeError:
+            raise UserError(f"input {name!r}: the bytes at {list(position)} are not UTF-8, which ONNX Runtime's "
+                            "Python binding cannot take") from None  # fmt: skip
+    return result
+
+
 def _named(model: Model, outputs: list) -> dict[str, np.ndarray]:
     return dict(zip(model.output_names, (np.asarray(o) for o in outputs), strict=True))
 
@@ -122,7 +151,7 @@ class PyOp(Backend):
         )
         session = ops.InferenceSession(converted.SerializeToString(), _options(model))
         with ops.count_out_of_bounds() as counts:
-            outputs = session.run(None, dict(feeds))
+            outputs = session.run(None, _for_onnxruntime(feeds))
         # Every DML node in model order; one that never ran (an If branch not taken) met none.
         nodes = [n.name for body in bodies(converted) for n in body.nodes if n.op_type in ops.TRACED.values()]
         return Outcome(_named(model, outputs), {name: counts.get(name, 0) for name in nodes})
@@ -137,7 +166,7 @@ class Cpu(Backend):
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         session = onnxruntime.InferenceSession(str(model.path), _quiet(), providers=["CPUExecutionProvider"])
-        return Outcome(_named(model, session.run(None, dict(feeds))))
+        return Outcome(_named(model, session.run(None, _for_onnxruntime(feeds))))
 
 
 class Lowered(Backend):
@@ -149,7 +178,7 @@ class Lowered(Backend):
         session = onnxruntime.InferenceSession(
             lowered.SerializeToString(), _options(model), providers=["CPUExecutionProvider"]
         )
-        return Outcome(_named(model, session.run(None, dict(feeds))))
+        return Outcome(_named(model, session.run(None, _for_onnxruntime(feeds))))
 
 
 class OpenVino(Backend):
@@ -198,7 +227,7 @@ class _Provider(Backend):
         )
         if session.get_providers()[0] != self.provider:
             raise DeviceError(f"{self.provider} did not take the session (no usable device {self.device_id}?)")
-        return Outcome(_named(model, session.run(None, dict(feeds))))
+        return Outcome(_named(model, session.run(None, _for_onnxruntime(feeds))))
 
 
 class Cuda(_Provider):
