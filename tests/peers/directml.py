@@ -1,11 +1,9 @@
 """The peers' cases on real DirectML: ONNX Runtime's DirectML provider under Wine, the ``dml`` backend of
 ``onnx_gather.runtime.backends`` (CPU fallback allowed, as on Windows; where each node went is part of the verdict).
 
-A verdict (the ``directml`` entry of a case in cases.json): ``{"ran": true}`` when the output is the peer's expected
-output bit for bit, else ``{"ran": true, "output": [...], "shape": [...]}``; ``"on"`` names the provider where it
-was not DirectML's; ``{"failed": "creation" | "run", "message": ...}``; ``{"not_run": ...}`` when the backend could not
-give the case to ONNX Runtime at all (STRING inputs). A message is the part of ONNX Runtime's after its last ") ",
-without the model's path, addresses and thread ids.
+The verdicts are those cases.json records (the ``directml`` entries, ``peers``' docstring); ``"on"`` names the provider
+that ran a case where it was not DirectML's, ``not_run`` is the backend's refusal to feed the inputs (STRING). A
+message is the part of ONNX Runtime's after its last ") ": without the model's path, addresses and thread ids.
 """
 
 from __future__ import annotations
@@ -58,7 +56,7 @@ class Run:
         runner = worker.shared()
         try:
             loaded = runner.load(path, fallback=True)
-        except Exception:
+        except DirectMlError:
             return "creation"
         runner.free(loaded)
         return "run"
