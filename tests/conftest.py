@@ -58,6 +58,9 @@ def assert_identical(actual: np.ndarray, expected: np.ndarray, canonical_nans: b
     """
     assert actual.dtype == expected.dtype, f"type {actual.dtype} != {expected.dtype}"
     assert actual.shape == expected.shape, f"shape {actual.shape} != {expected.shape}"
+    if actual.dtype.kind in "OU":  # strings: equal, element by element
+        assert actual.tolist() == expected.tolist(), f"values differ:\n{actual}\n!=\n{expected}"
+        return
     if canonical_nans and actual.dtype.kind == "f":
         nans = np.isnan(expected)
         assert np.array_equal(np.isnan(actual), nans), f"NaNs differ:\n{actual}\n!=\n{expected}"

@@ -23,16 +23,12 @@ import pytest
 from conftest import SUMMARIES, assert_identical, require_directml
 from peers import directml
 
+from onnx_gather.graphs.check import check
 from onnx_gather.runtime import backends
 
 CASES = peers.load()
 ROUTES = ("pyop", "lowered", "reference")
 
-# The routes compute values where DirectML refuses the gather (GatherElements indices smaller than the data off the
-# axis, which to_dml slices). Being fixed on another branch: remove the entries when it lands.
-ROUTES_COMPUTE_WHERE_DIRECTML_FAILS = {
-    "ort/gather_elements_op_test.cc:GatherElementsOpTest.bool (RunTestWrapper<bool> test1)",
-}
 # The lowered route cannot lower models below opset 11 yet (the DML nodes stay in the model). Being fixed on another
 # branch: remove the list when it lands.
 LOWERED_BELOW_OPSET_11 = {
@@ -85,11 +81,7 @@ def _route_params() -> list:
     params = []
     for route in ROUTES:
         for case in CASES:
-            if "not_run" in case.directml:
-                continue
             marks = []
-            if case.name in ROUTES_COMPUTE_WHERE_DIRECTML_FAILS:
-                marks.append(pytest.mark.xfail(strict=True, reason="the route computes a value where DirectML fails"))
             if route == "lowered" and case.name in LOWERED_BELOW_OPSET_11:
                 marks.append(pytest.mark.xfail(strict=True, reason="no lowering below opset 11 yet"))
             params.append(pytest.param(route, case, marks=marks, id=f"{route}-{case.name}"))
@@ -106,12 +98,8 @@ def test_the_cases_are_the_peers_tests_as_transcribed():
     }  # fmt: skip
     names = {case.name for case in CASES}
     assert len(names) == len(CASES)
-    assert ROUTES_COMPUTE_WHERE_DIRECTML_FAILS | LOWERED_BELOW_OPSET_11 | CPU_DIFFERS_FROM_THE_PEER <= names
+    assert LOWERED_BELOW_OPSET_11 | CPU_DIFFERS_FROM_THE_PEER <= names
     assert set(peers.document()["sources"]) == set(counts)
-    # The only cases real DirectML does not get: STRING data, which the dml backend cannot feed yet.
-    assert {case.name for case in CASES if "not_run" in case.directml} == {
-        case.name for case in CASES if case.data.dtype == "string"
-    }
     table = Counter((case.source, peers.verdict_kind(case.directml)) for case in CASES)
     SUMMARIES.append(
         "Peer cases and DirectML's recorded verdicts:\n"
@@ -156,6 +144,21 @@ def test_directml_places_every_gather_where_recorded(live):
         assert run.placement == expected
 
 
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_check_gives_directml_s_verdict(case):
+    (verdict,) = check(peers.model([case]))
+    if case.ran:
+        expected = "CPU" if case.directml.get("on", directml.DIRECTML) != directml.DIRECTML else "DirectML"
+        assert verdict.status == expected, verdict.reason
+    elif REFUSED_BY_DIRECTML in case.directml["message"]:
+        assert verdict.status == "fails", verdict.reason
+    elif case.directml["failed"] == "run":  # a CPU kernel's own error (an index out of bounds), where check says CPU
+        assert verdict.status == "CPU", verdict.reason
+    else:  # ONNX Runtime refuses the model before any provider sees it
+        assert verdict.status in ("fails", "refused"), verdict.reason
+    RESULTS["check", f"{verdict.status} (DirectML: {peers.verdict_kind(case.directml)})"] += 1
+
+
 @pytest.mark.parametrize(("route", "case"), _route_params())
 def test_route_gives_directml_s_verdict(route, case, tmp_path):
     if not case.ran:
@@ -177,7 +180,7 @@ def test_the_peers_differ_from_directml_exactly_where_the_data_say_why():
     SUMMARIES.append(
         "Peers' expectations against DirectML: "
         + ", ".join(f"{kind} {count}" for kind, count in sorted(Counter(recorded.values()).items()))
-        + f"; the other {sum('not_run' not in c.directml for c in CASES) - len(recorded)} measured cases agree"
+        + f"; the other {len(CASES) - len(recorded)} measured cases agree"
     )
 
 

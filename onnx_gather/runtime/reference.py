@@ -1,6 +1,7 @@
 """The DML form in onnx's own reference evaluator: ``onnx.reference.ReferenceEvaluator(model, new_ops=OPS)`` runs
 a converted model with DmlGather, DmlGatherElements and DmlGatherNd computed by ``onnx_gather.core.semantics`` (no
-ONNX Runtime, no bridge: FLOAT16 data as they are). ``run(model, feeds)`` does it for a whole model."""
+ONNX Runtime, no bridge: FLOAT16 data as they are), and the standard GatherElements DML form leaves as ONNX Runtime's
+CPU kernels compute it. ``run(model, feeds)`` does it for a whole model."""
 
 from __future__ import annotations
 
@@ -44,7 +45,21 @@ class DmlGatherNd(OpRun):
                                         int(batch_dimension_count), _mode(out_of_bounds)),)  # fmt: skip
 
 
-OPS = [DmlGather, DmlGatherElements, DmlGatherNd]
+class GatherElements(OpRun):
+    """ONNX's own GatherElements as ONNX Runtime's CPU kernels compute it, for the gathers DML form leaves standard
+    (STRING data): indices smaller than the data off the axis read its first rows, which onnx's reference op refuses,
+    and an index out of bounds is an error."""
+
+    op_domain = ""
+
+    def _run(self, data, indices, axis=0):  # noqa: ANN001
+        axis = int(axis) % data.ndim
+        rows = tuple(slice(None) if d == axis else slice(0, size) for d, size in enumerate(indices.shape))
+        fixed, _ = semantics.fix_indices("GatherElements", indices, data.shape[axis], "error")
+        return (np.take_along_axis(data[rows], fixed, axis),)
+
+
+OPS = [DmlGather, DmlGatherElements, DmlGatherNd, GatherElements]
 
 
 def run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

@@ -11,8 +11,8 @@ the attributes as the test sets them, the data and indices (dtype, shape, values
 initializer, as the test declares them; ``dims`` names a WebNN dynamic dimension), the peer's expected output or
 expected error, and ``directml``: the verdict real DirectML gave, measured with ``tools/peer_verdicts.py``:
 ``{"ran": true}`` (the output is the peer's expected output, bit for bit), ``{"ran": true, "output": [...]}`` (it is
-not: DirectML's own output), ``{"failed": "creation" | "run", "message": ...}`` (a part of the error) or
-``{"not_run": why}``. ``difference`` gives, where the peer's expectation and DirectML's verdict differ, the kind
+not: DirectML's own output) or ``{"failed": "creation" | "run", "message": ...}`` (a part of the error).
+``difference`` gives, where the peer's expectation and DirectML's verdict differ, the kind
 (``error expected``, ``output expected``, ``values``, ``tolerance``) and the reason.
 
 Values: a list, ``{"ref": name, "count": n}`` (the first n of a shared tensor of ``tensors``), ``{"range": [start,
@@ -214,9 +214,7 @@ def within_tolerance(case: Case, actual: np.ndarray) -> bool:
 def difference(case: Case) -> str | None:
     """How the peer's expectation and DirectML's recorded verdict differ: ``error expected`` (DirectML ran), ``output
     expected`` (DirectML failed), ``tolerance`` (DirectML's output meets it only within the peer's tolerance),
-    ``values`` (it does not); None where they agree, or where DirectML did not run the case."""
-    if "not_run" in case.directml:
-        return None
+    ``values`` (it does not); None where they agree."""
     if case.expected is None:
         return "error expected" if case.ran else None
     if not case.ran:

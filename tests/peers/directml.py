@@ -2,7 +2,7 @@
 ``onnx_gather.runtime.backends`` (CPU fallback allowed, as on Windows; where each node went is part of the verdict).
 
 The verdicts are those cases.json records (the ``directml`` entries, ``peers``' docstring); ``"on"`` names the provider
-that ran a case where it was not DirectML's, ``not_run`` is the backend's refusal to feed the inputs (STRING). A
+that ran a case where it was not DirectML's. A
 message is the part of ONNX Runtime's after its last ") ": without the model's path, addresses and thread ids.
 """
 
@@ -44,9 +44,6 @@ class Run:
         except DirectMlError as error:  # ONNX Runtime's error, in full
             self.error, self.stage = error, self._stage(path)
             return
-        except ValueError as error:  # the backend cannot give these inputs to ONNX Runtime (STRING)
-            self.error, self.stage = error, ""
-            return
         self.outputs = [outcome.outputs[f"output_{k}"] for k in range(len(self.cases))]
         self.placement = {provider: entry["nodes"] for provider, entry in outcome.placement.items()}
 
@@ -65,9 +62,7 @@ class Run:
         """The verdict every case of a failed run shares (None if it ran)."""
         if self.error is None:
             return None
-        if self.stage:
-            return {"failed": self.stage, "message": fragment(self.error)}
-        return {"not_run": fragment(self.error)}
+        return {"failed": self.stage, "message": fragment(self.error)}
 
     def verdict(self) -> dict:
         """The verdict of the one case run, as cases.json records it."""
