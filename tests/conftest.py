@@ -122,6 +122,24 @@ def require_directml() -> None:
         pytest.skip(reason)
 
 
+# DirectML's 16-bit data types: it runs DXBC kernels for them on the set-up's default device, DXIL cs_6_2 ones on its
+# native 16-bit device (docs/semantics.md 4.3); each kernel is held against the prediction.
+SIXTEEN_BIT = ("FLOAT16", "INT16", "UINT16")
+KERNEL_OF_16_BIT_DATA = {"vkd3d-1.14": "dxbc", "vkd3d-1.14-native16": "dxil"}
+
+
+def dump_shaders(monkeypatch, folder: Path) -> Path:
+    """Have vkd3d in every runner started after this write each shader it compiles into ``folder`` (made here)."""
+    folder.mkdir()
+    monkeypatch.setenv("VKD3D_SHADER_DUMP_PATH", "Z:" + str(folder).replace("/", "\\"))
+    return folder
+
+
+def shaders(folder: Path) -> dict[str, set[str]]:
+    """The shaders dumped into ``folder``, by source kind: "dxbc" (shader model 5) and "dxil" (6)."""
+    return {kind: {p.name for p in folder.glob(f"*-source.{kind}")} for kind in ("dxbc", "dxil")}
+
+
 @pytest.fixture
 def no_directml(tmp_path, monkeypatch):
     """A machine without real DirectML: its cache folder points at an empty one (the dml backend is skipped)."""

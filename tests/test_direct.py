@@ -12,7 +12,16 @@ import time
 
 import numpy as np
 import pytest
-from conftest import SUMMARIES, assert_runner_ended, require_directml, runner_children
+from conftest import (
+    KERNEL_OF_16_BIT_DATA,
+    SIXTEEN_BIT,
+    SUMMARIES,
+    assert_runner_ended,
+    dump_shaders,
+    require_directml,
+    runner_children,
+    shaders,
+)
 
 from onnx_gather.app import cli
 from onnx_gather.conformance import direct as direct_conformance
@@ -210,6 +219,35 @@ def test_conformance_every_random_desc_is_predicted_bit_for_bit_and_the_custom_o
         f"({run.seconds:.1f} s on DirectML), {unpredicted} not predicted, the custom ops on {carried}:\n{table}"
     )
     assert unpredicted == 0
+    bad = run.disagreements
+    assert not bad, f"{len(bad)} cases differ, the first: {bad[0].case}"
+
+
+@pytest.mark.parametrize("stack", list(KERNEL_OF_16_BIT_DATA))
+def test_16_bit_descs_are_predicted_bit_for_bit_on_the_dxbc_and_on_the_dxil_kernel(stack, tmp_path, monkeypatch):
+    # The same random FLOAT16, INT16 and UINT16 descs on the default device and on the native 16-bit one. The shaders
+    # DirectML compiles once its device is made are its own; every shader after them, the gathers', is of the
+    # stack's kind: DXBC on the default device, DXIL (cs_6_2) on the native 16-bit one.
+    require_directml()
+    monkeypatch.setenv(layout.D3D12_VARIABLE, stack)
+    dumps = dump_shaders(monkeypatch, tmp_path / "shaders")
+    cases = random_descs.random_cases(CONFORMANCE_SEED + 1, 800, SIXTEEN_BIT)
+    with DirectRunner() as runner:
+        own = shaders(dumps)
+        run = direct_conformance.run(runner, cases)
+    gathers = {kind: names - own[kind] for kind, names in shaders(dumps).items()}
+    kind = KERNEL_OF_16_BIT_DATA[stack]
+    assert {k for k, names in gathers.items() if names} == {kind}, gathers
+    accepted = [r.case for r in run.results if r.kind in ("in range", "out of bounds")]
+    assert {(c.operator, c.input.dtype) for c in accepted} == {(o, t) for o in direct_conformance.OPERATORS
+                                                               for t in SIXTEEN_BIT}  # fmt: skip
+    unpredicted = sum(r.predicted is None for r in run.results)
+    SUMMARIES.append(
+        f"16-bit descs through DirectML called directly on {stack}: {len(cases)} ({run.seconds:.1f} s on DirectML), "
+        f"{len(gathers[kind])} {kind.upper()} gather kernels, {unpredicted} not predicted:\n"
+        + direct_conformance.table(run)
+    )
+    assert unpredicted < len(cases) // 50
     bad = run.disagreements
     assert not bad, f"{len(bad)} cases differ, the first: {bad[0].case}"
 

@@ -21,12 +21,16 @@ import numpy as np
 import onnx
 import pytest
 from conftest import (
+    KERNEL_OF_16_BIT_DATA,
+    SIXTEEN_BIT,
     SUMMARIES,
     assert_identical,
     assert_runner_ended,
+    dump_shaders,
     processes_mentioning,
     require_directml,
     runner_children,
+    shaders,
 )
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -71,12 +75,18 @@ def test_check_says_ready_with_the_versions_it_uses(capsys):
     assert f"Direct3D 12 vkd3d-1.14 (ONNX_GATHER_DIRECTML_D3D12): {device}" in out
 
 
-def test_the_old_stack_stays_reachable_for_comparison(capsys, monkeypatch):
+@pytest.mark.parametrize(
+    ("stack", "device"),
+    [
+        ("wine", "shader model 5.1, WaveOps 0, Int64ShaderOps 1, Native16BitShaderOps 0"),  # Wine 8's vkd3d 1.6
+        (layout.NATIVE16, "shader model 6.2, WaveOps 1, Int64ShaderOps 1, Native16BitShaderOps 1"),  # as most GPUs
+    ],
+)
+def test_the_other_devices_are_reachable_per_run(stack, device, capsys, monkeypatch):
     require_directml()
-    monkeypatch.setenv(layout.D3D12_VARIABLE, "wine")
+    monkeypatch.setenv(layout.D3D12_VARIABLE, stack)
     assert cli.main(["setup-directml", "--check"]) == 0
-    device = "shader model 5.1, WaveOps 0, Int64ShaderOps 1, Native16BitShaderOps 0"  # Wine 8's vkd3d 1.6
-    assert f"Direct3D 12 wine (ONNX_GATHER_DIRECTML_D3D12): {device}" in capsys.readouterr().out
+    assert f"Direct3D 12 {stack} (ONNX_GATHER_DIRECTML_D3D12): {device}" in capsys.readouterr().out
 
 
 def test_a_second_set_up_changes_nothing():
@@ -296,6 +306,37 @@ def test_every_gather_nd_case_is_bit_identical_on_directml_the_semantics_ops_and
     _assert_all_bit_identical(run)
 
 
+@pytest.mark.parametrize("stack", list(KERNEL_OF_16_BIT_DATA))
+def test_16_bit_gathers_are_bit_identical_to_the_semantics_on_the_dxbc_and_on_the_dxil_kernel(stack, tmp_path,
+                                                                                             monkeypatch):  # fmt: skip
+    # The same FLOAT16, INT16 and UINT16 cases on the default device (DXBC kernels) and on the native 16-bit one
+    # (DXIL cs_6_2 kernels, what GPUs with native 16-bit shader ops run). The custom ops and the lowered graph do not
+    # depend on the device: the tests above hold them.
+    require_directml()
+    monkeypatch.setenv(layout.D3D12_VARIABLE, stack)
+    dumps = dump_shaders(monkeypatch, tmp_path / "shaders")
+    cases = conformance.random_cases(SEED + 4, 450, out_of_bounds=0.4, beyond_int32=0.1, data_types=SIXTEEN_BIT)
+    cases += conformance.random_cases(SEED + 5, 150, out_of_bounds=0.4, beyond_int32=0.1, nd=True,
+                                      data_types=SIXTEEN_BIT)  # fmt: skip
+    start = time.perf_counter()
+    with Runner() as runner:
+        results = conformance.run_directml(runner, cases)
+    seconds = time.perf_counter() - start
+    kinds = shaders(dumps)
+    assert bool(kinds["dxil"]) == (KERNEL_OF_16_BIT_DATA[stack] == "dxil")
+    assert {(c.op, conformance.type_name(c.data.dtype)) for c in cases} == {
+        (op, t) for op in ("Gather", "GatherElements", "GatherND") for t in SIXTEEN_BIT
+    }
+    for case, result in zip(cases, results, strict=True):
+        assert conformance.identical(result, conformance.expected(case)), case.describe()
+    outside = sum(bool(c.out_of_bounds) for c in cases)
+    SUMMARIES.append(
+        f"16-bit gathers on {stack} ({KERNEL_OF_16_BIT_DATA[stack].upper()} kernels; {len(kinds['dxil'])} DXIL "
+        f"shaders compiled): {len(cases)} cases ({outside} out of bounds) in {seconds:.1f} s, each bit-identical to "
+        "the semantics"
+    )
+
+
 def test_the_stand_in_modes_differ_from_directml_out_of_bounds(directml):
     cases = conformance.random_cases(SEED + 1, 250, out_of_bounds=1.0)
     results = conformance.run_directml(directml, cases)
@@ -430,14 +471,12 @@ def test_ctrl_c_during_a_dml_run_ends_at_once_with_one_line_and_leaves_nothing(t
 def test_the_kernels_directml_compiles_for_the_gathers_are_reported(tmp_path, monkeypatch):
     # vkd3d dumps every shader it compiles, named by its source kind: DXBC (shader model 5) or DXIL (6).
     require_directml()
-    dumps = tmp_path / "shaders"
-    dumps.mkdir()
-    monkeypatch.setenv("VKD3D_SHADER_DUMP_PATH", "Z:" + str(dumps).replace("/", "\\"))
+    dumps = dump_shaders(monkeypatch, tmp_path / "shaders")
     cases = conformance.random_cases(SEED, 240, out_of_bounds=0.4) + conformance.random_cases(SEED, 60, nd=True)
     with Runner() as runner:
         run = conformance.run(runner, cases)
     _assert_all_bit_identical(run)
-    kinds = {kind: len(list(dumps.glob(f"*-source.{kind}"))) for kind in ("dxbc", "dxil")}
+    kinds = {kind: len(names) for kind, names in shaders(dumps).items()}
     assert sum(kinds.values()) > 0, "vkd3d compiled no shader: the dump folder is not where Wine writes"
     SUMMARIES.append(
         f"Kernels DirectML compiled for {len(cases)} gathers (Gather, GatherElements, GatherND; 12 data types) on "

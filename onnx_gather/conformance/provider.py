@@ -26,6 +26,7 @@ from onnx_gather.runtime.ops import InferenceSession
 
 # The 12 data types of the harness, as DirectML's tables name them: DirectML's 11 and BOOL.
 DATA_TYPES = {**contract.DIRECTML_DTYPES, "BOOL": np.dtype(np.bool_)}
+ALL = tuple(DATA_TYPES)
 INDEX_TYPES = (np.int32, np.int64)  # what ONNX's Gather and GatherElements take
 MAX_ELEMENTS = 2048  # per tensor, so that a model of hundreds of cases stays small
 CASES_PER_MODEL = 250
@@ -133,10 +134,12 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: type) -> np.n
     return rng.integers(0, 256, count * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)
 
 
-def random_case(rng: np.random.Generator, out_of_bounds: bool, beyond_int32: bool = False) -> Case:
-    """A random case: ranks 1 to 6, every axis (negative half the time), scalar indices too, the 12 data types."""
+def random_case(
+    rng: np.random.Generator, out_of_bounds: bool, beyond_int32: bool = False, data_types: Sequence[str] = ALL
+) -> Case:
+    """A random case: ranks 1 to 6, every axis (negative half the time), scalar indices too, data of ``data_types``."""
     op = "Gather" if rng.random() < 0.6 else "GatherElements"
-    dtype = list(DATA_TYPES.values())[rng.integers(len(DATA_TYPES))]
+    dtype = DATA_TYPES[data_types[rng.integers(len(data_types))]]
     index_type = np.int64 if beyond_int32 else INDEX_TYPES[rng.integers(2)]
     r = int(rng.integers(1, 7))
     data_shape = _shape(rng, r, 5)
@@ -161,10 +164,12 @@ def random_case(rng: np.random.Generator, out_of_bounds: bool, beyond_int32: boo
     return Case(op, _data(rng, data_shape, dtype), indices, written_axis)
 
 
-def random_nd_case(rng: np.random.Generator, out_of_bounds: bool, beyond_int32: bool = False) -> Case:
-    """A random GatherND: data ranks 1 to 6, batch_dims 0 to 2, every tuple length, the 12 data types, INT64 indices
-    (all GatherND takes), N up to 8."""
-    dtype = list(DATA_TYPES.values())[rng.integers(len(DATA_TYPES))]
+def random_nd_case(
+    rng: np.random.Generator, out_of_bounds: bool, beyond_int32: bool = False, data_types: Sequence[str] = ALL
+) -> Case:
+    """A random GatherND: data ranks 1 to 6, batch_dims 0 to 2, every tuple length, data of ``data_types``, INT64
+    indices (all GatherND takes), N up to 8."""
+    dtype = DATA_TYPES[data_types[rng.integers(len(data_types))]]
     while True:
         r = int(rng.integers(1, 7))
         batch = int(rng.integers(0, min(r, 3)))
@@ -188,17 +193,23 @@ def random_nd_case(rng: np.random.Generator, out_of_bounds: bool, beyond_int32: 
 
 
 def random_cases(
-    seed: int, count: int, out_of_bounds: float = 0.0, beyond_int32: float = 0.0, nd: bool = False
+    seed: int,
+    count: int,
+    out_of_bounds: float = 0.0,
+    beyond_int32: float = 0.0,
+    nd: bool = False,
+    data_types: Sequence[str] = ALL,
 ) -> list[Case]:
-    """``count`` cases (GatherND ones if ``nd``, else Gather and GatherElements); the fractions ``out_of_bounds``
-    and ``beyond_int32`` (int64 values outside int32) of them hold out-of-bounds indices."""
+    """``count`` cases (GatherND ones if ``nd``, else Gather and GatherElements) with data of ``data_types`` (all 12
+    by default); the fractions ``out_of_bounds`` and ``beyond_int32`` (int64 values outside int32) of them hold
+    out-of-bounds indices."""
     rng = np.random.default_rng(seed)
     make = random_nd_case if nd else random_case
     cases = []
     for k in range(count):
         beyond = k < round(count * beyond_int32)
         outside = beyond or k < round(count * (out_of_bounds + beyond_int32))
-        cases.append(make(rng, outside, beyond))
+        cases.append(make(rng, outside, beyond, data_types))
     order = rng.permutation(count)
     return [cases[k] for k in order]
 

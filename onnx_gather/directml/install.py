@@ -9,7 +9,9 @@ Steps, each skipped when already done (a second run changes nothing):
 3. ``runner.exe`` and ``direct.exe``, compiled from the package's ``runner.c`` and ``direct.c``, and ``d3d12.dll``:
    vkd3d 1.14 with DXIL (shader model 6) switched on, from the Wine 10 source of Debian 13, downloaded with apt (a
    private apt configuration with a deb-src line for trixie: nothing of trixie is installed) and checked against its
-   SHA-256, built by the package's ``d3d12/build.sh`` with our D3D12 entry points and one fix.
+   SHA-256, built by the package's ``d3d12/build.sh`` with our D3D12 entry points and one fix; and from the same
+   source, with two more patches, a second ``d3d12.dll`` whose device has native 16-bit shader ops (shader model 6.2,
+   as most GPUs), in ``native16/`` beside hard links to the other DLLs and the programs.
 4. A Wine prefix (``wineboot -i``).
 
 Everything but the system packages goes to the cache folder (``Layout``); each part is built beside its
@@ -32,14 +34,13 @@ from importlib import resources
 from pathlib import Path
 from typing import TextIO
 
-import numpy as np
-from onnx import TensorProto, helper
-
+from onnx_gather.directml import probes
 from onnx_gather.directml.layout import (
-    D3D12_VARIABLE,
+    D3D12_DLLS,
     DLLS,
     MESA_MINIMUM,
     MESA_PACKAGE,
+    NATIVE16_FOLDER,
     ORT_DIRECTML_VERSION,
     PROGRAMS,
     SETUP_COMMAND,
@@ -50,9 +51,9 @@ from onnx_gather.directml.layout import (
     WINE_SOURCE_SHA256,
     WINESERVER,
     Layout,
+    SetupError,
     d3d12_files,
     d3d12_hash,
-    d3d12_stack,
     mesa_major,
     package_version,
     program_source,
@@ -69,10 +70,6 @@ TRIXIE_SOURCES = (
 )
 COMPILER = "x86_64-w64-mingw32-gcc"
 BACKPORTS_SOURCE = Path("/etc/apt/sources.list.d/onnx-gather-bookworm-backports.sources")
-
-
-class SetupError(Exception):
-    """Set-up cannot go on; each line of the message is one missing thing and how to get it."""
 
 
 def _os_release() -> dict[str, str]:
@@ -237,17 +234,20 @@ def _wine_source(folder: Path) -> Path:
 
 
 def _build_d3d12(folder: Path, out: TextIO) -> None:
+    """Both of ``D3D12_DLLS`` into ``folder``."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="onnx-gather-d3d12-") as work, resources.as_file(d3d12_files()) as files:
         tarball = _wine_source(Path(work) / "source")
         done = subprocess.run(
-            ["bash", str(files / "build.sh"), str(tarball), str(Path(work) / "build"), str(folder / "d3d12.dll")],
+            ["bash", str(files / "build.sh"), str(tarball), str(Path(work) / "build"),
+             *(str(folder / dll) for dll in D3D12_DLLS)],
             capture_output=True, text=True,
         )  # fmt: skip
-    if done.returncode != 0 or not (folder / "d3d12.dll").is_file():
+    if done.returncode != 0 or not all((folder / dll).is_file() for dll in D3D12_DLLS):
         last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
         raise SetupError(f"building d3d12.dll (vkd3d 1.14) failed: {last}")
-    print(f"  d3d12.dll: vkd3d 1.14 with DXIL, built in {time.perf_counter() - start:.0f} s", file=out)
+    print(f"  d3d12.dll: vkd3d 1.14 with DXIL, and {NATIVE16_FOLDER}/d3d12.dll with native 16-bit shader ops, built "
+          f"in {time.perf_counter() - start:.0f} s", file=out)  # fmt: skip
 
 
 def install_binaries(layout: Layout, out: TextIO) -> dict[str, str]:
@@ -255,14 +255,15 @@ def install_binaries(layout: Layout, out: TextIO) -> dict[str, str]:
     state = layout.state()
     have_dlls = all((layout.bin / dll).is_file() for dll in DLLS) and state.get("onnxruntime") == ORT_DIRECTML_VERSION
     have_programs = all(layout.program_is_current(name) for name in PROGRAMS)
-    have_d3d12 = (layout.bin / "d3d12.dll").is_file() and state.get("d3d12_source_sha256") == d3d12_hash()
+    have_d3d12 = layout.d3d12_is_current()
     if have_dlls and have_programs and have_d3d12:
         print(f"  onnxruntime-directml {ORT_DIRECTML_VERSION}, runner.exe, direct.exe and d3d12.dll: in place",
               file=out)  # fmt: skip
         return state
 
     def build(folder: Path) -> None:
-        for dll in (*DLLS, "d3d12.dll") if have_dlls else ("d3d12.dll",):
+        (folder / NATIVE16_FOLDER).mkdir()
+        for dll in (*DLLS, *D3D12_DLLS) if have_dlls else D3D12_DLLS:
             if (layout.bin / dll).is_file():
                 shutil.copy2(layout.bin / dll, folder / dll)
         if not have_dlls:
@@ -271,6 +272,8 @@ def install_binaries(layout: Layout, out: TextIO) -> dict[str, str]:
             _compile(folder, name, out)
         if not have_d3d12:
             _build_d3d12(folder, out)
+        for name in (*DLLS, *(f"{program}.exe" for program in PROGRAMS)):  # all the native 16-bit device needs
+            os.link(folder / name, folder / NATIVE16_FOLDER / name)
 
     _replace(layout.bin, build)
     return {
@@ -278,6 +281,8 @@ def install_binaries(layout: Layout, out: TextIO) -> dict[str, str]:
         "directml": _version_resource(layout.bin / "DirectML.dll"),
         **{f"{name}_source_sha256": source_hash(name) for name in PROGRAMS},
         "d3d12": "vkd3d 1.14 (Debian's Wine 10 source) with DXIL",
+        "d3d12_native16": "vkd3d 1.14 with DXIL, native 16-bit shader ops and shader model 6.2 claimed, structured "
+        "buffers of byte stride 2 as 16-bit texel buffers (d3d12/native-16-bit.patch, d3d12/structured-stride-2.patch)",
         "d3d12_source_sha256": d3d12_hash(),
     }
 
@@ -309,57 +314,6 @@ def _versions(layout: Layout) -> str:
             f"wine-{versions['wine']}, Mesa {versions['mesa']}")  # fmt: skip
 
 
-def probe(layout: Layout) -> str:
-    """Run one Gather on real DirectML, placed there with CPU fallback off; returns what ran, raises if it did not."""
-    from onnx_gather.directml.worker import Runner
-
-    node = helper.make_node("Gather", ["data", "indices"], ["output"], axis=0)
-    graph = helper.make_graph(
-        [node], "probe",
-        [helper.make_tensor_value_info("data", TensorProto.FLOAT, [6]),
-         helper.make_tensor_value_info("indices", TensorProto.INT64, [3])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [3])],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    start = time.perf_counter()
-    with Runner(layout) as runner:
-        loaded = runner.load(model)
-        output = runner.run(loaded, {"data": np.arange(10, 16, dtype=np.float32), "indices": np.array([1, 0, -1])})
-        caps = runner.capabilities()
-        memory = runner.memory_limit
-    if output["output"].tolist() != [11.0, 10.0, 15.0]:
-        raise SetupError(f"the probe Gather on DirectML gave {output['output'].tolist()}, not [11, 10, 15]")
-    device = (f"shader model {caps['shader_model']}, WaveOps {caps['wave_ops']}, Int64ShaderOps {caps['int64_ops']}, "
-              f"Native16BitShaderOps {caps['native16']}")  # fmt: skip
-    return (f"a Gather ran on DirectML in {time.perf_counter() - start:.1f} s (Wine and Xvfb started and ended); "
-            f"Direct3D 12 {d3d12_stack()} ({D3D12_VARIABLE}): {device}; memory limit {memory}")  # fmt: skip
-
-
-def probe_direct(layout: Layout) -> str:
-    """Run DirectML's documented DML_GATHER example 1 through direct.exe (DirectML.dll called directly, no ONNX
-    Runtime); returns what ran, raises if it did not."""
-    from onnx_gather.core.descs import Case, TensorDesc, from_buffer, to_buffer
-    from onnx_gather.directml.direct import DirectRunner
-
-    data, indices, output = TensorDesc.of("FLOAT32", [4]), TensorDesc.of("UINT32", [5]), TensorDesc.of("FLOAT32", [5])
-    case = Case("GATHER", {"axis": 0, "index_dimensions": 1}, data, indices, output,
-                to_buffer(data, np.array([11, 12, 13, 14])), to_buffer(indices, np.array([3, 1, 3, 0, 2])))  # fmt: skip
-    start = time.perf_counter()
-    with DirectRunner(layout) as runner:
-        outcome = runner.run([case])[0]
-        level = runner.feature_level
-    got = outcome.refused or from_buffer(output, outcome.output or b"").tolist()
-    if got != [14, 12, 14, 11, 13]:
-        raise SetupError(f"DML_GATHER's example 1 through direct.exe gave {got}, not [14, 12, 14, 11, 13]")
-    return (f"a DML_GATHER ran on DirectML called directly (direct.exe) in {time.perf_counter() - start:.1f} s; "
-            f"DirectML feature level {level}")  # fmt: skip
-
-
-def _probes(layout: Layout, out: TextIO) -> None:
-    print(f"probe: {probe(layout)}", file=out)
-    print(f"direct: {probe_direct(layout)}", file=out)
-
-
 def check(layout: Layout, out: TextIO) -> int:
     """``--check``: 0 if real DirectML is ready (a probe runs on it through each program), else 2 with what is
     missing."""
@@ -370,7 +324,7 @@ def check(layout: Layout, out: TextIO) -> int:
         print(f"Run `{SETUP_COMMAND}` (as root) to set it up.", file=out)
         return 2
     print(f"ready: {_versions(layout)}; cache {layout.home}", file=out)
-    _probes(layout, out)
+    probes.run(layout, out)
     return 0
 
 
@@ -384,6 +338,6 @@ def setup(layout: Layout, out: TextIO) -> int:
         write_bytes(layout.state_file, (json.dumps(state, indent=2) + "\n").encode())
     make_prefix(layout, out)
     print(f"ready: {_versions(layout)}", file=out)
-    _probes(layout, out)
+    probes.run(layout, out)
     print(f"Set-up took {time.perf_counter() - start:.1f} s.", file=out)
     return 0

@@ -23,16 +23,25 @@ HOME_VARIABLE = "ONNX_GATHER_DIRECTML_HOME"
 WINE = "/usr/lib/wine/wine64"  # Debian's wine64 package puts nothing named wine64 on PATH
 WINESERVER = "/usr/lib/wine/wineserver"
 SETUP_COMMAND = "onnx-gather setup-directml"
-# d3d12.dll: vkd3d 1.14 from the Wine 10 source of Debian 13 (trixie), built with DXIL (shader model 6) switched on.
+# d3d12.dll: vkd3d 1.14 from the Wine 10 source of Debian 13 (trixie), built with DXIL (shader model 6) switched on;
+# and a second one, bin/native16/d3d12.dll, that claims native 16-bit shader ops (d3d12/build.sh).
 WINE_SOURCE = "wine_10.0~repack.orig.tar.xz"
 WINE_SOURCE_SHA256 = "e87ff2971c9b2e79fc63341f044d7513e66f3c3782b49609746428caa87c6ee6"
 D3D12_VARIABLE = "ONNX_GATHER_DIRECTML_D3D12"
-D3D12_STACKS = {  # the Direct3D 12 under DirectML: ours (the default), or Wine 8's built-in one for comparison
-    "vkd3d-1.14": "d3d12=n,b",
-    "wine": "d3d12=b",
+NATIVE16 = "vkd3d-1.14-native16"
+D3D12_STACKS = {  # the Direct3D 12 under DirectML, chosen per run by $ONNX_GATHER_DIRECTML_D3D12: its DLL override
+    "vkd3d-1.14": "d3d12=n,b",  # ours, the default: shader model 6.0, no native 16-bit shader ops
+    NATIVE16: "d3d12=n,b",  # ours with native 16-bit shader ops and shader model 6.2, as most GPUs report
+    "wine": "d3d12=b",  # Wine 8's built-in one (vkd3d 1.6, shader model 5.1), for comparison
 }
+NATIVE16_FOLDER = "native16"  # in bin/: hard links to the DLLs and programs of bin/, and its own d3d12.dll
+D3D12_DLLS = ("d3d12.dll", f"{NATIVE16_FOLDER}/d3d12.dll")  # what build.sh makes, in bin/
 MESA_PACKAGE = "mesa-vulkan-drivers"
 MESA_MINIMUM = 25  # bookworm's Mesa 22.3 lacks what vkd3d needs, and DirectML then computes garbage
+
+
+class SetupError(Exception):
+    """Set-up cannot go on; each line of the message is one missing thing and how to get it."""
 
 
 # The Windows programs set-up compiles, each from <name>.c into <name>.exe: ONNX Runtime's DirectML provider
@@ -89,13 +98,24 @@ class Layout:
     def bin(self) -> Path:
         return self.home / "bin"
 
+    @property
+    def programs(self) -> Path:
+        """Where the programs run, beside the DLLs they load: ``bin/``, or ``bin/native16/`` for ``NATIVE16``."""
+        return self.bin / NATIVE16_FOLDER if d3d12_stack() == NATIVE16 else self.bin
+
     def program(self, name: str) -> Path:
-        """One of ``PROGRAMS`` as set-up builds it: ``bin/<name>.exe``."""
-        return self.bin / f"{name}.exe"
+        """One of ``PROGRAMS`` as set-up builds it: ``<name>.exe`` in ``programs``."""
+        return self.programs / f"{name}.exe"
 
     def program_is_current(self, name: str) -> bool:
         """Whether <name>.exe is there, built from this version's <name>.c (set-up recorded the source's hash)."""
         return self.program(name).is_file() and self.state().get(f"{name}_source_sha256") == source_hash(name)
+
+    def d3d12_is_current(self) -> bool:
+        """Whether both of ``D3D12_DLLS`` are there, built from this version's ``d3d12_files()`` (set-up recorded
+        their hash)."""
+        built = all((self.bin / dll).is_file() for dll in D3D12_DLLS)
+        return built and self.state().get("d3d12_source_sha256") == d3d12_hash()
 
     @property
     def prefix(self) -> Path:
@@ -119,7 +139,7 @@ class Layout:
         return {
             "onnxruntime-directml": state.get("onnxruntime", "?"),
             "directml": state.get("directml", "?"),
-            "d3d12": state.get("d3d12", "?"),
+            "d3d12": state.get("d3d12_native16" if d3d12_stack() == NATIVE16 else "d3d12", "?"),
             "wine": wine.removeprefix("wine-"),
             "mesa": f"{package_version(MESA_PACKAGE)} (lavapipe)",
         }
@@ -141,8 +161,9 @@ class Layout:
         for name in PROGRAMS:
             if not self.program_is_current(name):
                 found.append(f"{name}.exe is not built from this version's {name}.c in {self.bin}")
-        if not (self.bin / "d3d12.dll").is_file() or state.get("d3d12_source_sha256") != d3d12_hash():
-            found.append(f"d3d12.dll (vkd3d 1.14 with DXIL) is not built from this version's sources in {self.bin}")
+        if not self.d3d12_is_current():
+            found.append(f"d3d12.dll (vkd3d 1.14 with DXIL, and its native 16-bit variant) is not built from this "
+                         f"version's sources in {self.bin}")  # fmt: skip
         if not (self.prefix / "system.reg").is_file():
             found.append(f"the Wine prefix {self.prefix} is not made")
         return found

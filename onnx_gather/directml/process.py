@@ -101,8 +101,9 @@ class WineProgram:
                 memory.enter()
 
             with open(self._folder / "wine.log", "wb") as log:
+                folder = windows_path(self.layout.programs).replace("/", "\\")
                 self._wine = subprocess.Popen(
-                    [WINE, str(self.layout.program(self.program)), windows_path(self.layout.bin).replace("/", "\\")],
+                    [WINE, str(self.layout.program(self.program)), folder],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=environment,
                     start_new_session=True, preexec_fn=prepare,
                 )  # fmt: skip

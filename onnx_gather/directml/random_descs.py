@@ -13,6 +13,7 @@ bytes wherever the tensor has no element (padding, gaps, slack), so that what Di
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -206,11 +207,11 @@ def _change(rng: Rng, operator: str, attributes: dict, sizes: list[list[int]], t
     return change
 
 
-def random_case(rng: Rng) -> Case:
-    """One random case (see the module's docstring)."""
+def random_case(rng: Rng, data_types: Sequence[str] = DATA_TYPES) -> Case:
+    """One random case (see the module's docstring) of one of ``data_types``."""
     operator = str(rng.choice(list(OPERATORS), p=list(OPERATORS.values())))
     n = int(rng.choice(np.arange(1, 9), p=[0.08, 0.16, 0.17, 0.17, 0.13, 0.11, 0.09, 0.09]))
-    types = [str(rng.choice(DATA_TYPES)), str(rng.choice(contract.INDEX_TYPE_NAMES))]
+    types = [str(rng.choice(data_types)), str(rng.choice(contract.INDEX_TYPE_NAMES))]
     types.append(types[0])
     if operator == "GATHER":
         attributes, xs, js, os_, dims = _gather(rng, n)
@@ -253,7 +254,7 @@ def _padded(desc: TensorDesc, values: np.ndarray | None) -> bytes:
     return bytes(buffer)
 
 
-def random_cases(seed: int, count: int) -> list[Case]:
-    """``count`` random cases from ``seed``."""
+def random_cases(seed: int, count: int, data_types: Sequence[str] = DATA_TYPES) -> list[Case]:
+    """``count`` random cases from ``seed``, their data of ``data_types`` (all 11 by default)."""
     rng = np.random.default_rng(seed)
-    return [random_case(rng) for _ in range(count)]
+    return [random_case(rng, data_types) for _ in range(count)]

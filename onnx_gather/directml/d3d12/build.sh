@@ -1,12 +1,16 @@
 #!/bin/bash
-# d3d12.dll from vkd3d 1.14 (libs/vkd3d of Debian trixie's Wine 10 source), with DXIL switched on, for Wine:
-#   build.sh <wine_10.0~repack.orig.tar.xz> <work folder> <output d3d12.dll>
+# Two d3d12.dll from vkd3d 1.14 (libs/vkd3d of Debian trixie's Wine 10 source), with DXIL switched on, for Wine:
+#   build.sh <wine_10.0~repack.orig.tar.xz> <work folder> <output d3d12.dll> <output native 16-bit d3d12.dll>
+# The second is the first with native-16-bit.patch and structured-stride-2.patch: a device with native 16-bit shader
+# ops (shader model 6.2), on which DirectML runs its DXIL kernels for 16-bit gathers.
 # Run by `onnx-gather setup-directml`, which checks the tarball's SHA-256 first. Needs gcc-mingw-w64-x86-64, flex,
 # bison, wine64-tools (widl) and libvulkan-dev. The files beside this script are ours: the D3D12 entry points
-# (d3d12_main.c, d3d12.def), one fix (enumerate-meta-commands.patch) and three small headers (include/).
+# (d3d12_main.c, d3d12.def), one fix (enumerate-meta-commands.patch), the two patches of the native 16-bit device and
+# three small headers (include/).
 set -euo pipefail
-TARBALL=$1 B=$2 OUT=$3
+TARBALL=$1 B=$2 OUT=$3 OUT16=$4
 FILES=$(cd "$(dirname "$0")" && pwd)
+NATIVE16=("$FILES/native-16-bit.patch" "$FILES/structured-stride-2.patch")
 CC=x86_64-w64-mingw32-gcc
 export LC_ALL=C SOURCE_DATE_EPOCH=0
 
@@ -33,5 +37,12 @@ export -f compile
 # The C files Wine's libs/vkd3d/Makefile.in lists, the four grammars' and d3d12_main.c, two at a time.
 { sed -n "s|^\t\(libs/.*\.c\).*|$V/\1|p" "$V/Makefile.in"; ls "$B"/gen/*.c; echo "$FILES/d3d12_main.c"; } \
     | sort | xargs -P 2 -n 1 bash -c 'compile "$0"'
-$CC -shared -s -static-libgcc -Wl,--no-insert-timestamp -o "$OUT" "$FILES/d3d12.def" $(ls "$B"/obj/*.o | sort) \
-    -ldxgi -luuid -lole32
+link() {
+    $CC -shared -s -static-libgcc -Wl,--no-insert-timestamp -o "$1" "$FILES/d3d12.def" $(ls "$B"/obj/*.o | sort) \
+        -ldxgi -luuid -lole32
+}
+link "$OUT"
+# The native 16-bit device: the patches applied, the files they change compiled again, linked again.
+for p in "${NATIVE16[@]}"; do patch -d "$V" -p1 --quiet < "$p"; done
+sed -n "s|^+++ b/\([^\t]*\).*|$V/\1|p" "${NATIVE16[@]}" | sort -u | xargs -P 2 -n 1 bash -c 'compile "$0"'
+link "$OUT16"
