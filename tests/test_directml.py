@@ -114,8 +114,8 @@ def test_check_without_set_up_names_what_is_missing_and_the_command(tmp_path, mo
 def test_a_runner_built_from_another_runner_c_is_not_used_and_set_up_rebuilds_it(tmp_path, monkeypatch):
     # A machine set up before runner.c changed (tensor files instead of .npy): state.json holds the old source's hash.
     where = layout.Layout(tmp_path / "cache")
-    where.bin.mkdir(parents=True)
-    for name in (*layout.DLLS, "d3d12.dll", "runner.exe", "direct.exe"):
+    (where.bin / layout.NATIVE16_FOLDER).mkdir(parents=True)
+    for name in (*layout.DLLS, *layout.D3D12_DLLS, "runner.exe", "direct.exe"):
         (where.bin / name).write_bytes(b"old")
     state = {"onnxruntime": layout.ORT_DIRECTML_VERSION, "runner_source_sha256": "0" * 64,
              "direct_source_sha256": layout.source_hash("direct"),
@@ -135,7 +135,8 @@ def test_a_runner_built_from_another_runner_c_is_not_used_and_set_up_rebuilds_it
     recorded = install.install_binaries(where, io.StringIO())
     assert compiled == list(layout.PROGRAMS)
     assert recorded["runner_source_sha256"] == layout.source_hash("runner")
-    assert (where.bin / "runner.exe").read_bytes() == b"new" and (where.bin / "d3d12.dll").read_bytes() == b"old"
+    assert (where.bin / "runner.exe").read_bytes() == b"new"
+    assert all((where.bin / dll).read_bytes() == b"old" for dll in layout.D3D12_DLLS)
 
 
 def test_set_up_without_root_or_apt_says_what_is_missing_per_line_and_exits_2(tmp_path, monkeypatch, capsys):
