@@ -4,7 +4,8 @@
   (``onnx_gather.core.semantics``);
 * ``DOMAIN``, ``session_options()`` and ``InferenceSession``: the same semantics as the ONNX Runtime
   custom ops ``DmlGather``, ``DmlGatherElements`` and ``DmlGatherNd`` (``onnx_gather.runtime.ops``);
-* ``to_dml`` and ``to_onnx``: standard gathers into DML form and back (``onnx_gather.graphs.convert``, ``.lower``);
+* ``to_dml`` and ``to_onnx``: standard gathers into DML form and back (``onnx_gather.graphs.convert``, ``.lower``;
+  ``LoweringError`` where a DML node cannot be lowered);
   ``Observation``: the run that tells ``to_dml`` the ranks no shape inference can (``onnx_gather.runtime.observe``);
 * ``register_schemas()``: the DML ops declared to onnx, whose shape inference and checker then know them
   (``onnx_gather.core.contract``, the one declaration of the ops).
@@ -22,6 +23,7 @@ _WHERE = {
     "DOMAIN": "onnx_gather.core.contract",
     "GatherError": "onnx_gather.core.semantics",
     "InferenceSession": "onnx_gather.runtime.ops",
+    "LoweringError": "onnx_gather.graphs.lower",
     "Observation": "onnx_gather.runtime.observe",
     "dml_gather": "onnx_gather.core.semantics",
     "dml_gather_elements": "onnx_gather.core.semantics",

@@ -48,8 +48,10 @@ def _print_report(report: Report, verb: str, source: str, target: str) -> None:
         for remark in (changed.note, changed.ranks):
             if remark:
                 print(f"  node {changed.node!r}: {remark}")
+    for note in report.notes:
+        print(f"  {note}")
     for left in report.left:
-        print(f"  left as it was: node {left.node!r} ({left.op_type}, {left.where}): {left.reason}")
+        print(f"  left as it was: {left.describe()}")
 
 
 def _observation(args: argparse.Namespace) -> Observation:

@@ -33,6 +33,10 @@ class NodeChange:
     out_rank: int | None = None  # the standard output's rank, where known
     position: int | None = None  # in its node list, topologically sorted
 
+    def describe(self) -> str:
+        """``node 'name' (OpType, where): reason``, as the command line and ``to_onnx``'s error word a left node."""
+        return f"node {self.node!r} ({self.op_type}, {self.where}): {self.reason}"
+
 
 @dataclass
 class Report:
@@ -42,6 +46,7 @@ class Report:
     after: Counter = field(default_factory=Counter)
     changed: list[NodeChange] = field(default_factory=list)
     left: list[NodeChange] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was done to the model as a whole (an opset raised)
 
 
 def count_ops(model: onnx.ModelProto) -> Counter:

@@ -9,10 +9,16 @@ The rules, for each ``DmlGather`` and ``DmlGatherElements`` node:
    leading ones (docs/semantics.md section 6), added back with ``Unsqueeze`` where anything needs them.
 3. ``out_of_bounds``: ``error`` is the native op's own check; ``clamp`` is one ``Clip`` of the indices
    to ``[-size, size - 1]`` (the native op takes negative indices); ``zero`` also masks the output.
-   Before opset 12, where ``Clip`` and ``Min`` take no integers, ``Less`` and ``Where`` do the same.
+   At opset 11, where ``Clip`` and ``Min`` take no integers, ``Less`` and ``Where`` do the same.
+4. Opsets: a Gather that is the native op alone keeps the model's opset; anything more is written at opset 11 (12
+   for GatherND's batch dims and for capping unsigned indices). A model below what its nodes need is raised first
+   (``graphs.opsets``, onnx's version converter); where it cannot be, the nodes are left with the reason, and
+   ``to_onnx`` raises ``LoweringError`` naming them.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import onnx
@@ -20,9 +26,11 @@ from onnx import TensorProto, helper
 
 from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
+from onnx_gather.core.errors import UserError
+from onnx_gather.core.words import counted
 from onnx_gather.graphs.changes import NodeChange, Report, count_ops
 from onnx_gather.graphs.emit import Emitter, Initializers, prune_initializers
-from onnx_gather.graphs.lower_directml import MIN_OPSET, NativeGather, directml_reading
+from onnx_gather.graphs.lower_directml import NativeGather, directml_reading
 from onnx_gather.graphs.lower_native import (
     fix_indices,
     fix_tuples,
@@ -32,11 +40,16 @@ from onnx_gather.graphs.lower_native import (
     zero_where,
 )
 from onnx_gather.graphs.lower_through import Surroundings, complete, look_through
+from onnx_gather.graphs.opsets import OpsetError, needed_opset, raise_opset
 from onnx_gather.graphs.plumbing import Body, DefUse, Names, bodies, sort_topologically, use_counts
 from onnx_gather.graphs.types import ValueType, value_types
 
 # What to_dml puts beside a DML node for it alone (axes, slice ends): removed with what it served.
 _TO_DML_HELPERS = frozenset({"Constant", "Shape", "Add"})
+
+
+class LoweringError(UserError):
+    """``to_onnx`` cannot lower some DML node; the message names each, with the reason ``lower`` reports."""
 
 
 class _Lowering:
@@ -47,6 +60,8 @@ class _Lowering:
         self.uses = use_counts(model)
         self.report = Report()
         self.initializers = Initializers(model.graph, self.names)
+        self.needs = 0  # the highest opset a node was left for, where only the opset stopped it
+        self.opset_left: list[int] = []  # those nodes, by position in ``report.left``
 
     def run(self) -> None:
         for body in reversed(bodies(self.model)):
@@ -96,6 +111,17 @@ class _Lowering:
             NodeChange(where=work.body.where, node=node.name, op_type=node.op_type, result="", reason=reason)
         )
 
+    def _lacks(self, work: DefUse, node: onnx.NodeProto, needed: tuple[int, str]) -> bool:
+        """Whether the body's opset is below what lowering ``node`` needs (``needed_opset``); then it is left, and
+        the opset noted for ``lower`` to raise."""
+        version, why = needed
+        if work.body.opset >= version:
+            return False
+        self.needs = max(self.needs, version)
+        self.opset_left.append(len(self.report.left))
+        self._leave(work, node, f"{why} (this is opset {work.body.opset})")
+        return True
+
     def _lower(
         self, work: DefUse, types: dict[str, ValueType], node: onnx.NodeProto, index: int
     ) -> list[onnx.NodeProto] | None:
@@ -112,6 +138,13 @@ class _Lowering:
         if around.crop_to is None and gather and around.data_ones < index_dimensions - 1:
             self._leave(work, node, "its output crop depends on sizes that are only known at run time")
             return None
+        in_bounds = indices_in_bounds(work.constant(around.indices), input_type.dims[axis : axis + 1])
+        signed = index_type in (TensorProto.INT32, TensorProto.INT64)
+        needed = needed_opset(op_type, mode, in_bounds or (mode == "error" and signed), index_type)
+        if around.crop_to is not None:
+            needed = max(needed, (5, "its output crop needs Reshape-5"))
+        if self._lacks(work, node, needed):
+            return None
         for used, keep in around.removals:
             work.remove(used, keep, _TO_DML_HELPERS)
 
@@ -123,7 +156,6 @@ class _Lowering:
         if gather:
             indices = emit.unpad(indices, (n - around.index_ones) - index_dimensions, "unpad_indices")
         data_type = around.carried if around.carried is not None else input_type.elem_type
-        in_bounds = indices_in_bounds(work.constant(around.indices), input_type.dims[axis : axis + 1])
         directml = mode.startswith("directml") and not in_bounds
         mask = None
         if in_bounds:  # every mode reads what the native op reads
@@ -164,6 +196,8 @@ class _Lowering:
         input_type, index_type = types[node.input[0]], types[node.input[1]].elem_type
         n = input_type.rank
         around = look_through(work, types, node, n - input_count, indices_count, mode)
+        if self._lacks(work, node, needed_opset("GatherND", mode, False, index_type, batch)):
+            return None
         for used, keep in around.removals:
             work.remove(used, keep, _TO_DML_HELPERS)
         name = node.name or self.names.fresh(f"GatherNd_{index}")
@@ -233,8 +267,6 @@ class _Lowering:
                      and 0 <= batch < min(input_count, indices_count) and 1 <= k <= input_count - batch)  # fmt: skip
             if mode not in contract.ATTRIBUTE_VALUES or not valid:
                 reason = f"its attributes are invalid for rank {n} and tuples of {k}: {attributes}"
-            elif work.body.opset < (12 if batch else MIN_OPSET):
-                reason = f"GatherND{' with batch_dims' if batch else ''} needs opset {12 if batch else 11}"
             else:
                 return input_count, indices_count, batch, k, mode
         self._leave(work, node, reason)
@@ -256,10 +288,6 @@ class _Lowering:
                 reason = (f"indices {indices_dims} and input {input_dims} are beyond ONNX's Gather (index sizes other "
                           "than 1 before the last index_dimensions, or a crop of input sizes other than 1): only "
                           "the custom ops compute what DirectML does there")  # fmt: skip
-            elif mode.startswith("directml") and work.body.opset < MIN_OPSET:
-                reason = f"out_of_bounds={mode} needs opset {MIN_OPSET} (Range, Mod; this is opset {work.body.opset})"
-            elif mode != "error" and work.body.opset < 9:
-                reason = f"out_of_bounds={mode} needs Where-9 (opset {work.body.opset})"
             else:
                 return axis, index_dimensions, mode
         self._leave(work, node, reason)
@@ -281,19 +309,55 @@ def _read_attributes(types: dict[str, ValueType], node: onnx.NodeProto) -> tuple
     return attributes, mode, None
 
 
-def lower(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Report]:
-    """``to_onnx`` with a report of what was lowered and what could not be."""
-    contract.register_schemas()
+def _lowered(model: onnx.ModelProto, raise_to: int = 0) -> tuple[onnx.ModelProto, _Lowering]:
     result = onnx.ModelProto()
     result.CopyFrom(model)
+    if raise_to:
+        raise_opset(result, raise_to)
     sort_topologically(result)
     lowering = _Lowering(result)
-    lowering.report.before = count_ops(model)
     lowering.run()
+    return result, lowering
+
+
+def _opsets_below(model: onnx.ModelProto, target: int) -> str:
+    imports = [*model.opset_import, *(o for f in model.functions for o in f.opset_import)]
+    versions = sorted({o.version for o in imports if o.domain in ("", "ai.onnx") and o.version < target})
+    return " and ".join(str(v) for v in versions)
+
+
+def lower(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Report]:
+    """``to_onnx`` with a report of what was lowered and what could not be.
+
+    Where the default domain's opset lacks what some DML node's lowering needs (``needed_opset``), the model is
+    raised to the highest opset needed with onnx's version converter (``graphs.opsets``) and lowered from the start
+    again; the report notes it. Where the converter cannot, those nodes are left with its reason."""
+    contract.register_schemas()
+    result, lowering = _lowered(model)
+    if lowering.needs:
+        target, count = lowering.needs, len(lowering.opset_left)
+        try:
+            result, raised = _lowered(model, target)
+        except OpsetError as error:
+            for position in lowering.opset_left:
+                left = lowering.report.left[position]
+                lowering.report.left[position] = dataclasses.replace(left, reason=f"{left.reason}; {error}")
+        else:
+            raised.report.notes.append(
+                f"default-domain opset raised from {_opsets_below(model, target)} to {target} with onnx's version "
+                f"converter: lowering {counted(count, 'DML node')} needs it"
+            )
+            lowering = raised
+    lowering.report.before = count_ops(model)
     lowering.report.after = count_ops(result)
     return result, lowering.report
 
 
 def to_onnx(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Every DmlGather, DmlGatherElements and DmlGatherNd rewritten into standard ONNX with the same results."""
-    return lower(model)[0]
+    """Every DmlGather, DmlGatherElements and DmlGatherNd rewritten into standard ONNX with the same results;
+    ``LoweringError`` (naming each node and why, as ``lower`` reports it) where some cannot be."""
+    result, report = lower(model)
+    if report.left:
+        details = "; ".join(left.describe() for left in report.left)
+        raise LoweringError(f"cannot lower {counted(len(report.left), 'DML node')} into standard ONNX: {details}")
+    return result

@@ -126,12 +126,10 @@ def fix_indices(
         raised = emit.node("Where", [below, bounds.low, indices], "clamp_low")
         inside = emit.node("Less", [raised, bounds.size], "below_size")
         return emit.node("Where", [inside, raised, bounds.high], "clamp"), mask
-    # Unsigned: the native op takes only signed indices. Capped at size, an out-of-bounds index stays one.
+    # Unsigned: the native op takes only signed indices. Capped at size, an out-of-bounds index stays one. Min-12 (the
+    # lowering raises the model to opset 12 for it: ONNX Runtime has no UINT64 Where for a Less and Where instead).
     cap = bounds.size if mode == "error" else bounds.high
-    if emit.opset >= 12:
-        capped = emit.node("Min", [indices, cap], "cap")
-    else:
-        capped = emit.node("Where", [emit.node("Less", [indices, cap], "below_cap"), indices, cap], "cap")
+    capped = emit.node("Min", [indices, cap], "cap")
     return emit.node("Cast", [capped], "as_int64", to=TensorProto.INT64), mask
 
 

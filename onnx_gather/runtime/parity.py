@@ -12,6 +12,7 @@ import numpy as np
 
 from onnx_gather.core.contract import DML_OP_TYPES
 from onnx_gather.directml.process import DirectMlError, RunnerError
+from onnx_gather.graphs.lower import LoweringError
 from onnx_gather.graphs.plumbing import random_nodes
 from onnx_gather.runtime import backends as backends_module
 from onnx_gather.runtime import divergence
@@ -94,9 +95,9 @@ def one_line(error: BaseException, typed: bool = True) -> str:
 def failure_hint(error: BaseException, inputs_hint: str) -> str:
     """What the user can do about a backend's failure: run DML ops with the pyop backend; give other inputs where
     they can explain it (``inputs_hint``: generated integers out of an index's range, generated dynamic dims of 1);
-    nothing where the device is the problem."""
-    if isinstance(error, backends_module.DeviceError | RunnerError):
-        return ""  # the device, or the DirectML runner's end (out of memory, time limit), not the inputs' sizes
+    nothing where the device is the problem, or the lowering (its error names the node and why)."""
+    if isinstance(error, backends_module.DeviceError | RunnerError | LoweringError):
+        return ""  # the device, the DirectML runner's end (out of memory, time limit), the lowering: not the inputs
     if any(op_type in str(error) for op_type in DML_OP_TYPES):
         return ("the model holds onnx-gather's DML ops, which only the pyop backend runs: use --backend pyop, or "
                 "`onnx-gather lower` it into standard ONNX first")  # fmt: skip
