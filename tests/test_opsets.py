@@ -258,6 +258,24 @@ def test_the_command_line_reports_the_raise_and_a_lowering_failure_without_the_l
     assert "left as it was: node 'lookup' (DmlGather, graph 'g'): out_of_bounds=directml needs opset 11" in printed
 
 
+@pytest.mark.parametrize("mode", ["directml", "clamp", "zero"])
+def test_initializers_a_feed_can_override_are_not_constant_indices(mode):
+    # From IR 4 an initializer that is also a graph input is a default: ONNX Runtime takes a feed for it instead.
+    # Before IR 4 every initializer is a graph input, and a constant (ONNX Runtime refuses a feed for it).
+    for ir_version, native_alone in ((7, False), (3, True)):
+        model = _model("Gather", 9, *GATHER[:3], np.float32, constant=GATHER[3])
+        model.ir_version = ir_version
+        if ir_version >= 4:
+            model.graph.input.append(h.make_tensor_value_info("i", T.INT64, GATHER[1]))
+        converted = onnx_gather.to_dml(model, out_of_bounds=mode)
+        lowered = onnx_gather.to_onnx(converted)
+        assert ([node.op_type for node in lowered.graph.node] == ["Gather"]) == native_alone
+        data = random_tensor(RNG, tuple(GATHER[0]), np.float32)
+        _assert_same(lowered, converted, {"x": data})
+        if not native_alone:
+            _assert_same(lowered, converted, {"x": data, "i": np.array(GATHER[4], np.int64)})
+
+
 def _dml_model(op_type, opset, data_dims, indices_dims, index_type, **attributes):
     """A DML-form model written by hand (``to_dml`` makes no unsigned indices): ``y = op_type(x, i)``, rank 2."""
     node = h.make_node(op_type, ["x", "i"], ["y"], name="by_hand", domain=DOMAIN, **attributes)

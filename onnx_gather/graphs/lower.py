@@ -75,7 +75,7 @@ class _Lowering:
                 imports.extend(kept)
 
     def _lower_body(self, body: Body) -> None:
-        work = DefUse(body, self.uses[body.scope])
+        work = DefUse(body, self.uses[body.scope], self.model.ir_version)
         types = self.types.get(body.scope, {})
         replaced: dict[int, list[onnx.NodeProto]] = {}
         for index, node in enumerate(work.nodes):

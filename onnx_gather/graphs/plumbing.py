@@ -238,7 +238,7 @@ def use_counts(model: onnx.ModelProto) -> dict[int, Counter]:
 class DefUse:
     """One node list being rewritten: who produces what, who uses it, and which nodes the rewrite removes."""
 
-    def __init__(self, body: Body, uses: Counter) -> None:
+    def __init__(self, body: Body, uses: Counter, ir_version: int) -> None:
         self.body = body
         self.nodes = list(body.nodes)
         self.uses = uses
@@ -249,9 +249,12 @@ class DefUse:
                 self.consumers.setdefault(name, []).append(index)
         self.position = {id(node): index for index, node in enumerate(self.nodes)}
         self.removed: set[int] = set()
-        self.initializers = (
-            {t.name: t for t in body.container.initializer} if isinstance(body.container, onnx.GraphProto) else {}
-        )
+        self.initializers: dict[str, onnx.TensorProto] = {}
+        if isinstance(body.container, onnx.GraphProto):
+            self.initializers = {t.name: t for t in body.container.initializer}
+            if ir_version >= 4:  # an initializer that is also a graph input is a default, which a feed overrides
+                for value in body.container.input:
+                    self.initializers.pop(value.name, None)
 
     def made_by(self, value: str) -> onnx.NodeProto | None:
         """The node of this list that makes ``value``, if one does."""
