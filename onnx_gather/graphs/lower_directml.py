@@ -243,6 +243,9 @@ def _directml_gather_nd(emit: Emitter, gather: NativeGather) -> None:
 
     def repair(exact: Emitter) -> str:
         v, outside = tuples, outside_at
+        # The tuple sizes again, made in here: before opset 15 the ones outside are a Slice of the data's shape, and a
+        # subgraph that sees both makes ONNX Runtime warn when its optimizer checks whether it could drop the Slice.
+        sizes = data.sizes(exact, batch, batch + k, "tuple_sizes")
         if gather.index_rank == 1:  # a single tuple (no batch dims): as a list of one, the output reshaped at the end
             v, outside = exact.unsqueeze(v, [0], "v_list"), exact.unsqueeze(outside, [0], "outside_list")
         # Which tuples have a coordinate outside, where they are, and what they hold.
