@@ -29,26 +29,6 @@ from onnx_gather.runtime import backends
 CASES = peers.load()
 ROUTES = ("pyop", "lowered", "reference")
 
-# The lowered route cannot lower models below opset 11 yet (the DML nodes stay in the model). Being fixed on another
-# branch: remove the list when it lands.
-LOWERED_BELOW_OPSET_11 = {
-    f"ort/gather_op_test.cc:GatherOpTest.{test}"
-    for test in (
-        "Gather_axis0[indices input]", "Gather_axis0[indices initializer]",
-        "Gather_negative_axis[indices input]", "Gather_negative_axis[indices initializer]",
-        "Gather_invalid_index_cpu", "Gather_invalid_index_gpu",
-        "Gather_axis1[indices input]", "Gather_axis1[indices initializer]",
-        "Gather_axis2[indices input]", "Gather_axis2[indices initializer]",
-        "Gather_axis0_indices2d[indices input]", "Gather_axis0_indices2d[indices initializer]",
-        "Gather_axis1_indices2d[indices input]", "Gather_axis1_indices2d[indices initializer]",
-        "Gather_axis0_indicesInt32", "Gather_axis0_indices2dInt32",
-        "Gather_axis1_indices2d_int64", "Gather_axis1_indices2d_uint64", "Gather_axis1_indices2d_int32",
-        "Gather_axis1_indices2d_uint32", "Gather_axis1_indices2d_int16", "Gather_axis1_indices2d_uint16",
-        "Gather_axis1_indices2d_int8", "Gather_axis1_indices2d_bool", "Gather_perf",
-        "Gather_axis0_scalar_indices[indices input]", "Gather_axis0_scalar_indices[indices initializer]",
-        "Gather_axis1_scalar_indices[indices input]", "Gather_axis1_scalar_indices[indices initializer]",
-    )
-}  # fmt: skip
 # Where ONNX Runtime's CPU kernels do not give the peer's expectation: the expectation of ORT's CUDA and ROCm build,
 # and WebNN's clamping, where the CPU kernels refuse an out-of-bounds index.
 CPU_DIFFERS_FROM_THE_PEER = {
@@ -77,15 +57,8 @@ def _run(route: str, case: peers.Case, folder) -> np.ndarray:
 
 
 def _route_params() -> list:
-    """(route, case) for every case DirectML measured, the known failures marked strictly by the lists above."""
-    params = []
-    for route in ROUTES:
-        for case in CASES:
-            marks = []
-            if route == "lowered" and case.name in LOWERED_BELOW_OPSET_11:
-                marks.append(pytest.mark.xfail(strict=True, reason="no lowering below opset 11 yet"))
-            params.append(pytest.param(route, case, marks=marks, id=f"{route}-{case.name}"))
-    return params
+    """(route, case) for every case."""
+    return [pytest.param(route, case, id=f"{route}-{case.name}") for route in ROUTES for case in CASES]
 
 
 def test_the_cases_are_the_peers_tests_as_transcribed():
@@ -98,7 +71,7 @@ def test_the_cases_are_the_peers_tests_as_transcribed():
     }  # fmt: skip
     names = {case.name for case in CASES}
     assert len(names) == len(CASES)
-    assert LOWERED_BELOW_OPSET_11 | CPU_DIFFERS_FROM_THE_PEER <= names
+    assert CPU_DIFFERS_FROM_THE_PEER <= names
     assert set(peers.document()["sources"]) == set(counts)
     table = Counter((case.source, peers.verdict_kind(case.directml)) for case in CASES)
     SUMMARIES.append(
