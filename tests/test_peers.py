@@ -3,7 +3,7 @@ DirectML, the oracle, and through the routes that predict it.
 
 * Real DirectML (the ``dml`` backend) gives each case the verdict recorded in the data: the same output bit for
   bit, or the same failure at the same stage. The cases it runs are packed into one model per opset; a case that
-  fails gets a session of its own.
+  fails gets a session of its own (two runners side by side, ``directml.alone``).
 * ``pyop``, ``lowered`` and ``reference`` give DirectML's output bit for bit where it ran, and fail where it failed:
   naming DirectML where the DirectML provider refused the node, with any error where ONNX Runtime refused the model
   before any provider saw it (an invalid axis).
@@ -85,22 +85,23 @@ def live(tmp_path_factory) -> dict[str, tuple[directml.Run, int]]:
     """Every case on real DirectML: case name -> (the run it was in, its place there)."""
     require_directml()
     folder = tmp_path_factory.mktemp("peers")
-    groups = defaultdict(list)  # the cases that ran, and those it cannot feed, per opset; each failing case alone
+    groups = defaultdict(list)  # the cases that ran, and those it cannot feed, per opset
     for case in CASES:
-        key = case.name if "failed" in case.directml else ("ran" in case.directml, case.opset)
-        groups[key].append(case)
-    start, sessions, found = time.perf_counter(), 0, {}
+        if "failed" not in case.directml:
+            groups["ran" in case.directml, case.opset].append(case)
+    start, found = time.perf_counter(), {}
+    alone = [case for case in CASES if "failed" in case.directml]  # each failing case in a session of its own
     for cases in groups.values():
         run = directml.Run(cases, folder)
-        sessions += 1
         if len(cases) > 1 and any(run.differs(k) for k in range(len(cases))):  # each alone, to say which changed
-            runs = [(directml.Run([case], folder), 0) for case in cases]
-            sessions += len(cases)
+            alone += cases
         else:
-            runs = [(run, k) for k in range(len(cases))]
-        found.update((case.name, entry) for case, entry in zip(cases, runs, strict=True))
-    SUMMARIES.append(f"Peer cases on real DirectML: {len(CASES)} cases in {sessions} sessions, "
-                     f"{time.perf_counter() - start:.1f} s")  # fmt: skip
+            found.update((case.name, (run, k)) for k, case in enumerate(cases))
+    found.update((run.cases[0].name, (run, 0)) for run in directml.alone(alone, folder))
+    SUMMARIES.append(
+        f"Peer cases on real DirectML: {len(CASES)} cases in {len(groups) + len(alone)} sessions, "
+        f"{time.perf_counter() - start:.1f} s (the failing cases alone, two runners side by side)"
+    )
     return found
 
 

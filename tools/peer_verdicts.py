@@ -1,5 +1,5 @@
-"""Measure real DirectML's verdict on every peer case of tests/peers/cases.json, each case alone in its own session,
-and write the verdicts into the file (the ``directml`` entries; nothing else changes).
+"""Measure real DirectML's verdict on every peer case of tests/peers/cases.json, each case alone in its own session
+(two runners side by side), and write the verdicts into the file (the ``directml`` entries; nothing else changes).
 
 python tools/peer_verdicts.py
 
@@ -29,10 +29,10 @@ def main() -> int:
     start = time.perf_counter()
     counts: Counter = Counter()
     with tempfile.TemporaryDirectory(prefix="onnx-gather-peers-") as folder:
-        for spec, case in zip(doc["cases"], peers.load(), strict=True):
-            verdict = directml.Run([case], Path(folder)).verdict()
-            spec["directml"] = verdict
-            counts[case.source, peers.verdict_kind(verdict)] += 1
+        runs = directml.alone(peers.load(), Path(folder))
+    for spec, run in zip(doc["cases"], runs, strict=True):
+        spec["directml"] = run.verdict()
+        counts[run.cases[0].source, peers.verdict_kind(spec["directml"])] += 1
     print(f"{len(doc['cases'])} cases, each in its own session: {time.perf_counter() - start:.1f} s")
     for (source, verdict), count in sorted(counts.items()):
         print(f"  {source}: {verdict}: {count}")

@@ -33,6 +33,10 @@ class DirectMlError(RuntimeError):
     """ONNX Runtime with the DirectML provider refused a model or failed a run (its message)."""
 
 
+class SessionCreationError(DirectMlError):
+    """ONNX Runtime with the DirectML provider refused to create a session of the model (its message)."""
+
+
 class RunnerError(RuntimeError):
     """The runner could not be started, died, or did not answer in time (it and its Wine were ended)."""
 

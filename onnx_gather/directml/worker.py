@@ -17,7 +17,14 @@ import onnx
 from onnx_gather.core.errors import UserError
 from onnx_gather.directml import tensors
 from onnx_gather.directml.layout import Layout
-from onnx_gather.directml.process import REQUEST_SECONDS, RunnerError, WineProgram, windows_path
+from onnx_gather.directml.process import (
+    REQUEST_SECONDS,
+    DirectMlError,
+    RunnerError,
+    SessionCreationError,
+    WineProgram,
+    windows_path,
+)
 
 DML_PROVIDER = "DmlExecutionProvider"
 
@@ -47,6 +54,7 @@ class Runner(WineProgram):
         ``fallback``: let ONNX Runtime put nodes DirectML cannot take on its CPU provider, and report where each
         node went; without it such a model fails to load. ``fuse=False`` (with ``fallback``) turns DirectML's graph
         fusion off: the placement then names every node, where fused ones are listed as one ``DmlFusedNode``.
+        Where ONNX Runtime refuses to create the session: SessionCreationError (a DirectMlError), its message.
         """
         with self._lock:
             if isinstance(model, onnx.ModelProto):
@@ -61,6 +69,8 @@ class Runner(WineProgram):
             try:
                 mode = 0 if not fallback else 1 if fuse else 2
                 infos, text = self._request(f"load {mode} {windows_path(path)}", f"load of {path.name}")
+            except DirectMlError as error:  # the same message, saying where it came
+                raise SessionCreationError(*error.args) from None
             finally:
                 if isinstance(model, onnx.ModelProto):
                     path.unlink(missing_ok=True)

@@ -247,6 +247,9 @@ class DirectMl(_Provider):
     provider = "DmlExecutionProvider"
     missing = "onnxruntime has no DmlExecutionProvider here: it needs the onnxruntime-directml package"
     native = platform.system() == "Windows"
+    # Under Wine, the runner that creates the sessions: None for the process's shared one (``worker.shared()``); one
+    # of its own for each thread that runs sessions side by side.
+    runner: worker.Runner | None = None
 
     def unavailable(self) -> str | None:
         if self.native:
@@ -267,7 +270,7 @@ class DirectMl(_Provider):
             return super().run(model, feeds)
         if self.device_id != 0:
             raise DeviceError(f"real DirectML under Wine has one device, 0 (lavapipe), not {self.device_id}")
-        runner = worker.shared()
+        runner = self.runner if self.runner is not None else worker.shared()
         with _named_nodes(model) as path:  # ONNX Runtime's placement log names nodes by their names
             loaded = runner.load(path, fallback=True)
         try:

@@ -8,14 +8,19 @@ message is the part of ONNX Runtime's after its last ") ": without the model's p
 
 from __future__ import annotations
 
+import contextlib
+import os
+import queue
+import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import onnx
 
 from onnx_gather.directml import worker
-from onnx_gather.directml.process import DirectMlError
+from onnx_gather.directml.process import DirectMlError, SessionCreationError
 from onnx_gather.runtime import backends
 from peers import Case, feeds, identical, model
 
@@ -30,33 +35,27 @@ def fragment(message: str) -> str:
 class Run:
     """What the ``dml`` backend made of some cases packed into one model: outputs by case, or the error."""
 
-    def __init__(self, cases: Sequence[Case], folder: Path) -> None:
+    def __init__(self, cases: Sequence[Case], folder: Path, runner: worker.Runner | None = None) -> None:
+        """``runner``: the runner under Wine to create the session in (None: the process's shared one)."""
         self.cases = list(cases)
         self.outputs: list[np.ndarray] = []
         self.placement: dict[str, int] = {}
         self.error: Exception | None = None
         self.stage = ""  # where a DirectMlError came: "creation" or "run"
         proto = model(self.cases)
-        path = folder / f"peers{len(list(folder.iterdir()))}.onnx"
+        handle, name = tempfile.mkstemp(".onnx", "peers", folder)  # a name of its own, also beside other threads
+        os.close(handle)
+        path = Path(name)
         onnx.save(proto, path)
+        backend = backends.create("dml")
+        backend.runner = runner
         try:
-            outcome = backends.create("dml").run(backends.Model(path, proto), feeds(self.cases))
+            outcome = backend.run(backends.Model(path, proto), feeds(self.cases))
         except DirectMlError as error:  # ONNX Runtime's error, in full
-            self.error, self.stage = error, self._stage(path)
+            self.error, self.stage = error, "creation" if isinstance(error, SessionCreationError) else "run"
             return
         self.outputs = [outcome.outputs[f"output_{k}"] for k in range(len(self.cases))]
         self.placement = {provider: entry["nodes"] for provider, entry in outcome.placement.items()}
-
-    @staticmethod
-    def _stage(path: Path) -> str:
-        """Where a failed run failed: creating the session, or later."""
-        runner = worker.shared()
-        try:
-            loaded = runner.load(path, fallback=True)
-        except DirectMlError:
-            return "creation"
-        runner.free(loaded)
-        return "run"
 
     def failure(self) -> dict | None:
         """The verdict every case of a failed run shares (None if it ran)."""
@@ -89,3 +88,24 @@ class Run:
         if not identical(self.outputs[k], self.cases[k].directml_output):
             return f"DirectML computed {self.outputs[k]!r}, recorded {self.cases[k].directml_output!r}"
         return None
+
+
+def alone(cases: Sequence[Case], folder: Path, runners: int = 2) -> list[Run]:
+    """Each case in a session of its own, ``runners`` runners side by side: the shared one and others started (and
+    ended) here, each a process of its own with its own Wine server, Xvfb and DirectML device, as two programs using
+    DirectML would be; a session's verdict does not depend on which runner holds it, or on what the other does."""
+    with contextlib.ExitStack() as stack:
+        idle: queue.SimpleQueue[worker.Runner] = queue.SimpleQueue()
+        idle.put(worker.shared())
+        for _ in range(min(runners, len(cases)) - 1):
+            idle.put(stack.enter_context(worker.Runner()))
+
+        def run(case: Case) -> Run:
+            runner = idle.get()
+            try:
+                return Run([case], folder, runner)
+            finally:
+                idle.put(runner)
+
+        with ThreadPoolExecutor(max(1, min(runners, len(cases)))) as pool:
+            return list(pool.map(run, cases))
