@@ -21,7 +21,7 @@ import onnx
 import peers
 import pytest
 from conftest import SUMMARIES, assert_identical, require_directml
-from peers import directml
+from peers import directml, typed
 
 from onnx_gather.graphs.check import check
 from onnx_gather.runtime import backends
@@ -64,7 +64,7 @@ def _route_params() -> list:
 def test_the_cases_are_the_peers_tests_as_transcribed():
     counts = Counter(case.source for case in CASES)
     assert counts == {
-        "ort/gather_op_test.cc": 33, "ort/gather_elements_op_test.cc": 11, "ort/gather_nd_op_test.cc": 59,
+        "ort/gather_op_test.cc": 33, "ort/gather_elements_op_test.cc": 242, "ort/gather_nd_op_test.cc": 59,
         "wpt/webnn/conformance_tests/gather.https.any.js": 22,
         "wpt/webnn/conformance_tests/gatherElements.https.any.js": 13,
         "wpt/webnn/conformance_tests/gatherND.https.any.js": 16,
@@ -78,6 +78,21 @@ def test_the_cases_are_the_peers_tests_as_transcribed():
         "Peer cases and DirectML's recorded verdicts:\n"
         + "\n".join(f"  {source}: {kind} {count}" for (source, kind), count in sorted(table.items()))
     )
+
+
+def test_the_typed_cases_are_the_tests_calls_with_the_fixed_rand():
+    # Microsoft's C runtime after srand(1) (C's seed before any srand) draws 41, 18467, 6334, 26500, 19169, ...
+    draws = typed.rand()
+    assert [next(draws) for _ in range(5)] == [41, 18467, 6334, 26500, 19169]
+    specs = typed.specs()
+    assert len(specs) == len(typed.TYPES) * len(typed.CALLS) == 231
+    measured = ("directml", "difference")
+    written = {spec["name"]: {k: v for k, v in spec.items() if k not in measured} for spec in peers.document()["cases"]}
+    assert [written.get(spec["name"]) for spec in specs] == specs
+    for spec in specs:  # every index in the test's range, -dim to dim - 1
+        axis = spec.get("attributes", {}).get("axis", 0)
+        dim = spec["data"]["shape"][axis]
+        assert all(-dim <= index < dim for index in spec["indices"]["values"])
 
 
 @pytest.fixture(scope="module")
