@@ -269,3 +269,53 @@ def test_an_internal_error_exits_3_with_one_line_and_debug_gives_its_traceback(t
     error = capsys.readouterr().err
     assert error.startswith("Traceback (most recent call last):")
     assert error.endswith("onnx-gather: internal error: KeyError: 'a bug'\n")
+
+
+def test_symbolic_shape_inference_that_cannot_finish_leaves_nothing_in_the_current_folder(tmp_path, monkeypatch,
+                                                                                          capsys):  # fmt: skip
+    """Where ONNX Runtime's symbolic shape inference cannot finish (an operator it does not know), its own
+    ``infer_shapes`` saves ``sym_shape_infer_temp.onnx`` and ``<uuid>.data`` into the current folder: not here."""
+    import tempfile
+
+    from onnx_gather.graphs.convert import to_dml
+
+    weights = numpy_helper.from_array(np.zeros(3000, np.float32), "w")
+    graph = h.make_graph(
+        [h.make_node("Add", ["x", "w"], ["s"]), h.make_node("Mystery", ["s"], ["y"], domain="custom"),
+         h.make_node("GatherElements", ["y", "i"], ["out"], axis=0)],
+        "mystery",
+        [h.make_tensor_value_info("x", T.FLOAT, [3000]), h.make_tensor_value_info("i", T.INT64, [2])],
+        [h.make_tensor_value_info("out", T.FLOAT, None)],
+        initializer=[weights],
+    )  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("custom", 1)])
+    (tmp_path / "model").mkdir()
+    path = tmp_path / "model" / "mystery.onnx"
+    onnx.save(model, path)
+    work, temporary = tmp_path / "work", tmp_path / "temporary"
+    work.mkdir()
+    temporary.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    assert main(["check", str(path)]) == 0
+    assert "the rank of data 'y' is unknown" in capsys.readouterr().out
+    assert to_dml(model) is not None
+    assert sorted(os.listdir(work)) == [] and sorted(os.listdir(temporary)) == []
+    assert sorted(os.listdir(tmp_path / "model")) == ["mystery.onnx"]
+
+
+def test_symbolic_shape_inference_still_tells_a_rank_past_a_contrib_operator():
+    """``ranks`` runs ONNX Runtime's symbolic shape inference by its steps (not ``infer_shapes``, which saves files):
+    a newer ONNX Runtime that renamed them would fail here rather than lose the ranks quietly."""
+    from onnx_gather.graphs.ranks import symbolic_types
+
+    graph = h.make_graph(
+        [h.make_node("BiasGelu", ["x", "b"], ["y"], domain="com.microsoft")],
+        "contrib",
+        [h.make_tensor_value_info("x", T.FLOAT, ["n", 4]), h.make_tensor_value_info("b", T.FLOAT, [4])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)])
+    found = symbolic_types(model, ["y"])
+    assert found["y"].dims == ("n", 4)

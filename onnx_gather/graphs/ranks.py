@@ -63,8 +63,6 @@ def _rank(value: onnx.ValueInfoProto, types: Mapping[str, ValueType]) -> int | N
 def symbolic_types(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, ValueType]:
     """The types of main-graph values ``names`` that ONNX Runtime's symbolic shape inference tells (it knows the
     contrib operators ONNX's inference does not); those it cannot tell are left out. Runs nothing."""
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference  # only when ranks are wanted
-
     wanted = set(names)
     light = without_weights(model)
     # Weights whose data were left out become graph inputs of their type and dims: inference reads the data of
@@ -74,10 +72,7 @@ def symbolic_types(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, Va
                              for t in light.graph.initializer if t not in kept)  # fmt: skip
     del light.graph.initializer[:]
     light.graph.initializer.extend(kept)
-    try:
-        inferred = SymbolicShapeInference.infer_shapes(light, auto_merge=True)
-    except Exception:
-        return {}
+    inferred = _symbolic_inference(light)
     if inferred is None:
         return {}
     found = {}
@@ -86,6 +81,28 @@ def symbolic_types(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, Va
         if value.name in wanted and value_type is not None and value_type.rank is not None:
             found[value.name] = value_type
     return found
+
+
+def _symbolic_inference(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """``SymbolicShapeInference.infer_shapes(model, auto_merge=True)`` without its one side effect: where it cannot
+    finish, ONNX Runtime (1.32, ``tools/symbolic_shape_infer.py``) saves ``sym_shape_infer_temp.onnx`` and a
+    ``<uuid>.data`` of its weights into the current folder before it raises. Its own steps, minus that save: nothing
+    is written, and no ``chdir`` (process-wide) is needed. None where it cannot finish or fails."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_opset  # only when ranks are wanted
+
+    opset = get_opset(model)
+    if not opset or opset < 7:
+        return None  # infer_shapes: "Only support models of onnx opset 7 and above."
+    inference = SymbolicShapeInference(2**31 - 1, True, False, 0)  # int_max, auto_merge, guess_output_rank, verbose
+    try:
+        inference._preprocess(model)
+        complete = False
+        while inference.run_:
+            complete = inference._infer_impl()
+        inference._update_output_from_vi()
+    except Exception:
+        return None
+    return inference.out_mp_ if complete else None
 
 
 def _has_data(tensor: onnx.TensorProto) -> bool:
