@@ -38,7 +38,7 @@ from onnx import helper as h
 import onnx_gather
 from onnx_gather.app import cli
 from onnx_gather.conformance import provider as conformance
-from onnx_gather.directml import install, layout, memory
+from onnx_gather.directml import install, layout, leftovers, memory
 from onnx_gather.directml.process import DirectMlError, RunnerError
 from onnx_gather.directml.worker import Runner
 from onnx_gather.graphs.check import check
@@ -496,3 +496,75 @@ def test_the_runner_has_a_memory_limit_and_says_when_directml_runs_out_of_it(mon
     assert not runner.running
     roots = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory"))  # cgroup v2, v1
     assert not any((root / name).exists() for root in roots)  # the runner's cgroup is removed
+
+
+# --- what a killed run left -----------------------------------------------------------------------------------------
+
+
+def test_only_folders_of_dead_owners_in_onnx_gathers_form_are_removed(tmp_path):
+    own = f"{leftovers.PREFIX}{os.getpid()}-{leftovers.start_time(os.getpid())}-live"
+    assert leftovers.prefix() == own[: -len("live")]
+    reused = f"{leftovers.PREFIX}{os.getpid()}-{leftovers.start_time(os.getpid()) + 1}-reused"  # pid reused since
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = f"{leftovers.PREFIX}{int(gone.stdout)}-1-dead"
+    others = ["onnx-gather-dml-abc123", f"{leftovers.PREFIX}1-2-x.y", "unrelated-1-2-abc"]
+    for name in (own, reused, dead, *others):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "wine.log").write_text("")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / f"{leftovers.PREFIX}{int(gone.stdout)}-1-link").symlink_to(tmp_path / "elsewhere")
+    removed = leftovers.remove_dead(tmp_path)
+    assert sorted(removed) == sorted([reused, dead])
+    link = f"{leftovers.PREFIX}{int(gone.stdout)}-1-link"  # not a folder of its own
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([own, *others, "elsewhere", link])
+
+
+def test_a_run_killed_with_kill_9_leaves_what_the_next_run_removes_and_a_live_runs_folder_is_kept(
+    tmp_path, monkeypatch
+):
+    require_directml()
+    model = tmp_path / "gathers.onnx"
+    onnx.save(_gather_model(200), model)  # a load of seconds: time to be killed
+    private = tmp_path / "tmp"
+    private.mkdir()
+    command = [sys.executable, "-m", "onnx_gather", "run", str(model), "--backend", "dml"]
+    environment = {**os.environ, "TMPDIR": str(private)}
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
+    deadline = time.monotonic() + 120
+    while not list(private.glob("onnx-gather-dml-*/wine.log")) and time.monotonic() < deadline:
+        time.sleep(0.1)  # until Wine runs
+    time.sleep(1.0)  # its Wine server and services start
+    (folder,) = private.glob("onnx-gather-dml-*")
+    assert folder.name.startswith(f"onnx-gather-dml-{child.pid}-{leftovers.start_time(child.pid)}-")
+    children = [int(p.name) for p in Path("/proc").iterdir()
+                if p.name.isdigit() and _parent(p) == child.pid]  # fmt: skip
+    assert len(children) == 2  # Wine's runner and Xvfb
+    child.kill()
+    child.wait()
+    roots = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory"))  # cgroup v2, v1
+    assert folder.exists(), "kill -9: nothing of the killed run ran to clean up"
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with Runner() as runner:  # a later run removes what the dead one left
+        assert not folder.exists() and not any((root / folder.name).exists() for root in roots)
+        assert processes_mentioning(str(folder)) == [], "a Wine process of the killed run is left"
+        for pid in children:  # they died with their parent (a zombie until whoever inherited it reaps it)
+            assert _state(pid) in (None, "Z"), f"{pid} ({_state(pid)}) outlived its parent"
+        pids, live = runner_children(runner)
+        # A second run while this one lives keeps this one's folder (and cgroup), and removes its own at the end.
+        second = subprocess.run([sys.executable, "-m", "onnx_gather", "run", str(model), "--backend", "dml"],
+                                capture_output=True, text=True, env=environment, timeout=600)  # fmt: skip
+        assert second.returncode == 0, second.stderr
+        assert [p.name for p in private.glob("onnx-gather-dml-*")] == [Path(live).name]
+        assert runner.run(runner.load(_gather_model()), FEEDS)["y0"].tolist() == [11, 10, 15]
+    assert_runner_ended(pids, live)
+
+
+def _parent(process: Path) -> int | None:
+    fields = leftovers.stat_fields(process.name)
+    return int(fields[1]) if fields else None
+
+
+def _state(pid: int) -> str | None:
+    fields = leftovers.stat_fields(pid)
+    return fields[0] if fields else None

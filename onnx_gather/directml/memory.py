@@ -38,6 +38,39 @@ def default_bytes() -> int:
     return _total_bytes() * 3 // 4
 
 
+def _v2() -> bool:
+    controllers = _V2 / "cgroup.controllers"
+    return controllers.is_file() and "memory" in controllers.read_text().split()
+
+
+def groups() -> list[Path]:
+    """The memory cgroups at the root where ``MemoryLimit`` makes its own (v2, else v1)."""
+    try:
+        return [entry for entry in (_V2 if _v2() else _V1).iterdir() if entry.is_dir()]
+    except OSError:
+        return []
+
+
+def remove_group(folder: Path, patience: float) -> None:
+    """Remove a memory cgroup, once the processes left in it have ended (a cgroup with processes cannot be removed,
+    and one without is not removed by itself); what is still there after ``patience`` seconds is killed."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            pids = [int(pid) for pid in (folder / "cgroup.procs").read_text().split()]
+        except OSError:
+            pids = []
+        if not pids:
+            break
+        if time.monotonic() > deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+
+
 class MemoryLimit:
     """A memory cgroup (v2, else v1) limited to ``limit`` bytes; ``unavailable`` says why there is none."""
 
@@ -45,7 +78,7 @@ class MemoryLimit:
         self.limit = limit
         self.unavailable = ""
         self.folder: Path | None = None
-        v2 = (_V2 / "cgroup.controllers").is_file() and "memory" in (_V2 / "cgroup.controllers").read_text().split()
+        v2 = _v2()
         root, limit_file = (_V2, "memory.max") if v2 else (_V1, "memory.limit_in_bytes")
         try:
             folder = root / name
@@ -77,25 +110,10 @@ class MemoryLimit:
         return int(counts.get("oom_kill", "0")) > 0
 
     def remove(self, patience: float = 10.0) -> None:
-        """Remove the cgroup, once the processes left in it have ended (a cgroup with processes cannot be removed,
-        and one without is not removed by itself); what is still there after ``patience`` seconds is killed."""
+        """Remove the cgroup (``remove_group``)."""
         if self.folder is None:
             return
-        deadline = time.monotonic() + patience
-        while True:
-            try:
-                pids = [int(pid) for pid in (self.folder / "cgroup.procs").read_text().split()]
-            except OSError:
-                pids = []
-            if not pids:
-                break
-            if time.monotonic() > deadline:
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-            time.sleep(0.05)
-        with contextlib.suppress(OSError):
-            self.folder.rmdir()
+        remove_group(self.folder, patience)
         self.folder = None
 
     def describe(self) -> str:

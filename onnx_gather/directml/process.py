@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from onnx_gather.core.errors import UserError
+from onnx_gather.directml import leftovers
 from onnx_gather.directml.layout import SETUP_COMMAND, WINE, WINESERVER, Layout, wine_environment
 from onnx_gather.directml.memory import MemoryLimit
 from onnx_gather.directml.memory import default_bytes as memory_limit_bytes
@@ -94,7 +95,9 @@ class WineProgram:
         if problems:
             raise RunnerError(f"real DirectML is not set up ({problems[0]}): run `{SETUP_COMMAND}` as root")
         try:
-            self._folder = Path(tempfile.mkdtemp(prefix="onnx-gather-dml-"))
+            temporary = Path(tempfile.gettempdir())
+            leftovers.remove_dead(temporary)  # what a killed run of onnx-gather left
+            self._folder = Path(tempfile.mkdtemp(prefix=leftovers.prefix(), dir=temporary))
             display = self._start_xvfb()
             environment = wine_environment(self._private_prefix(), self._temporary(), DISPLAY=display)
             self._memory = MemoryLimit(self._folder.name, memory_limit_bytes())
