@@ -37,7 +37,6 @@ from typing import TextIO
 from onnx_gather.directml import fingerprints, probes
 from onnx_gather.directml.layout import (
     D3D12_DLLS,
-    DLL_SHA256,
     DLLS,
     LINKED,
     NATIVE16_FOLDER,
@@ -55,6 +54,7 @@ from onnx_gather.directml.layout import (
     SetupError,
     d3d12_files,
     d3d12_hash,
+    pinned_dlls,
     program_source,
     source_hash,
     wine_environment,
@@ -177,7 +177,7 @@ def _what_is_known(layout: Layout, out: TextIO) -> dict:
     if trouble is None:
         return state
     print(f"  {trouble}: checking each file again", file=out)
-    files = {name: {"sha256": DLL_SHA256[Path(name).name]} for name in PARTS["DLLs"]}
+    files: dict[str, object] = {**pinned_dlls()}
     known = {**state, "files": files}
     recorded = state.get("files") if isinstance(state.get("files"), dict) else {}
     for part in PARTS.keys() - layout.outdated(known).keys() - {"DLLs"}:
@@ -213,8 +213,8 @@ def _place(layout: Layout, stale: Collection[str], out: TextIO) -> None:
 
 def install_binaries(layout: Layout, out: TextIO) -> dict[str, object]:
     """Steps 2 and 3: the DLLs, the programs and d3d12.dll in ``layout.bin``, each part (``PARTS``) placed again
-    where it is not this version's or one of its files differs from what set-up recorded; returns what state.json
-    records."""
+    where it is not this version's or one of its files differs from what set-up recorded; then state.json, which it
+    returns."""
     known = _what_is_known(layout, out)
     stale = layout.outdated(known)
     damaged = layout.damaged(known, PARTS.keys() - stale.keys(), full=True)
@@ -226,7 +226,7 @@ def install_binaries(layout: Layout, out: TextIO) -> dict[str, object]:
     else:
         print(f"  onnxruntime-directml {ORT_DIRECTML_VERSION}, runner.exe, direct.exe and d3d12.dll: in place",
               file=out)  # fmt: skip
-    return {
+    state = {
         "onnxruntime": ORT_DIRECTML_VERSION,
         "directml": _version_resource(layout.bin / "DirectML.dll"),
         **{f"{name}_source_sha256": source_hash(name) for name in PROGRAMS},
@@ -236,6 +236,9 @@ def install_binaries(layout: Layout, out: TextIO) -> dict[str, object]:
         "d3d12_source_sha256": d3d12_hash(),
         "files": {name: fingerprints.record(layout.bin / name) for names in PARTS.values() for name in names},
     }
+    if state != layout.state():
+        write_bytes(layout.state_file, (json.dumps(state, indent=2) + "\n").encode())
+    return state
 
 
 def make_prefix(layout: Layout, out: TextIO) -> None:
@@ -284,9 +287,7 @@ def setup(layout: Layout, out: TextIO) -> int:
     start = time.perf_counter()
     print(f"Setting up real DirectML in {layout.home}", file=out)
     install_packages(out)
-    state = install_binaries(layout, out)
-    if state != layout.state():
-        write_bytes(layout.state_file, (json.dumps(state, indent=2) + "\n").encode())
+    install_binaries(layout, out)
     make_prefix(layout, out)
     print(f"ready: {_versions(layout)}", file=out)
     probes.run(layout, out)

@@ -167,7 +167,7 @@ class Layout:
         other than the pinned wheel's, the programs and d3d12.dll built from other sources."""
         files = state.get("files", {})
         current = {
-            "DLLs": all(files.get(name, {}).get("sha256") == DLL_SHA256[PurePath(name).name] for name in PARTS["DLLs"]),
+            "DLLs": all(files.get(name, {}).get("sha256") == pin["sha256"] for name, pin in pinned_dlls().items()),
             **{name: state.get(f"{name}_source_sha256") == source_hash(name) for name in PROGRAMS},
             "d3d12": state.get("d3d12_source_sha256") == d3d12_hash(),
         }
@@ -183,7 +183,7 @@ class Layout:
         """Each file of ``parts`` that differs from what ``state`` records of it, with a line saying how; ``full``
         hashes each file, else sizes and modification times are compared (``fingerprints``)."""
         names = [name for part in parts for name in PARTS[part]]
-        found = fingerprints.differences(self.bin, names, state["files"], full)
+        found = fingerprints.differences(self.bin, names, state.get("files", {}), full)
         return {name: f"{self.bin / name} {how}" for name, how in found.items()}
 
     def versions(self) -> dict[str, str]:
@@ -211,6 +211,11 @@ class Layout:
         if not (self.prefix / "system.reg").is_file():
             found.append(f"the Wine prefix {self.prefix} is not made")
         return found
+
+
+def pinned_dlls() -> dict[str, dict[str, str]]:
+    """The files of the DLLs' part (``PARTS``), each with its pinned SHA-256 (as ``fingerprints.differences`` takes)."""
+    return {name: {"sha256": DLL_SHA256[PurePath(name).name]} for name in PARTS["DLLs"]}
 
 
 def system_problems() -> list[str]:
