@@ -149,6 +149,8 @@ def test_the_quick_check_hashes_a_file_whose_time_changed(cache):
         ("[1, 2]", "is not a JSON object"),
         ('{"onnxruntime": "1.24.4"}', "lacks directml, runner_source_sha256, direct_source_sha256, d3d12, "
          "d3d12_native16, d3d12_source_sha256, files (an older set-up wrote it, or it was changed)"),
+        (json.dumps({**dict.fromkeys(layout.STATE_KEYS, ""), "files": {"DirectML.dll": "c07cb8c2"}}),
+         "does not record its files as set-up does (sha256, size, mtime_ns)"),
     ],
 )  # fmt: skip
 def test_a_state_json_that_is_not_set_ups_is_named_and_set_up_writes_it_again(cache, text, says):

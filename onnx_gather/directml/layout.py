@@ -155,7 +155,7 @@ class Layout:
             return state, f"{self.state_file} lacks {', '.join(missing)} (an older set-up wrote it, or it was changed)"
         files = state["files"]
         if not isinstance(files, dict) or not all(fingerprints.is_record(record) for record in files.values()):
-            return state, f"{self.state_file}: its files are not recorded as set-up records them"
+            return state, f"{self.state_file} does not record its files as set-up does (sha256, size, mtime_ns)"
         return state, None
 
     def state(self) -> dict:
