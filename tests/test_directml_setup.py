@@ -209,3 +209,15 @@ def test_set_up_without_root_or_apt_says_what_is_missing_per_line_and_exits_2(tm
     assert "apt-get is not here" in lines[1]
     assert "this is not Debian-like (Fedora Linux 41)" in lines[2]
     assert not (tmp_path / "cache").exists(), "nothing may be left half-installed"
+
+
+def test_without_a_state_json_the_dlls_are_checked_against_their_pinned_hashes(cache):
+    cache.layout.state_file.unlink()
+    (cache.layout.bin / "onnxruntime.dll").write_bytes(b"other")
+    assert cache.check()[1][0] == f"not ready: {cache.layout.state_file} is missing"
+    cache.install()
+    assert cache.built == ["DLLs", *layout.PROGRAMS, "d3d12"]
+    pinned = layout.DLL_SHA256["onnxruntime.dll"][:16]
+    assert f"{cache.layout.bin / 'onnxruntime.dll'} has SHA-256 " in cache.out.getvalue()
+    assert f"..., not the {pinned}... pinned: placing it again" in cache.out.getvalue()
+    _ready(cache)

@@ -51,5 +51,6 @@ def differences(folder: Path, names: Iterable[str], records: Mapping[str, Record
             inode = (status.st_dev, status.st_ino)
             digest = digests[inode] if inode in digests else digests.setdefault(inode, sha256(path))
             if digest != expected["sha256"]:
-                found[name] = f"has SHA-256 {digest[:16]}..., not the {str(expected['sha256'])[:16]}... set-up placed"
+                whose = "set-up placed" if "size" in expected else "pinned"
+                found[name] = f"has SHA-256 {digest[:16]}..., not the {str(expected['sha256'])[:16]}... {whose}"
     return found
