@@ -7,7 +7,6 @@ with that reason, and in CI (CI=true, where the README's test command sets it up
 from __future__ import annotations
 
 import io
-import json
 import os
 import signal
 import subprocess
@@ -100,58 +99,6 @@ def test_a_second_set_up_changes_nothing():
     assert "Wine prefix: in place" in out.getvalue()
     after = {p: p.stat().st_mtime_ns for p in before}
     assert after == before
-
-
-def test_check_without_set_up_names_what_is_missing_and_the_command(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(layout.HOME_VARIABLE, str(tmp_path / "empty"))
-    assert cli.main(["setup-directml", "--check"]) == 2
-    out = capsys.readouterr().out
-    assert "not ready: onnxruntime-directml 1.24.4's DLLs are not in" in out
-    assert "not ready: the Wine prefix" in out
-    assert "Run `onnx-gather setup-directml` (as root)" in out
-
-
-def test_a_runner_built_from_another_runner_c_is_not_used_and_set_up_rebuilds_it(tmp_path, monkeypatch):
-    # A machine set up before runner.c changed (tensor files instead of .npy): state.json holds the old source's hash.
-    where = layout.Layout(tmp_path / "cache")
-    (where.bin / layout.NATIVE16_FOLDER).mkdir(parents=True)
-    for name in (*layout.DLLS, *layout.D3D12_DLLS, "runner.exe", "direct.exe"):
-        (where.bin / name).write_bytes(b"old")
-    state = {"onnxruntime": layout.ORT_DIRECTML_VERSION, "runner_source_sha256": "0" * 64,
-             "direct_source_sha256": layout.source_hash("direct"),
-             "d3d12_source_sha256": layout.d3d12_hash()}  # fmt: skip
-    where.state_file.write_text(json.dumps(state))
-    assert not where.program_is_current("runner") and where.program_is_current("direct")
-    assert f"runner.exe is not built from this version's runner.c in {where.bin}" in where.problems()
-    compiled = []
-
-    def compile_(folder, name, out):
-        compiled.append(name)
-        (folder / f"{name}.exe").write_bytes(b"new")
-
-    monkeypatch.setattr(install, "_compile", compile_)
-    monkeypatch.setattr(install, "_build_d3d12", lambda folder, out: pytest.fail("d3d12.dll was current"))
-    monkeypatch.setattr(install, "_download_dlls", lambda folder, out: pytest.fail("the DLLs were current"))
-    recorded = install.install_binaries(where, io.StringIO())
-    assert compiled == list(layout.PROGRAMS)
-    assert recorded["runner_source_sha256"] == layout.source_hash("runner")
-    assert (where.bin / "runner.exe").read_bytes() == b"new"
-    assert all((where.bin / dll).read_bytes() == b"old" for dll in layout.D3D12_DLLS)
-
-
-def test_set_up_without_root_or_apt_says_what_is_missing_per_line_and_exits_2(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(layout.HOME_VARIABLE, str(tmp_path / "cache"))
-    monkeypatch.setattr(install, "package_version", lambda package: None)
-    monkeypatch.setattr(install.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(install.shutil, "which", lambda program: None)
-    monkeypatch.setattr(install, "_os_release", lambda: {"ID": "fedora", "PRETTY_NAME": "Fedora Linux 41"})
-    assert cli.main(["setup-directml"]) == 2
-    lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 3
-    assert lines[0].startswith("onnx-gather: setup-directml: root is needed to install wine, wine64, xvfb")
-    assert "apt-get is not here" in lines[1]
-    assert "this is not Debian-like (Fedora Linux 41)" in lines[2]
-    assert not (tmp_path / "cache").exists(), "nothing may be left half-installed"
 
 
 # --- the runner -----------------------------------------------------------------------------------------------------

@@ -2,8 +2,7 @@
 
 Steps, each skipped when already done (a second run changes nothing):
 
-1. System packages: Wine, Xvfb, mingw-w64's C compiler, and Mesa's Vulkan driver 25 or newer (on Debian 12
-   from bookworm-backports, whose apt source is added for it). Needs root and apt.
+1. System packages (``packages``).
 2. The three DLLs of the pinned ``onnxruntime-directml`` win_amd64 wheel, downloaded with pip from the
    package registry and checked against its SHA-256.
 3. ``runner.exe`` and ``direct.exe``, compiled from the package's ``runner.c`` and ``direct.c``, and ``d3d12.dll``:
@@ -15,7 +14,8 @@ Steps, each skipped when already done (a second run changes nothing):
 4. A Wine prefix (``wineboot -i``).
 
 Everything but the system packages goes to the cache folder (``Layout``); each part is built beside its
-final place and moved there when complete, so a failure leaves nothing half-installed.
+final place and moved there when complete, so a failure leaves nothing half-installed. state.json records each placed
+file's SHA-256 (``fingerprints``): ``--check`` names a file that differs, and set-up places its part again.
 """
 
 from __future__ import annotations
@@ -29,19 +29,19 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from importlib import resources
 from pathlib import Path
 from typing import TextIO
 
-from onnx_gather.directml import probes
+from onnx_gather.directml import fingerprints, probes
 from onnx_gather.directml.layout import (
     D3D12_DLLS,
     DLLS,
-    MESA_MINIMUM,
-    MESA_PACKAGE,
+    LINKED,
     NATIVE16_FOLDER,
     ORT_DIRECTML_VERSION,
+    PARTS,
     PROGRAMS,
     SETUP_COMMAND,
     WHEEL,
@@ -54,99 +54,18 @@ from onnx_gather.directml.layout import (
     SetupError,
     d3d12_files,
     d3d12_hash,
-    mesa_major,
-    package_version,
+    pinned_dlls,
     program_source,
     source_hash,
     wine_environment,
 )
+from onnx_gather.directml.packages import install_packages
 from onnx_gather.graphs.model_io import write_bytes
 
-# Wine, Xvfb, mingw-w64 for the programs and d3d12.dll, what d3d12.dll's build needs besides, Mesa's Vulkan driver.
-PACKAGES = ("wine", "wine64", "xvfb", "gcc-mingw-w64-x86-64", "flex", "bison", "wine64-tools", "libvulkan-dev",
-            MESA_PACKAGE)  # fmt: skip
 TRIXIE_SOURCES = (
     "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main\n"
 )
 COMPILER = "x86_64-w64-mingw32-gcc"
-BACKPORTS_SOURCE = Path("/etc/apt/sources.list.d/onnx-gather-bookworm-backports.sources")
-
-
-def _os_release() -> dict[str, str]:
-    try:
-        lines = Path("/etc/os-release").read_text().splitlines()
-    except OSError:
-        return {}
-    pairs = (line.split("=", 1) for line in lines if "=" in line)
-    return {key: value.strip().strip('"') for key, value in pairs}
-
-
-def _missing_packages() -> list[str]:
-    missing = [p for p in PACKAGES if p != MESA_PACKAGE and package_version(p) is None]
-    mesa = package_version(MESA_PACKAGE)
-    if mesa is None or mesa_major(mesa) < MESA_MINIMUM:
-        missing.append(MESA_PACKAGE)
-    return missing
-
-
-def _apt(arguments: list[str], out: TextIO) -> None:
-    environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    done = subprocess.run(["apt-get", *arguments], env=environment, capture_output=True, text=True)
-    if done.returncode != 0:
-        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
-        raise SetupError(f"apt-get {' '.join(arguments)} failed: {last}")
-    print(f"  apt-get {' '.join(arguments)}: done", file=out)
-
-
-def _backports_configured(codename: str) -> bool:
-    sources = [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*")]
-    return any(f"{codename}-backports" in path.read_text(errors="replace") for path in sources if path.is_file())
-
-
-def install_packages(out: TextIO) -> None:
-    """Step 1: the system packages, through apt (root only); nothing to do when they are there."""
-    missing = _missing_packages()
-    if not missing:
-        print(f"  system packages: installed (Mesa {package_version(MESA_PACKAGE)})", file=out)
-        return
-    release = _os_release()
-    problems = []
-    if os.geteuid() != 0:
-        problems.append(f"root is needed to install {', '.join(missing)}: run `sudo {SETUP_COMMAND}`")
-    if shutil.which("apt-get") is None:
-        problems.append(
-            f"apt-get is not here: install {', '.join(missing)} (Wine 8, Xvfb, mingw-w64's gcc, Mesa {MESA_MINIMUM}+ "
-            "Vulkan drivers) with this system's package manager, then run this again"
-        )
-    if "debian" not in (release.get("ID", "") + " " + release.get("ID_LIKE", "")):
-        problems.append(f"this is not Debian-like ({release.get('PRETTY_NAME', 'no /etc/os-release')}); "
-                        "the set-up knows Debian 12 and later")  # fmt: skip
-    if problems:
-        raise SetupError("\n".join(problems))
-    codename = release.get("VERSION_CODENAME", "")
-    added = False
-    if codename == "bookworm" and not _backports_configured(codename):
-        BACKPORTS_SOURCE.write_text(
-            "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\n"
-            "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
-        )
-        added = True
-        print(f"  added {BACKPORTS_SOURCE} (Mesa {MESA_MINIMUM} for Debian 12)", file=out)
-    try:
-        _apt(["update", "-q"], out)
-        ordinary = [p for p in missing if p != MESA_PACKAGE]
-        if ordinary:
-            _apt(["install", "-y", "-q", "--no-install-recommends", *ordinary], out)
-        if MESA_PACKAGE in missing:
-            suite = ["-t", f"{codename}-backports"] if codename == "bookworm" else []
-            _apt(["install", "-y", "-q", "--no-install-recommends", *suite, MESA_PACKAGE], out)
-    except SetupError:
-        if added:
-            BACKPORTS_SOURCE.unlink(missing_ok=True)
-        raise
-    still = _missing_packages()
-    if still:
-        raise SetupError(f"after apt-get, still missing or too old: {', '.join(still)} (Mesa {MESA_MINIMUM}+ needed)")
 
 
 def _replace(final: Path, build: Callable[[Path], None]) -> None:
@@ -250,33 +169,64 @@ def _build_d3d12(folder: Path, out: TextIO) -> None:
           f"in {time.perf_counter() - start:.0f} s", file=out)  # fmt: skip
 
 
-def install_binaries(layout: Layout, out: TextIO) -> dict[str, str]:
-    """Steps 2 and 3: the DLLs, the programs and d3d12.dll in ``layout.bin``; returns what state.json records."""
-    state = layout.state()
-    have_dlls = all((layout.bin / dll).is_file() for dll in DLLS) and state.get("onnxruntime") == ORT_DIRECTML_VERSION
-    have_programs = all(layout.program_is_current(name) for name in PROGRAMS)
-    have_d3d12 = layout.d3d12_is_current()
-    if have_dlls and have_programs and have_d3d12:
-        print(f"  onnxruntime-directml {ORT_DIRECTML_VERSION}, runner.exe, direct.exe and d3d12.dll: in place",
-              file=out)  # fmt: skip
+def _what_is_known(layout: Layout, out: TextIO) -> dict:
+    """What set-up recorded; where state.json is not what set-up writes (lost, damaged, an older set-up's), what can
+    still be told: the DLLs by their pinned SHA-256, and the programs and d3d12.dll where it still names this version's
+    sources as theirs (as recorded, else as they are); the rest is placed again."""
+    state, trouble = layout.read_state()
+    if trouble is None:
         return state
+    print(f"  {trouble}: checking each file again", file=out)
+    files: dict[str, object] = {**pinned_dlls()}
+    known = {**state, "files": files}
+    recorded = state.get("files") if isinstance(state.get("files"), dict) else {}
+    for part in PARTS.keys() - layout.outdated(known).keys() - {"DLLs"}:
+        for name in PARTS[part]:
+            if fingerprints.is_record(recorded.get(name)):
+                files[name] = recorded[name]
+            elif (layout.bin / name).is_file():
+                files[name] = fingerprints.record(layout.bin / name)
+    return known
+
+
+def _place(layout: Layout, stale: Collection[str], out: TextIO) -> None:
+    """A new ``layout.bin``: the ``stale`` parts downloaded or built again, the others copied, native16/'s links."""
 
     def build(folder: Path) -> None:
         (folder / NATIVE16_FOLDER).mkdir()
-        for dll in (*DLLS, *D3D12_DLLS) if have_dlls else D3D12_DLLS:
-            if (layout.bin / dll).is_file():
-                shutil.copy2(layout.bin / dll, folder / dll)
-        if not have_dlls:
+        linked = {f"{NATIVE16_FOLDER}/{name}" for name in LINKED}
+        for part in PARTS.keys() - set(stale):
+            for name in set(PARTS[part]) - linked:
+                shutil.copy2(layout.bin / name, folder / name)
+        if "DLLs" in stale:
             _download_dlls(folder, out)
         for name in PROGRAMS:
-            _compile(folder, name, out)
-        if not have_d3d12:
+            if name in stale:
+                _compile(folder, name, out)
+        if "d3d12" in stale:
             _build_d3d12(folder, out)
-        for name in (*DLLS, *(f"{program}.exe" for program in PROGRAMS)):  # all the native 16-bit device needs
+        for name in LINKED:  # all the native 16-bit device needs besides its d3d12.dll
             os.link(folder / name, folder / NATIVE16_FOLDER / name)
 
     _replace(layout.bin, build)
-    return {
+
+
+def install_binaries(layout: Layout, out: TextIO) -> dict[str, object]:
+    """Steps 2 and 3: the DLLs, the programs and d3d12.dll in ``layout.bin``, each part (``PARTS``) placed again
+    where it is not this version's or one of its files differs from what set-up recorded; then state.json, which it
+    returns."""
+    known = _what_is_known(layout, out)
+    stale = layout.outdated(known)
+    damaged = layout.damaged(known, PARTS.keys() - stale.keys(), full=True)
+    for line in damaged.values():
+        print(f"  {line}: placing it again", file=out)
+    stale.update({part: "damaged" for part, names in PARTS.items() if any(name in damaged for name in names)})
+    if stale:
+        _place(layout, stale.keys(), out)
+    else:
+        print(f"  onnxruntime-directml {ORT_DIRECTML_VERSION}, runner.exe, direct.exe and d3d12.dll: in place",
+              file=out)  # fmt: skip
+    state = {
         "onnxruntime": ORT_DIRECTML_VERSION,
         "directml": _version_resource(layout.bin / "DirectML.dll"),
         **{f"{name}_source_sha256": source_hash(name) for name in PROGRAMS},
@@ -284,7 +234,11 @@ def install_binaries(layout: Layout, out: TextIO) -> dict[str, str]:
         "d3d12_native16": "vkd3d 1.14 with DXIL, native 16-bit shader ops and shader model 6.2 claimed, structured "
         "buffers of byte stride 2 as 16-bit texel buffers (d3d12/native-16-bit.patch, d3d12/structured-stride-2.patch)",
         "d3d12_source_sha256": d3d12_hash(),
+        "files": {name: fingerprints.record(layout.bin / name) for names in PARTS.values() for name in names},
     }
+    if state != layout.state():
+        write_bytes(layout.state_file, (json.dumps(state, indent=2) + "\n").encode())
+    return state
 
 
 def make_prefix(layout: Layout, out: TextIO) -> None:
@@ -317,7 +271,7 @@ def _versions(layout: Layout) -> str:
 def check(layout: Layout, out: TextIO) -> int:
     """``--check``: 0 if real DirectML is ready (a probe runs on it through each program), else 2 with what is
     missing."""
-    problems = layout.problems()
+    problems = layout.problems(full=True)
     if problems:
         for problem in problems:
             print(f"not ready: {problem}", file=out)
@@ -333,9 +287,7 @@ def setup(layout: Layout, out: TextIO) -> int:
     start = time.perf_counter()
     print(f"Setting up real DirectML in {layout.home}", file=out)
     install_packages(out)
-    state = install_binaries(layout, out)
-    if state != layout.state():
-        write_bytes(layout.state_file, (json.dumps(state, indent=2) + "\n").encode())
+    install_binaries(layout, out)
     make_prefix(layout, out)
     print(f"ready: {_versions(layout)}", file=out)
     probes.run(layout, out)

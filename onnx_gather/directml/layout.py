@@ -7,18 +7,26 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from onnx_gather.core.errors import UserError
+from onnx_gather.directml import fingerprints
 
 ORT_DIRECTML_VERSION = "1.24.4"
 # The win_amd64 wheel for CPython 3.11 on PyPI; only its three DLLs are used.
 WHEEL = f"onnxruntime_directml-{ORT_DIRECTML_VERSION}-cp311-cp311-win_amd64.whl"
 WHEEL_SHA256 = "96642a787e5a6f33bf043521c0f06eb1eb663f6b830e5862a2026d03f9c90543"
-DLLS = ("onnxruntime.dll", "DirectML.dll", "onnxruntime_providers_shared.dll")
+# Its three DLLs, with their SHA-256: set-up checks them against these where state.json cannot tell.
+DLL_SHA256 = {
+    "onnxruntime.dll": "0a49bb13573807ad309aa9967a46471c07d6495bab5b279d1fad474aefd8ef4b",
+    "DirectML.dll": "c07cb8c2f870f0152bfb690f64c4b048e78bbc219efad420a9758fc896cbecb0",
+    "onnxruntime_providers_shared.dll": "85cf8642189d1ff9c4bf3c0bc07dd70ee1555fbb554586a3300c865eff7be811",
+}
+DLLS = tuple(DLL_SHA256)
 HOME_VARIABLE = "ONNX_GATHER_DIRECTML_HOME"
 WINE = "/usr/lib/wine/wine64"  # Debian's wine64 package puts nothing named wine64 on PATH
 WINESERVER = "/usr/lib/wine/wineserver"
@@ -47,6 +55,20 @@ class SetupError(Exception):
 # The Windows programs set-up compiles, each from <name>.c into <name>.exe: ONNX Runtime's DirectML provider
 # (runner), and DirectML's gather operators called directly, without ONNX Runtime (direct).
 PROGRAMS = ("runner", "direct")
+LINKED = (*DLLS, *(f"{name}.exe" for name in PROGRAMS))  # what native16/ holds as hard links to bin/'s files
+
+
+def _linked(*names: str) -> tuple[str, ...]:
+    return (*names, *(f"{NATIVE16_FOLDER}/{name}" for name in names))
+
+
+# The files set-up places in bin/ (their hard links in native16/ too), by the part that places them: the DLLs, each
+# program, both d3d12.dll. Set-up places a part again where one of its files differs from what it recorded.
+PARTS = {"DLLs": _linked(*DLLS), **{name: _linked(f"{name}.exe") for name in PROGRAMS}, "d3d12": D3D12_DLLS}
+# What state.json holds: versions, the hashes of what the programs and d3d12.dll were built from, and ``files``,
+# each placed file's SHA-256, size and modification time (fingerprints.record).
+STATE_KEYS = ("onnxruntime", "directml", *(f"{name}_source_sha256" for name in PROGRAMS), "d3d12", "d3d12_native16",
+              "d3d12_source_sha256", "files")  # fmt: skip
 
 
 def program_source(name: str) -> bytes:
@@ -107,16 +129,6 @@ class Layout:
         """One of ``PROGRAMS`` as set-up builds it: ``<name>.exe`` in ``programs``."""
         return self.programs / f"{name}.exe"
 
-    def program_is_current(self, name: str) -> bool:
-        """Whether <name>.exe is there, built from this version's <name>.c (set-up recorded the source's hash)."""
-        return self.program(name).is_file() and self.state().get(f"{name}_source_sha256") == source_hash(name)
-
-    def d3d12_is_current(self) -> bool:
-        """Whether both of ``D3D12_DLLS`` are there, built from this version's ``d3d12_files()`` (set-up recorded
-        their hash)."""
-        built = all((self.bin / dll).is_file() for dll in D3D12_DLLS)
-        return built and self.state().get("d3d12_source_sha256") == d3d12_hash()
-
     @property
     def prefix(self) -> Path:
         return self.home / "prefix"
@@ -125,12 +137,54 @@ class Layout:
     def state_file(self) -> Path:
         return self.home / "state.json"
 
-    def state(self) -> dict:
-        """What set-up recorded: versions and the hashes of the programs' sources; empty if nothing was."""
+    def read_state(self) -> tuple[dict, str | None]:
+        """What set-up recorded (``STATE_KEYS``), and where state.json is not what set-up writes, one line saying what
+        is wrong with it (with what could be read of it, else {})."""
         try:
-            return json.loads(self.state_file.read_text())
-        except (OSError, ValueError):
-            return {}
+            state = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return {}, (f"{self.state_file} is missing" if self.bin.exists() else None)
+        except OSError as error:
+            return {}, f"{self.state_file} cannot be read ({error.strerror})"
+        except ValueError as error:
+            return {}, f"{self.state_file} is not valid JSON ({error})"
+        if not isinstance(state, dict):
+            return {}, f"{self.state_file} is not a JSON object"
+        missing = [key for key in STATE_KEYS if key not in state]
+        if missing:
+            return state, f"{self.state_file} lacks {', '.join(missing)} (an older set-up wrote it, or it was changed)"
+        files = state["files"]
+        if not isinstance(files, dict) or not all(fingerprints.is_record(record) for record in files.values()):
+            return state, f"{self.state_file} does not record its files as set-up does (sha256, size, mtime_ns)"
+        return state, None
+
+    def state(self) -> dict:
+        """What set-up recorded: versions, hashes; empty where state.json cannot be read."""
+        return self.read_state()[0]
+
+    def outdated(self, state: dict) -> dict[str, str]:
+        """The parts (``PARTS``) that ``state`` does not record as this version's, each with its line: the DLLs
+        other than the pinned wheel's, the programs and d3d12.dll built from other sources."""
+        files = state.get("files", {})
+        current = {
+            "DLLs": all(files.get(name, {}).get("sha256") == pin["sha256"] for name, pin in pinned_dlls().items()),
+            **{name: state.get(f"{name}_source_sha256") == source_hash(name) for name in PROGRAMS},
+            "d3d12": state.get("d3d12_source_sha256") == d3d12_hash(),
+        }
+        lines = {
+            "DLLs": f"onnxruntime-directml {ORT_DIRECTML_VERSION}'s DLLs are not in {self.bin}",
+            **{name: f"{name}.exe is not built from this version's {name}.c in {self.bin}" for name in PROGRAMS},
+            "d3d12": f"d3d12.dll (vkd3d 1.14 with DXIL, and its native 16-bit variant) is not built from this "
+            f"version's sources in {self.bin}",
+        }
+        return {part: line for part, line in lines.items() if not current[part]}
+
+    def damaged(self, state: dict, parts: Iterable[str], full: bool) -> dict[str, str]:
+        """Each file of ``parts`` that differs from what ``state`` records of it, with a line saying how; ``full``
+        hashes each file, else sizes and modification times are compared (``fingerprints``)."""
+        names = [name for part in parts for name in PARTS[part]]
+        found = fingerprints.differences(self.bin, names, state.get("files", {}), full)
+        return {name: f"{self.bin / name} {how}" for name, how in found.items()}
 
     def versions(self) -> dict[str, str]:
         """The versions of the parts real DirectML runs on here, as set-up recorded them and Wine and Mesa report."""
@@ -144,29 +198,36 @@ class Layout:
             "mesa": f"{package_version(MESA_PACKAGE)} (lavapipe)",
         }
 
-    def problems(self) -> list[str]:
-        """What is missing for real DirectML to run here, one line each; empty when everything is in place."""
-        found = []
-        for program in (WINE, WINESERVER):
-            if not Path(program).is_file():
-                found.append(f"Wine is not installed ({program} is missing)")
-        if shutil.which("Xvfb") is None:
-            found.append("Xvfb is not installed")
-        mesa = package_version(MESA_PACKAGE)
-        if mesa is None or mesa_major(mesa) < MESA_MINIMUM:
-            found.append(f"Mesa's Vulkan driver {MESA_MINIMUM}+ is not installed ({MESA_PACKAGE}: {mesa or 'none'})")
-        state = self.state()
-        if any(not (self.bin / dll).is_file() for dll in DLLS) or state.get("onnxruntime") != ORT_DIRECTML_VERSION:
-            found.append(f"onnxruntime-directml {ORT_DIRECTML_VERSION}'s DLLs are not in {self.bin}")
-        for name in PROGRAMS:
-            if not self.program_is_current(name):
-                found.append(f"{name}.exe is not built from this version's {name}.c in {self.bin}")
-        if not self.d3d12_is_current():
-            found.append(f"d3d12.dll (vkd3d 1.14 with DXIL, and its native 16-bit variant) is not built from this "
-                         f"version's sources in {self.bin}")  # fmt: skip
+    def problems(self, full: bool = False) -> list[str]:
+        """What is missing or damaged for real DirectML to run here, one line each; empty when everything is in
+        place. ``full`` hashes every file set-up placed (``--check``); else (a runner's start) sizes and times tell."""
+        found = system_problems()
+        state, trouble = self.read_state()
+        if trouble:
+            found.append(trouble)
+        else:
+            outdated = self.outdated(state)
+            found += [*outdated.values(), *self.damaged(state, PARTS.keys() - outdated.keys(), full).values()]
         if not (self.prefix / "system.reg").is_file():
             found.append(f"the Wine prefix {self.prefix} is not made")
         return found
+
+
+def pinned_dlls() -> dict[str, dict[str, str]]:
+    """The files of the DLLs' part (``PARTS``), each with its pinned SHA-256 (as ``fingerprints.differences`` takes)."""
+    return {name: {"sha256": DLL_SHA256[PurePath(name).name]} for name in PARTS["DLLs"]}
+
+
+def system_problems() -> list[str]:
+    """What of the system packages real DirectML runs on is missing, one line each."""
+    found = [f"Wine is not installed ({program} is missing)" for program in (WINE, WINESERVER)
+             if not Path(program).is_file()]  # fmt: skip
+    if shutil.which("Xvfb") is None:
+        found.append("Xvfb is not installed")
+    mesa = package_version(MESA_PACKAGE)
+    if mesa is None or mesa_major(mesa) < MESA_MINIMUM:
+        found.append(f"Mesa's Vulkan driver {MESA_MINIMUM}+ is not installed ({MESA_PACKAGE}: {mesa or 'none'})")
+    return found
 
 
 def wine_environment(prefix: Path, temporary: Path, **extra: str) -> dict[str, str]:
