@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -269,3 +272,36 @@ def test_an_internal_error_exits_3_with_one_line_and_debug_gives_its_traceback(t
     error = capsys.readouterr().err
     assert error.startswith("Traceback (most recent call last):")
     assert error.endswith("onnx-gather: internal error: KeyError: 'a bug'\n")
+
+
+def _numpy_loaded(pid: int) -> bool:
+    try:
+        return "_multiarray_umath" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:  # gone already
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc to see the imports under way")
+@pytest.mark.parametrize("delay", [0, 0.05, 0.2])
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_ctrl_c_while_importing_is_one_line_and_130(tmp_path, how, delay):
+    # Ctrl-C while cli imports numpy, onnx and the runtimes (its first quarter second). Before that is Python's own
+    # startup (about 25 ms, site and the venv's path hooks), which no code of ours can reach: the signal is sent
+    # once numpy's extension is loaded, then after `delay`.
+    script = Path(sys.executable).parent / "onnx-gather"
+    if how == "script" and not script.exists():
+        pytest.skip("the onnx-gather script is not installed beside this Python")
+    command = [str(script)] if how == "script" else [sys.executable, "-m", "onnx_gather"]
+    child = subprocess.Popen(
+        [*command, "demo"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _numpy_loaded(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(delay)
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert (child.returncode, stderr) == (130, "onnx-gather: interrupted\n")
