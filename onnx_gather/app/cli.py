@@ -54,9 +54,9 @@ def _print_report(report: Report, verb: str, source: str, target: str) -> None:
         print(f"  left as it was: {left.describe()}")
 
 
-def _observation(args: argparse.Namespace) -> Observation:
+def _observation(args: argparse.Namespace, model: onnx.ModelProto) -> Observation:
     return Observation(
-        _given(args), inputs.parse_shapes(args.shape), args.seed,
+        _given(args, model), inputs.parse_shapes(args.shape), args.seed,
         inputs.parse_int_range(args.int_range), Path(args.model).parent,
     )  # fmt: skip
 
@@ -78,7 +78,7 @@ def _convert(args: argparse.Namespace) -> int:
         model,
         args.dimension_count,
         args.out_of_bounds,
-        _observation(args),
+        _observation(args, model),
         args.keep_cpu_gathers,
         provider_failures=args.provider_failures,
     )
@@ -103,7 +103,8 @@ def _lower(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    verdicts = check(model_io.load(args.model), args.feature_level, _observation(args))
+    model = model_io.load(args.model)
+    verdicts = check(model, args.feature_level, _observation(args, model))
     for verdict in verdicts:
         print(f"{verdict.status:<8} node {verdict.node!r} ({verdict.op_type}, {verdict.where}): {verdict.reason}")
         if verdict.ranks:
@@ -112,15 +113,16 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if all(v.status in ("DirectML", "CPU", "unknown") for v in verdicts) else 1
 
 
-def _given(args: argparse.Namespace) -> dict[str, np.ndarray]:
-    """The arrays of ``--inputs``, loaded once per command (``args`` keeps them)."""
+def _given(args: argparse.Namespace, model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The arrays of ``--inputs``, checked against ``model`` and loaded once per command (``args`` keeps them)."""
     if "given" not in vars(args):
-        args.given = inputs.load(args.inputs) if args.inputs else {}
+        limit = vars(args).get("max_elements")
+        args.given = inputs.load(args.inputs, model, limit) if args.inputs else {}
     return args.given
 
 
 def _feeds(args: argparse.Namespace, model: backends.Model) -> dict[str, np.ndarray]:
-    given = _given(args)
+    given = _given(args, model.proto)
     shapes = inputs.parse_shapes(args.shape)
     int_range = inputs.parse_int_range(args.int_range)
     return inputs.generate(model.proto, shapes, args.seed, int_range, given, args.max_elements)
@@ -129,7 +131,7 @@ def _feeds(args: argparse.Namespace, model: backends.Model) -> dict[str, np.ndar
 def _hint(args: argparse.Namespace, model: backends.Model, error: BaseException) -> str:
     """What the inputs can do about a backend's ``error``: a generated integer input that reached an index out of
     range, else which dynamic dims were generated as 1 (a likely cause of a failed run), else ""."""
-    given = list(_given(args))
+    given = list(_given(args, model.proto))
     generated = [value.name for value in inputs.model_inputs(model.proto) if value.name not in given]
     int_range = inputs.parse_int_range(args.int_range)
     return inputs.index_hint(model.proto, str(error), generated, int_range) or inputs.dynamic_hint(
@@ -247,7 +249,7 @@ def _parity(args: argparse.Namespace) -> int:
             inputs.save(args.save_inputs, feeds)
         runs.append(run_parity(
             model, feeds, names, args.reference, args.atol, args.rtol, args.device_id, args.out_of_bounds,
-            functools.partial(_hint, args, model), args.all_tensors, args.seed, list(_given(args)),
+            functools.partial(_hint, args, model), args.all_tensors, args.seed, list(_given(args, model.proto)),
             lambda name, path=model.path: progress.step(f"{path}: {name}"),
         ))  # fmt: skip
         progress.model_done()
