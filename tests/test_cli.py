@@ -18,6 +18,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
+from onnx_gather.app import cli
 from onnx_gather.app.cli import main
 from onnx_gather.app.demo import sample_model_path
 from onnx_gather.directml.layout import Layout
@@ -305,3 +306,14 @@ def test_ctrl_c_while_importing_is_one_line_and_130(tmp_path, how, delay):
     finally:
         child.kill()
     assert (child.returncode, stderr) == (130, "onnx-gather: interrupted\n")
+
+
+def test_an_os_error_naming_no_file_names_the_command(tmp_path, capsys, monkeypatch):
+    def full(args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setitem(cli._COMMANDS, "check", full)
+    assert main(["check", str(sample_model_path())]) == 2
+    assert capsys.readouterr().err == (
+        "onnx-gather: error: check: No space left on device (on a file the system did not name; --debug shows where)\n"
+    )
