@@ -1,5 +1,5 @@
 import sys
 
-from onnx_gather.app.cli import main
+from onnx_gather.app.entry import main
 
 sys.exit(main())

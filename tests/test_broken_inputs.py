@@ -9,9 +9,14 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+import zipfile
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from onnx_gather.app.cli import main
 
@@ -114,3 +119,88 @@ def test_convert_onto_its_own_path_leaves_a_valid_model_or_the_original(tmp_path
     before = model.read_bytes()
     assert main(["convert", str(model), "-o", str(model)]) == 2
     assert model.read_bytes() == before
+
+
+def _dynamic_model(folder: Path) -> Path:
+    """A model of one float input x of dynamic size n (y = x)."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])],
+    )  # fmt: skip
+    path = folder / "dynamic.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def _zeros_member(archive: zipfile.ZipFile, name: str, elements: int) -> None:
+    """A member of float32 zeros that deflates to almost nothing and inflates to 4 bytes an element."""
+    with archive.open(zipfile.ZipInfo(name), "w", force_zip64=True) as member:
+        np.lib.format.write_array_header_1_0(
+            member, {"descr": "<f4", "fortran_order": False, "shape": (elements,)}
+        )  # fmt: skip
+        chunk = bytes(2**22)
+        for _ in range(elements * 4 // len(chunk)):
+            member.write(chunk)
+
+
+@pytest.fixture
+def no_array_read(monkeypatch):
+    """An array's data read from an --inputs file fails the test: the refusals below come from headers alone."""
+
+    def read_array(*args, **kwargs):
+        raise AssertionError("an array was read")
+
+    monkeypatch.setattr(np.lib.format, "read_array", read_array)
+
+
+@pytest.mark.parametrize(
+    ("member", "arguments", "message"),
+    [
+        ("x.npy", ["--max-elements", "1000"],
+         "array 'x' of shape 16777216 has 16,777,216 elements, more than --max-elements 1000"),
+        ("big.npy", [], "--inputs holds 'big', which the model has no input for (its inputs: x)"),
+    ],
+)  # fmt: skip
+def test_a_huge_member_is_refused_from_its_header(tmp_path, capsys, no_array_read, member, arguments, message):
+    # 64 MB of zeros (deflated to 64 kB): refused from the zip directory and the .npy header, nothing inflated.
+    model, npz = _dynamic_model(tmp_path), tmp_path / "huge.npz"
+    with zipfile.ZipFile(npz, "w", zipfile.ZIP_DEFLATED) as archive:
+        _zeros_member(archive, member, 2**24)
+    started = time.perf_counter()
+    assert main(["run", str(model), "--backend", "cpu", "--inputs", str(npz), *arguments]) == 2
+    error = capsys.readouterr().err
+    with capsys.disabled():  # shown with -s; no assertion on time
+        print(f"{member} refused in {time.perf_counter() - started:.3f} s")
+    assert error.count("\n") == 1 and message in error
+
+
+def test_a_member_holding_other_than_its_header_declares_is_refused(tmp_path, capsys, no_array_read):
+    model, npz = _dynamic_model(tmp_path), tmp_path / "forged.npz"
+    with zipfile.ZipFile(npz, "w") as archive, archive.open("x.npy", "w") as member:
+        np.lib.format.write_array_header_1_0(member, {"descr": "<f4", "fortran_order": False, "shape": (2**40,)})
+        member.write(bytes(8))
+    assert main(["check", str(model), "--inputs", str(npz)]) == 2
+    assert capsys.readouterr().err == (
+        f"onnx-gather: error: {npz}: member 'x.npy' declares float32 1099511627776 (4,398,046,511,232 bytes with "
+        "its header) but holds 136 bytes\n"
+    )
+
+
+@pytest.mark.parametrize("command", [["check"], ["convert", "-o", "out.onnx"], ["run", "--backend", "cpu"]])
+def test_every_command_checks_the_inputs_file_against_the_model(tmp_path, capsys, command):
+    model, npz = _dynamic_model(tmp_path), tmp_path / "ints.npz"
+    np.savez(npz, x=np.arange(3))
+    assert main([command[0], str(model), *command[1:], "--inputs", str(npz)]) == 2
+    assert capsys.readouterr().err == "onnx-gather: error: --inputs array 'x' is int64 where the model takes float32\n"
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_an_error_names_at_most_5_members(tmp_path, capsys):
+    model, npz = _dynamic_model(tmp_path), tmp_path / "many.npz"
+    np.savez(npz, **{f"member_{i:05}": np.zeros(1, np.float32) for i in range(10_000)})
+    assert main(["check", str(model), "--inputs", str(npz)]) == 2
+    assert capsys.readouterr().err == (
+        "onnx-gather: error: --inputs holds 'member_00000', 'member_00001', 'member_00002', 'member_00003', "
+        "'member_00004' and 9,995 more, which the model has no input for (its inputs: x)\n"
+    )

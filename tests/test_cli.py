@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -15,6 +18,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
+from onnx_gather.app import cli
 from onnx_gather.app.cli import main
 from onnx_gather.app.demo import sample_model_path
 from onnx_gather.directml.layout import Layout
@@ -319,3 +323,47 @@ def test_symbolic_shape_inference_still_tells_a_rank_past_a_contrib_operator():
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)])
     found = symbolic_types(model, ["y"])
     assert found["y"].dims == ("n", 4)
+
+
+def _numpy_loaded(pid: int) -> bool:
+    try:
+        return "_multiarray_umath" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:  # gone already
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc to see the imports under way")
+@pytest.mark.parametrize("delay", [0, 0.05, 0.2])
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_ctrl_c_while_importing_is_one_line_and_130(tmp_path, how, delay):
+    # Ctrl-C while cli imports numpy, onnx and the runtimes (its first quarter second). Before that is Python's own
+    # startup (about 25 ms, site and the venv's path hooks), which no code of ours can reach: the signal is sent
+    # once numpy's extension is loaded, then after `delay`.
+    script = Path(sys.executable).parent / "onnx-gather"
+    if how == "script" and not script.exists():
+        pytest.skip("the onnx-gather script is not installed beside this Python")
+    command = [str(script)] if how == "script" else [sys.executable, "-m", "onnx_gather"]
+    child = subprocess.Popen(
+        [*command, "demo"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _numpy_loaded(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(delay)
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert (child.returncode, stderr) == (130, "onnx-gather: interrupted\n")
+
+
+def test_an_os_error_naming_no_file_names_the_command(tmp_path, capsys, monkeypatch):
+    def full(args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setitem(cli._COMMANDS, "check", full)
+    assert main(["check", str(sample_model_path())]) == 2
+    assert capsys.readouterr().err == (
+        "onnx-gather: error: check: No space left on device (on a file the system did not name; --debug shows where)\n"
+    )

@@ -3,8 +3,11 @@ copied external data never replaces another model's, and files get the mode the 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
+import subprocess
 
 import numpy as np
 import onnx
@@ -15,6 +18,8 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 from onnx_gather.app.cli import main
+from onnx_gather.app.demo import sample_model_path
+from onnx_gather.graphs import model_io
 
 
 def _model(folder, name="model.onnx", data="model.onnx.data", seed=1):
@@ -140,3 +145,54 @@ def test_written_files_get_the_mode_the_umask_says(tmp_path, umask):
     modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
     # lowered.onnx, in the same folder, shares dml.onnx.data
     assert modes == {name: 0o666 & ~umask for name in ("dml.onnx", "dml.onnx.data", "lowered.onnx", "r.json")}
+
+
+@pytest.fixture(params=["tmpfs", "ENOSPC"])
+def full_folder(request, tmp_path, monkeypatch):
+    """A folder on a full filesystem, both ways: a 64 kB tmpfs filled up (where this runs as root and may mount
+    one; skipped elsewhere), and a folder whose writes the package makes fail with ENOSPC (model_io's
+    _write_atomically, through which every output is written)."""
+    folder = tmp_path / "full"
+    folder.mkdir()
+    if request.param == "ENOSPC":
+
+        def no_space(path, write):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(model_io, "_write_atomically", no_space)
+        yield folder
+        return
+    mount = ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)]
+    if os.geteuid() != 0 or subprocess.run(mount, capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root and a mount namespace that allows it)")
+    try:
+        with contextlib.suppress(OSError), (folder / "filler").open("wb") as filler:
+            while True:
+                filler.write(bytes(4096))
+                filler.flush()
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "flag", "name"),
+    [
+        (["convert", "{model}", "-o", "{out}"], "-o/--output", "out.onnx"),
+        (["run", "{model}", "--backend", "cpu", "--outputs", "{out}"], "--outputs", "out.npz"),
+        (["parity", "{model}", "--backends", "cpu", "--save-inputs", "{out}"], "--save-inputs", "in.npz"),
+        (["parity", "{model}", "--backends", "cpu", "--report", "{out}"], "--report", "report.json"),
+        (["parity", "{model}", "--backends", "cpu", "--markdown", "{out}"], "--markdown", "report.md"),
+    ],
+)
+def test_a_full_disk_names_the_flag_and_the_file_and_no_verdict_comes_first(
+    tmp_path, capsys, full_folder, no_directml, arguments, flag, name
+):
+    folder = full_folder
+    out = folder / name
+    model = sample_model_path()
+    assert main([a.format(model=model, out=out) for a in arguments]) == 2
+    printed = capsys.readouterr()
+    assert printed.err == f"onnx-gather: error: {flag} {out}: cannot write it: No space left on device\n"
+    assert "PASSED" not in printed.out and "Converted" not in printed.out
+    assert [p.name for p in folder.iterdir() if p.name != "filler"] == []

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -54,9 +55,9 @@ def _print_report(report: Report, verb: str, source: str, target: str) -> None:
         print(f"  left as it was: {left.describe()}")
 
 
-def _observation(args: argparse.Namespace) -> Observation:
+def _observation(args: argparse.Namespace, model: onnx.ModelProto) -> Observation:
     return Observation(
-        _given(args), inputs.parse_shapes(args.shape), args.seed,
+        _given(args, model), inputs.parse_shapes(args.shape), args.seed,
         inputs.parse_int_range(args.int_range), Path(args.model).parent,
     )  # fmt: skip
 
@@ -64,6 +65,15 @@ def _observation(args: argparse.Namespace) -> Observation:
 def _read_files(model_path: str | Path, model: onnx.ModelProto, inputs_file: str | None = None) -> list[Path]:
     """The files a command reads: the model, its external data files, the --inputs file."""
     return [Path(model_path), *model_io.data_files(model, model_path), *([Path(inputs_file)] if inputs_file else [])]
+
+
+@contextlib.contextmanager
+def _writing(flag: str, path: str | Path) -> Iterator[None]:
+    """An error writing an output (a full disk, a quota) as bad input naming the flag and the file."""
+    try:
+        yield
+    except OSError as error:
+        raise model_io.OutputError(f"{flag} {path}: cannot write it: {error.strerror or error}") from error
 
 
 def _check_saved_model(args: argparse.Namespace, model: onnx.ModelProto, reads: list[Path]) -> None:
@@ -78,11 +88,12 @@ def _convert(args: argparse.Namespace) -> int:
         model,
         args.dimension_count,
         args.out_of_bounds,
-        _observation(args),
+        _observation(args, model),
         args.keep_cpu_gathers,
         provider_failures=args.provider_failures,
     )
-    model_io.save(result, args.output, args.model)
+    with _writing("-o/--output", args.output):
+        model_io.save(result, args.output, args.model)
     _print_report(report, "Converted", args.model, args.output)
     return 1 if args.strict and report.left else 0
 
@@ -91,7 +102,8 @@ def _lower(args: argparse.Namespace) -> int:
     model = model_io.load(args.model)
     _check_saved_model(args, model, _read_files(args.model, model))
     result, report = lower(model)
-    model_io.save(result, args.output, args.model)
+    with _writing("-o/--output", args.output):
+        model_io.save(result, args.output, args.model)
     _print_report(report, "Lowered", args.model, args.output)
     before, after = sum(report.before.values()), sum(report.after.values())
     reading = sum(1 for change in report.changed if change.reason.startswith("out_of_bounds=directml"))
@@ -103,7 +115,8 @@ def _lower(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    verdicts = check(model_io.load(args.model), args.feature_level, _observation(args))
+    model = model_io.load(args.model)
+    verdicts = check(model, args.feature_level, _observation(args, model))
     for verdict in verdicts:
         print(f"{verdict.status:<8} node {verdict.node!r} ({verdict.op_type}, {verdict.where}): {verdict.reason}")
         if verdict.ranks:
@@ -112,15 +125,16 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if all(v.status in ("DirectML", "CPU", "unknown") for v in verdicts) else 1
 
 
-def _given(args: argparse.Namespace) -> dict[str, np.ndarray]:
-    """The arrays of ``--inputs``, loaded once per command (``args`` keeps them)."""
+def _given(args: argparse.Namespace, model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The arrays of ``--inputs``, checked against ``model`` and loaded once per command (``args`` keeps them)."""
     if "given" not in vars(args):
-        args.given = inputs.load(args.inputs) if args.inputs else {}
+        limit = vars(args).get("max_elements")
+        args.given = inputs.load(args.inputs, model, limit) if args.inputs else {}
     return args.given
 
 
 def _feeds(args: argparse.Namespace, model: backends.Model) -> dict[str, np.ndarray]:
-    given = _given(args)
+    given = _given(args, model.proto)
     shapes = inputs.parse_shapes(args.shape)
     int_range = inputs.parse_int_range(args.int_range)
     return inputs.generate(model.proto, shapes, args.seed, int_range, given, args.max_elements)
@@ -129,7 +143,7 @@ def _feeds(args: argparse.Namespace, model: backends.Model) -> dict[str, np.ndar
 def _hint(args: argparse.Namespace, model: backends.Model, error: BaseException) -> str:
     """What the inputs can do about a backend's ``error``: a generated integer input that reached an index out of
     range, else which dynamic dims were generated as 1 (a likely cause of a failed run), else ""."""
-    given = list(_given(args))
+    given = list(_given(args, model.proto))
     generated = [value.name for value in inputs.model_inputs(model.proto) if value.name not in given]
     int_range = inputs.parse_int_range(args.int_range)
     return inputs.index_hint(model.proto, str(error), generated, int_range) or inputs.dynamic_hint(
@@ -178,7 +192,8 @@ def _run(args: argparse.Namespace) -> int:
         if count:
             print(f"  {count} out-of-bounds index values met by DML node {node!r}")
     if args.outputs:
-        inputs.save(args.outputs, outcome.outputs)
+        with _writing("--outputs", args.outputs):
+            inputs.save(args.outputs, outcome.outputs)
     return 0
 
 
@@ -244,31 +259,44 @@ def _parity(args: argparse.Namespace) -> int:
             progress.model_done()
             continue
         if args.save_inputs:
-            inputs.save(args.save_inputs, feeds)
+            with _writing("--save-inputs", args.save_inputs):
+                inputs.save(args.save_inputs, feeds)
         runs.append(run_parity(
             model, feeds, names, args.reference, args.atol, args.rtol, args.device_id, args.out_of_bounds,
-            functools.partial(_hint, args, model), args.all_tensors, args.seed, list(_given(args)),
+            functools.partial(_hint, args, model), args.all_tensors, args.seed, list(_given(args, model.proto)),
             lambda name, path=model.path: progress.step(f"{path}: {name}"),
         ))  # fmt: skip
         progress.model_done()
-        print(report.text(runs[-1]) + "\n")
+        if len(paths) > 1:  # a folder's models are reported as each ends; the verdict on them all after the files
+            print(report.text(runs[-1]) + "\n")
     progress.finish()
+    passed = all(run.report["passed"] for run in runs) and not refused
+    _write_parity_files(args, runs, refused, passed, len(paths))
+    if len(paths) == 1:  # its verdict only once its files are written
+        print(report.text(runs[0]) + "\n")
     for path, reason in refused.items():
         print(f"{path}: refused: {reason}\n")
-    passed = all(run.report["passed"] for run in runs) and not refused
     if len(paths) > 1:
         print(f"{sum(run.report['passed'] for run in runs)} of {len(paths)} models passed.")
         for run in runs:
             print(f"  {'passed' if run.report['passed'] else 'FAILED'}  {run.report['model']}")
         for path in refused:
             print(f"  refused {path}")
+    return 0 if passed else 1
+
+
+def _write_parity_files(
+    args: argparse.Namespace, runs: list, refused: dict[Path, str], passed: bool, models: int
+) -> None:
+    """The --report and --markdown files of a parity run, written before its verdict is printed."""
     if args.report:
         reports = [run.report for run in runs] + [_refused_report(path, reason) for path, reason in refused.items()]
-        document = reports[0] if len(paths) == 1 else {"models": reports, "passed": passed}
-        model_io.write_bytes(args.report, json.dumps(document, indent=2).encode())
+        document = reports[0] if models == 1 else {"models": reports, "passed": passed}
+        with _writing("--report", args.report):
+            model_io.write_bytes(args.report, json.dumps(document, indent=2).encode())
     if args.markdown:
-        model_io.write_bytes(args.markdown, report.markdown(runs, refused).encode())
-    return 0 if passed else 1
+        with _writing("--markdown", args.markdown):
+            model_io.write_bytes(args.markdown, report.markdown(runs, refused).encode())
 
 
 def _refused_report(path: Path, reason: str) -> dict:
@@ -317,7 +345,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UserError, OSError) as error:  # bad input (a file one cannot read too): one line naming it
         if debug:
             traceback.print_exc()
-        print(f"onnx-gather: error: {one_line(error, typed=False)}", file=sys.stderr)
+        text = one_line(error, typed=False)
+        if isinstance(error, OSError) and error.filename is None:  # "[Errno 28] No space left on device": say where
+            command = next((word for word in argv if word in _COMMANDS), "onnx-gather")
+            text = f"{command}: {error.strerror or text} (on a file the system did not name; --debug shows where)"
+        print(f"onnx-gather: error: {text}", file=sys.stderr)
         return 2
     except Exception as error:  # onnx-gather's own failure: one line saying so
         if debug:

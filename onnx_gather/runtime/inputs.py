@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import zipfile
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import onnx
 from onnx import helper
 
 from onnx_gather.core.errors import UserError
+from onnx_gather.core.words import listed
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.graphs.types import ValueType
@@ -84,7 +86,7 @@ def generate(
     unknown = set(shapes) - {v.name for v in model_inputs(model)}
     if unknown:
         raise InputError(f"--shape names {sorted(unknown)[0]!r}, which is not an input of the model")
-    _check_given(model, given)
+    _check_given(model, {name: (np.asarray(a).dtype, np.asarray(a).shape) for name, a in given.items()})
     rng = np.random.default_rng(seed)
     feeds = {}
     for value in model_inputs(model):
@@ -111,34 +113,39 @@ def generate(
     return feeds
 
 
-def _check_given(model: onnx.ModelProto, given: Mapping[str, np.ndarray]) -> None:
+Declared = Mapping[str, tuple[np.dtype, tuple[int, ...]]]
+"""Arrays by name as their type and shape, read from an .npz file's headers or taken from arrays in memory."""
+
+
+def _check_given(model: onnx.ModelProto, given: Declared) -> None:
     """Refuse arrays of an --inputs file that the model has no input for, or of another type, rank or fixed size:
-    every such array named in one line."""
+    every such array named in one line (at most 5 of each list, then how many more)."""
     values = {value.name: value for value in model_inputs(model)}
     unknown = sorted(set(given) - set(values))
     problems = []
     if unknown:
-        problems.append(f"holds {', '.join(map(repr, unknown))}, which the model has no input for "
-                        f"(its inputs: {', '.join(values) or 'none'})")  # fmt: skip
-    for name, array in given.items():
+        problems.append(f"holds {listed(unknown)}, which the model has no input for "
+                        f"(its inputs: {listed(values, quoted=False) or 'none'})")  # fmt: skip
+    for name, (dtype, shape) in given.items():
         value_type = ValueType.of(values[name]) if name in values else None
         if value_type is None:
             continue
-        array = np.asarray(array)
         if value_type.elem_type == onnx.TensorProto.STRING:
-            expected_kind = array.dtype.kind in "OUS"
+            expected_kind = dtype.kind in "OUS"
             wanted = "strings"
         else:
             wanted = np.dtype(helper.tensor_dtype_to_np_dtype(value_type.elem_type)).name
-            expected_kind = array.dtype.name == wanted
+            expected_kind = dtype.name == wanted
         if not expected_kind:
-            problems.append(f"array {name!r} is {array.dtype.name} where the model takes {wanted}")
+            problems.append(f"array {name!r} is {dtype.name} where the model takes {wanted}")
             continue
         dims = value_type.dims
-        if dims is not None and (len(dims) != array.ndim or any(
-                isinstance(d, int) and d != n for d, n in zip(dims, array.shape, strict=True))):  # fmt: skip
+        if dims is not None and (len(dims) != len(shape) or any(
+                isinstance(d, int) and d != n for d, n in zip(dims, shape, strict=True))):  # fmt: skip
             declared = "x".join(str(d) if isinstance(d, int) else f"<{d or '?'}>" for d in dims) or "a scalar"
-            problems.append(f"array {name!r} has shape {dims_text(array.shape)} where the model takes {declared}")
+            problems.append(f"array {name!r} has shape {dims_text(shape)} where the model takes {declared}")
+    if len(problems) > 6:
+        problems[6:] = [f"and {len(problems) - 6:,} more problems"]
     if problems:
         raise InputError(f"--inputs {'; '.join(problems)}")
 
@@ -203,11 +210,51 @@ def index_hint(model: onnx.ModelProto, message: str, generated: Collection[str],
             f"{node.op_type} node {node.name!r}{takes}: give {smaller}, or real values with --inputs")  # fmt: skip
 
 
-def load(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """The arrays of an .npz file, by name."""
+_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _declared(path: Path) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """The arrays of an .npz file as their headers declare them, read from the zip directory and each member's
+    .npy header only: refuses a member that is not an .npy array, or whose size is not what its header declares."""
+    declared = {}
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            where = f"{path}: member {info.filename!r}"
+            if not info.filename.endswith(".npy"):
+                raise InputError(f"{where} is not an .npy array")
+            try:
+                with archive.open(info) as member:
+                    shape, _, dtype = _HEADERS[np.lib.format.read_magic(member)](member)
+                    header = member.tell()
+            except (KeyError, ValueError, EOFError, zipfile.BadZipFile) as error:
+                raise InputError(f"{where}: not a readable .npy header ({type(error).__name__})") from None
+            size = header + int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if info.file_size != size:
+                raise InputError(f"{where} declares {dtype.name} {dims_text(shape)} ({size:,} bytes with its "
+                                 f"header) but holds {info.file_size:,} bytes")  # fmt: skip
+            declared[info.filename.removesuffix(".npy")] = (dtype, tuple(shape))
+    return declared
+
+
+def load(
+    path: str | os.PathLike, model: onnx.ModelProto | None = None, max_elements: int | None = None
+) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file, by name. Before any array is read, the zip directory and the arrays' headers
+    are checked: every member an .npy array of the size its header declares, of at most ``max_elements`` elements
+    (if given), and with ``model`` one of its inputs, of its type, rank and fixed sizes."""
     try:
+        declared = _declared(Path(path))
+        for name, (_, shape) in declared.items():
+            elements = int(np.prod(shape, dtype=object))
+            if max_elements is not None and elements > max_elements:
+                raise InputError(f"--inputs {path}: array {name!r} of shape {dims_text(shape)} has {elements:,} "
+                                 f"elements, more than --max-elements {max_elements}")  # fmt: skip
+        if model is not None:
+            _check_given(model, declared)
         with np.load(Path(path), allow_pickle=False) as archive:
             return {name: archive[name] for name in archive.files}
+    except InputError:
+        raise
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except Exception as error:  # a broken archive fails in many ways (BadZipFile, EOFError, ValueError, ...)
