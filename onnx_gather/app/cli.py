@@ -66,14 +66,9 @@ def _read_files(model_path: str | Path, model: onnx.ModelProto, inputs_file: str
     return [Path(model_path), *model_io.data_files(model, model_path), *([Path(inputs_file)] if inputs_file else [])]
 
 
-def _check_saved_model(args: argparse.Namespace, model: onnx.ModelProto, reads: list[Path]) -> None:
-    for path in model_io.saved_files(model, args.output, args.model):
-        model_io.check_output(path, "-o/--output", reads)
-
-
 def _convert(args: argparse.Namespace) -> int:
     model = model_io.load(args.model)
-    _check_saved_model(args, model, _read_files(args.model, model, args.inputs))
+    model_io.check_output(args.output, "-o/--output", _read_files(args.model, model, args.inputs))
     result, report = convert(
         model,
         args.dimension_count,
@@ -89,7 +84,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _lower(args: argparse.Namespace) -> int:
     model = model_io.load(args.model)
-    _check_saved_model(args, model, _read_files(args.model, model))
+    model_io.check_output(args.output, "-o/--output", _read_files(args.model, model))
     result, report = lower(model)
     model_io.save(result, args.output, args.model)
     _print_report(report, "Lowered", args.model, args.output)
