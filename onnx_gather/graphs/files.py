@@ -65,10 +65,28 @@ def _writer_alive(match: re.Match) -> bool:
     return _start_time(int(match["pid"])) == int(match["start"])
 
 
+def _entries(folder: Path) -> list[os.DirEntry] | None:
+    """The entries of ``folder``; None when it cannot be listed (a folder one may write in but not read)."""
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except OSError:
+        return None
+
+
+def names(folder: Path) -> list[str]:
+    """The names in ``folder``; none when it cannot be listed."""
+    return [entry.name for entry in _entries(folder) or []]
+
+
 def live_temporaries(folder: Path, target: str) -> bool:
-    """Whether a process other than this one is writing ``target`` in ``folder`` (has a temporary file for it)."""
+    """Whether a process other than this one is writing ``target`` in ``folder`` (has a temporary file for it);
+    True when the folder cannot be listed."""
     mine = owner_tag()
-    for entry in os.scandir(folder):
+    entries = _entries(folder)
+    if entries is None:
+        return True
+    for entry in entries:
         match = _TEMPORARY.fullmatch(entry.name)
         if (
             match
@@ -83,7 +101,7 @@ def live_temporaries(folder: Path, target: str) -> bool:
 def remove_leftovers(folder: Path) -> list[Path]:
     """Remove onnx-gather's temporary files in ``folder`` whose writer is gone; the paths removed."""
     removed = []
-    for entry in os.scandir(folder):
+    for entry in _entries(folder) or []:
         match = _TEMPORARY.fullmatch(entry.name)
         if match and entry.is_file(follow_symlinks=False) and not _writer_alive(match):
             with_path = Path(entry.path)

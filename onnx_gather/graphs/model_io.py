@@ -188,10 +188,10 @@ def _remove_stale_data(path: Path) -> None:
     """Remove data files of earlier writes of ``path`` that no model of its folder names, unless one is being
     written (listed first, so that a file listed is either still being written, or named by the model now)."""
     folder = path.parent
-    stale = [entry.name for entry in os.scandir(folder) if _stale_data(path).fullmatch(entry.name)]
+    stale = [name for name in files.names(folder) if _stale_data(path).fullmatch(name)]
     if not stale or files.live_temporaries(folder, path.name):
         return
-    models = [path, *(p for p in folder.iterdir() if p.suffix.lower() == ".onnx" and p.name != path.name)]
+    models = [path, *(folder / n for n in files.names(folder) if n.lower().endswith(".onnx") and n != path.name)]
     for name in stale:
         if not any(_mentions(model, name) for model in models):
             (folder / name).unlink(missing_ok=True)
