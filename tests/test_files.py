@@ -7,6 +7,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -19,7 +20,7 @@ from onnx import numpy_helper
 
 from onnx_gather.app.cli import main
 from onnx_gather.app.demo import sample_model_path
-from onnx_gather.graphs import model_io
+from onnx_gather.graphs import files
 
 
 def _model(folder, name="model.onnx", data="model.onnx.data", seed=1):
@@ -125,7 +126,10 @@ def test_converting_two_models_into_one_folder_keeps_each_models_data(tmp_path):
     out.mkdir()
     assert main(["convert", str(first), "-o", str(out / "first.onnx")]) == 0
     assert main(["convert", str(second), "-o", str(out / "second.onnx")]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["first.onnx", "first.onnx.data", "second.onnx", "second.onnx.data"]
+    names = sorted(p.name for p in out.iterdir())
+    assert len(names) == 4 and names[0] == "first.onnx" and names[2] == "second.onnx"
+    assert re.fullmatch(r"first\.onnx\.[0-9a-f]{12}\.data", names[1])
+    assert re.fullmatch(r"second\.onnx\.[0-9a-f]{12}\.data", names[3])
     assert_all_identical(run_model(out / "first.onnx", FEEDS, custom_ops=True), run_model(first, FEEDS))
     assert_all_identical(run_model(out / "second.onnx", FEEDS, custom_ops=True), run_model(second, FEEDS))
 
@@ -142,16 +146,17 @@ def test_written_files_get_the_mode_the_umask_says(tmp_path, umask):
         assert main(["parity", str(model), "--backends", "cpu", "--report", str(out / "r.json")]) == 0
     finally:
         os.umask(previous)
-    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
-    # lowered.onnx, in the same folder, shares dml.onnx.data
-    assert modes == {name: 0o666 & ~umask for name in ("dml.onnx", "dml.onnx.data", "lowered.onnx", "r.json")}
+    modes = {re.sub(r"\.[0-9a-f]{12}\.", ".ID.", p.name): p.stat().st_mode & 0o777 for p in out.iterdir()}
+    # lowered.onnx, in the same folder, has a hard link to dml.onnx's data
+    names = ("dml.onnx", "dml.onnx.ID.data", "lowered.onnx", "lowered.onnx.ID.data", "r.json")
+    assert modes == {name: 0o666 & ~umask for name in names}
 
 
 @pytest.fixture(params=["tmpfs", "ENOSPC"])
 def full_folder(request, tmp_path, monkeypatch):
     """A folder on a full filesystem, both ways: a 64 kB tmpfs filled up (where this runs as root and may mount
     one; skipped elsewhere), and a folder whose writes the package makes fail with ENOSPC (model_io's
-    _write_atomically, through which every output is written)."""
+    files.write_atomically, through which every output is written)."""
     folder = tmp_path / "full"
     folder.mkdir()
     if request.param == "ENOSPC":
@@ -159,7 +164,7 @@ def full_folder(request, tmp_path, monkeypatch):
         def no_space(path, write):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-        monkeypatch.setattr(model_io, "_write_atomically", no_space)
+        monkeypatch.setattr(files, "write_atomically", no_space)
         yield folder
         return
     mount = ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)]

@@ -76,14 +76,9 @@ def _writing(flag: str, path: str | Path) -> Iterator[None]:
         raise model_io.OutputError(f"{flag} {path}: cannot write it: {error.strerror or error}") from error
 
 
-def _check_saved_model(args: argparse.Namespace, model: onnx.ModelProto, reads: list[Path]) -> None:
-    for path in model_io.saved_files(model, args.output, args.model):
-        model_io.check_output(path, "-o/--output", reads)
-
-
 def _convert(args: argparse.Namespace) -> int:
     model = model_io.load(args.model)
-    _check_saved_model(args, model, _read_files(args.model, model, args.inputs))
+    model_io.check_output(args.output, "-o/--output", _read_files(args.model, model, args.inputs))
     result, report = convert(
         model,
         args.dimension_count,
@@ -100,7 +95,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _lower(args: argparse.Namespace) -> int:
     model = model_io.load(args.model)
-    _check_saved_model(args, model, _read_files(args.model, model))
+    model_io.check_output(args.output, "-o/--output", _read_files(args.model, model))
     result, report = lower(model)
     with _writing("-o/--output", args.output):
         model_io.save(result, args.output, args.model)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import mmap
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import re
+import secrets
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -15,6 +17,7 @@ from google.protobuf.message import DecodeError
 from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
 from onnx_gather.core.errors import UserError
+from onnx_gather.graphs import files
 from onnx_gather.graphs.plumbing import bodies, sort_topologically
 from onnx_gather.graphs.validate import InvalidModel, validate
 
@@ -81,6 +84,7 @@ def load(path: str | os.PathLike) -> onnx.ModelProto:
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise ModelError(f"{path}: not an ONNX model (no graph)")
     _check_external_data(model, path.parent, path)
+    _verify_checksums(model, path.parent, path)
     sort_topologically(model)  # ONNX Runtime runs nodes listed in any order; so does every command
     try:
         validate(model)
@@ -95,61 +99,148 @@ def data_files(model: onnx.ModelProto, path: str | os.PathLike) -> list[Path]:
     return [folder / location for location in sorted(_check_external_data(model, folder, Path(path)))]
 
 
+_CHUNK = 16 * 1024 * 1024
+
+
 def _data_names(locations: Sequence[str], path: Path) -> dict[str, str]:
-    """Copied data files are named after the model they serve, so that no other model's file is overwritten."""
-    if len(locations) == 1:
-        return {locations[0]: f"{path.name}.data"}
-    return {location: f"{path.name}.{number}.data" for number, location in enumerate(locations, start=1)}
+    """Fresh names for the data files of one write of ``path``: ``out.onnx.<id>.data`` (``.<id>.1.data``, ...
+    for several), which no other write uses, so that a model always comes with the data written with it."""
+    while True:
+        write = secrets.token_hex(6)
+        if len(locations) == 1:
+            names = {locations[0]: f"{path.name}.{write}.data"}
+        else:
+            names = {location: f"{path.name}.{write}.{n}.data" for n, location in enumerate(locations, start=1)}
+        if not any((path.parent / name).exists() for name in names.values()):
+            return names
 
 
-def _copied_data(model: onnx.ModelProto, path: Path, source: Path) -> dict[str, str]:
-    """The external data files ``save`` copies next to ``path``, by location: none where it is beside ``source``."""
-    if path.parent.resolve() == source.parent.resolve():
-        return {}
-    return _data_names(sorted(_check_external_data(model, source.parent, source)), path)
-
-
-def saved_files(model: onnx.ModelProto, path: str | os.PathLike, source: str | os.PathLike) -> list[Path]:
-    """Every file ``save(model, path, source)`` writes: the copied external data files, then the model."""
-    path = Path(path)
-    return [path.parent / name for name in _copied_data(model, path, Path(source)).values()] + [path]
+def _stale_data(path: Path) -> re.Pattern:
+    return re.compile(rf"{re.escape(path.name)}\.[0-9a-f]{{12}}(\.\d+)?\.data")
 
 
 def save(model: onnx.ModelProto, path: str | os.PathLike, source: str | os.PathLike) -> None:
-    """Write ``model`` to ``path`` atomically, its external data files copied from next to ``source`` where needed.
+    """Write ``model`` to ``path`` atomically with its external data files, as one: a reader gets a model with the
+    data written with it, or the previous pair, never one's model with the other's data.
 
-    ONNX Runtime looks for external data relative to the model file, so when ``path`` is in another folder
-    the files go there too (each written atomically), named after ``path`` (``out.onnx.data``; the model's
-    locations are rewritten to match), so that another model's data file of the same name is never replaced.
-    A model in the same folder as ``source`` shares its files.
+    The data files (those of the model read from ``source``) get names of their own, ``out.onnx.<id>.data``:
+    copied (streamed) from another folder, hard-linked in the same one (copied where links fail). Each is written
+    before the model, whose rename is the one commit; the model records each file's SHA-1 as its ``checksum``
+    (ONNX's external data key), which ``load`` verifies. After the commit, data files of earlier writes of
+    ``path`` that no model of the folder names any more are removed, unless another process is writing ``path``
+    (then the last one to finish removes them), and so are onnx-gather's temporary files whose writer is gone.
     """
     path, source = Path(path), Path(source)
-    names = _copied_data(model, path, source)
-    for location, name in names.items():
-        _write_atomically(path.parent / name, lambda file, location=location: _copy(source.parent / location, file))
-    for tensor in _external_tensors(model) if names else ():
-        for entry in tensor.external_data:
-            if entry.key == "location":
-                entry.value = names[entry.value]
-    write_bytes(path, model.SerializeToString())
+    folder = path.parent
+    files.remove_leftovers(folder)
+    names = _data_names(sorted(_check_external_data(model, source.parent, source)), path)
+
+    def write(file: BinaryIO) -> None:  # the model's temporary file, open meanwhile, says a write is under way
+        checksums = {location: _place(source.parent / location, folder / name) for location, name in names.items()}
+        for tensor in _external_tensors(model):
+            location = ExternalDataInfo(tensor).location
+            for key in ("checksum", "location"):
+                entries = [entry for entry in tensor.external_data if entry.key == key]
+                entry = entries[0] if entries else tensor.external_data.add(key=key)
+                entry.value = checksums[location] if key == "checksum" else names[location]
+        file.write(model.SerializeToString())
+
+    try:
+        files.write_atomically(path, write)
+    except BaseException:
+        for name in names.values():  # fresh names: nobody else's files
+            (folder / name).unlink(missing_ok=True)
+        raise
+    _remove_stale_data(path)
+
+
+def _place(source: Path, target: Path) -> str:
+    """``source``'s bytes at ``target`` (a new name): hard-linked in the same folder, else copied; their SHA-1."""
+    if source.parent.resolve() == target.parent.resolve():
+        try:
+            os.link(source, target)
+            return _sha1(target)
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links, or a file the kernel does not let this user link
+            pass
+    digest = hashlib.sha1()
+
+    def copy(file: BinaryIO) -> None:
+        with open(source, "rb") as data:
+            while chunk := data.read(_CHUNK):
+                digest.update(chunk)
+                file.write(chunk)
+
+    files.write_atomically(target, copy)
+    return digest.hexdigest()
+
+
+def _sha1(path: Path) -> str:
+    digest = hashlib.sha1()
+    with open(path, "rb") as data:
+        while chunk := data.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _remove_stale_data(path: Path) -> None:
+    """Remove data files of earlier writes of ``path`` that no model of its folder names, unless one is being
+    written (listed first, so that a file listed is either still being written, or named by the model now)."""
+    folder = path.parent
+    stale = [name for name in files.names(folder) if _stale_data(path).fullmatch(name)]
+    if not stale or files.live_temporaries(folder, path.name):
+        return
+    models = [path, *(folder / n for n in files.names(folder) if n.lower().endswith(".onnx") and n != path.name)]
+    for name in stale:
+        if not any(_mentions(model, name) for model in models):
+            (folder / name).unlink(missing_ok=True)
+
+
+def _mentions(model: Path, name: str) -> bool:
+    """Whether ``model``'s bytes hold ``name`` (as an external data location does); True when unreadable."""
+    try:
+        with open(model, "rb") as file:
+            if not os.fstat(file.fileno()).st_size:
+                return False
+            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return data.find(name.encode()) >= 0
+    except (OSError, ValueError):
+        return True
+
+
+def _verify_checksums(model: onnx.ModelProto, folder: Path, path: Path) -> None:
+    """Each external data file whose SHA-1 the model records (``checksum``, as onnx-gather writes) must match it."""
+    digests: dict[str, str] = {}
+    for tensor in _external_tensors(model):
+        info = ExternalDataInfo(tensor)
+        if not info.checksum:
+            continue
+        if info.location not in digests:
+            digests[info.location] = _sha1(folder / info.location)
+        if digests[info.location] != info.checksum.lower():
+            raise ModelError(
+                f"{path}: external data file {folder / info.location} is not the one this model was written with "
+                "(its SHA-1 differs from the checksum the model records): replaced by another model's, or changed"
+            )
 
 
 @contextlib.contextmanager
 def temporary_copy(model: onnx.ModelProto, beside: str | os.PathLike) -> Iterator[Path]:
     """``model`` in a temporary file beside ``beside`` (so that the external data it names is found), removed after."""
     beside = Path(beside)
-    handle, temporary = tempfile.mkstemp(dir=beside.parent, prefix=f".{beside.stem}-", suffix=".onnx")
+    handle, temporary = files.temporary_file(beside.parent, beside.name, ".tmp.onnx")
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(model.SerializeToString())
-        yield Path(temporary)
+        yield temporary
     finally:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically: a reader sees the old file or the whole new one."""
-    _write_atomically(Path(path), lambda file: file.write(data))
+    files.write_atomically(Path(path), lambda file: file.write(data))
 
 
 def check_output(path: str | os.PathLike, flag: str, inputs: Iterable[str | os.PathLike] = ()) -> None:
@@ -181,33 +272,3 @@ def same_file(first: Path, second: Path) -> bool:
         return os.path.samefile(first, second)  # hard links
     except OSError:  # one of them does not exist
         return False
-
-
-def _copy(source: Path, file: BinaryIO) -> None:
-    with open(source, "rb") as data:
-        shutil.copyfileobj(data, file, length=16 * 1024 * 1024)
-
-
-def _file_mode() -> int:
-    """What a new file gets under the process's umask (which can only be read by setting it)."""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def _write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write through a temporary file in the same folder, renamed over ``path`` only once complete.
-
-    The file gets the mode the umask gives a new file, as any tool's output does (a temporary file is 0600).
-    """
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(handle, _file_mode())
-        with os.fdopen(handle, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
