@@ -394,15 +394,21 @@ def test_keep_cpu_gathers_leaves_what_the_provider_keeps_on_cpu_so_the_custom_op
         directml.free(loaded)
 
 
-def test_ctrl_c_during_a_dml_run_ends_at_once_with_one_line_and_leaves_nothing(tmp_path):
-    require_directml()
+def _dml_run(tmp_path) -> tuple[list[str], dict[str, str], Path]:
+    """The command line of `run --backend dml` on 200 gathers (a load of seconds: time to interrupt or kill it), its
+    environment with a private TMPDIR, and that folder."""
     model = tmp_path / "gathers.onnx"
-    onnx.save(_gather_model(200), model)  # a load of seconds: time to be interrupted
+    onnx.save(_gather_model(200), model)
     private = tmp_path / "tmp"
     private.mkdir()
     command = [sys.executable, "-m", "onnx_gather", "run", str(model), "--backend", "dml"]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "TMPDIR": str(private)})  # fmt: skip
+    return command, {**os.environ, "TMPDIR": str(private)}, private
+
+
+def test_ctrl_c_during_a_dml_run_ends_at_once_with_one_line_and_leaves_nothing(tmp_path):
+    require_directml()
+    command, environment, private = _dml_run(tmp_path)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
     deadline = time.monotonic() + 120
     while not list(private.glob("onnx-gather-dml-*/wine.log")) and time.monotonic() < deadline:
         time.sleep(0.1)  # until Wine runs
@@ -470,12 +476,7 @@ def test_a_run_killed_with_kill_9_leaves_what_the_next_run_removes_and_a_live_ru
     tmp_path, monkeypatch
 ):
     require_directml()
-    model = tmp_path / "gathers.onnx"
-    onnx.save(_gather_model(200), model)  # a load of seconds: time to be killed
-    private = tmp_path / "tmp"
-    private.mkdir()
-    command = [sys.executable, "-m", "onnx_gather", "run", str(model), "--backend", "dml"]
-    environment = {**os.environ, "TMPDIR": str(private)}
+    command, environment, private = _dml_run(tmp_path)
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
     deadline = time.monotonic() + 120
     while not list(private.glob("onnx-gather-dml-*/wine.log")) and time.monotonic() < deadline:
@@ -499,8 +500,7 @@ def test_a_run_killed_with_kill_9_leaves_what_the_next_run_removes_and_a_live_ru
             assert _state(pid) in (None, "Z"), f"{pid} ({_state(pid)}) outlived its parent"
         pids, live = runner_children(runner)
         # A second run while this one lives keeps this one's folder (and cgroup), and removes its own at the end.
-        second = subprocess.run([sys.executable, "-m", "onnx_gather", "run", str(model), "--backend", "dml"],
-                                capture_output=True, text=True, env=environment, timeout=600)  # fmt: skip
+        second = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=600)
         assert second.returncode == 0, second.stderr
         assert [p.name for p in private.glob("onnx-gather-dml-*")] == [Path(live).name]
         assert runner.run(runner.load(_gather_model()), FEEDS)["y0"].tolist() == [11, 10, 15]
