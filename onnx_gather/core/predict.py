@@ -284,11 +284,15 @@ _OFFSETS = {"GATHER": _gather_offsets, "GATHER_ELEMENTS": _elements_offsets, "GA
             "GATHER_ND1": _nd_offsets}  # fmt: skip
 
 
-def element_offsets(case: Case) -> np.ndarray:
-    """For every output position in row-major order, the input element offset DirectML reads (32-bit words, before
-    the clamp to the tensor's memory), for a case it takes."""
-    sizes = case.output.sizes
-    out = np.indices(sizes, np.uint64).reshape(len(sizes), -1).T  # every output coordinate, row-major
+def _positions(sizes: tuple[int, ...]) -> np.ndarray:
+    """Every coordinate of a tensor of ``sizes``, row-major, one row each (uint64)."""
+    return np.indices(sizes, np.uint64).reshape(len(sizes), -1).T
+
+
+def element_offsets(case: Case, out: np.ndarray | None = None) -> np.ndarray:
+    """For each output position of ``out`` (rows of coordinates; all of them, row-major, by default), the input element
+    offset DirectML reads (32-bit words, before the clamp to the tensor's memory), for a case it takes."""
+    out = _positions(case.output.sizes) if out is None else out
     return _OFFSETS[case.operator](case, out, np.array(case.input.steps, np.uint64)) & _WORD
 
 
@@ -298,9 +302,8 @@ def predict(case: Case) -> Outcome:
         return REFUSED
     if max(case.input.total_bytes, case.indices.total_bytes, case.output.total_bytes) >= 2**32:
         raise NotPredicted("a buffer of 4 GiB or more (never measured)")
-    sizes = case.output.sizes
-    out = np.indices(sizes, np.uint64).reshape(len(sizes), -1).T  # every output coordinate, row-major
-    values = _read(case, element_offsets(case))
+    out = _positions(case.output.sizes)
+    values = _read(case, element_offsets(case, out))
     buffer = np.full(case.output.total_bytes, case.fill, np.uint8)
     at = (out * np.array(case.output.steps, np.uint64)).sum(axis=1).astype(np.intp)
     order = np.argsort(at, kind="stable")
