@@ -26,13 +26,11 @@ from conftest import (
 from onnx_gather.app import cli
 from onnx_gather.conformance import direct as direct_conformance
 from onnx_gather.core import predict
-from onnx_gather.core.contract import DIRECTML_DTYPES
+from onnx_gather.core.contract import DIRECTML_DTYPES, NUMPY_NAMES
 from onnx_gather.core.descs import Case, Outcome, TensorDesc, from_buffer, to_buffer
 from onnx_gather.directml import layout, random_descs
 from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.directml.process import RunnerError
-
-NAMES = {np.dtype(numpy): name for name, numpy in DIRECTML_DTYPES.items()}
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +43,9 @@ def direct():
 def _case(operator: str, attributes: dict, data, indices, output_sizes, output: TensorDesc | None = None, fill=0xCD):
     """A case of packed tensors of the arrays' types and shapes (FLOAT32 data, UINT32 indices as in the pages)."""
     data, indices = np.asarray(data, np.float32), np.asarray(indices, np.uint32)
-    input_desc = TensorDesc.of(NAMES[data.dtype], data.shape)
-    indices_desc = TensorDesc.of(NAMES[indices.dtype], indices.shape)
-    output = output or TensorDesc.of(NAMES[data.dtype], output_sizes)
+    input_desc = TensorDesc.of(NUMPY_NAMES[data.dtype], data.shape)
+    indices_desc = TensorDesc.of(NUMPY_NAMES[indices.dtype], indices.shape)
+    output = output or TensorDesc.of(NUMPY_NAMES[data.dtype], output_sizes)
     return Case(operator, attributes, input_desc, indices_desc, output, to_buffer(input_desc, data),
                 to_buffer(indices_desc, indices), fill)  # fmt: skip
 
@@ -255,8 +253,8 @@ def test_16_bit_descs_are_predicted_bit_for_bit_on_the_dxbc_and_on_the_dxil_kern
 def test_the_examples_of_docs_section_8_on_directml_and_in_the_prediction(direct):
     def case(operator, attributes, data, indices, output_sizes, input_desc=None, input_bytes=None):
         data, indices = np.asarray(data), np.asarray(indices)
-        x = input_desc or TensorDesc.of(NAMES[data.dtype], data.shape)
-        j = TensorDesc.of(NAMES[indices.dtype], indices.shape)
+        x = input_desc or TensorDesc.of(NUMPY_NAMES[data.dtype], data.shape)
+        j = TensorDesc.of(NUMPY_NAMES[indices.dtype], indices.shape)
         o = TensorDesc.of(x.dtype, output_sizes)
         raw = input_bytes if input_bytes is not None else to_buffer(x, data)
         return Case(operator, attributes, x, j, o, raw, to_buffer(j, indices), 0xCD)

@@ -62,6 +62,7 @@ INDEX_TYPE_NAMES = tuple(sorted(t.directml for t in INDEX_TYPES))  # INT32, INT6
 INDEX_DTYPES = tuple(t.numpy for t in INDEX_TYPES)
 DIRECTML_DTYPES = {t.directml: t.numpy for t in DATA_TYPES}  # descs' element types by DirectML's names
 DIRECTML_NAMES = {t.onnx: t.directml for t in DATA_TYPES}
+NUMPY_NAMES = {np.dtype(t.numpy): t.directml for t in DATA_TYPES}  # DirectML's name of a numpy element type
 
 # A DML node carries DirectML's data types less FLOAT16, which onnxruntime-extensions' bridge refuses; the types
 # below travel as another through the custom ops (to_dml puts Casts around the node), exactly.

@@ -15,9 +15,9 @@ from onnx_gather.core import predict
 from onnx_gather.core.contract import (
     ATTRIBUTE_VALUES,
     DATA_DTYPES,
-    DIRECTML_DTYPES,
     INDEX_DTYPES,
     MAX_DIMENSION_COUNT,
+    NUMPY_NAMES,
     OUT_OF_BOUNDS_MODES,
 )
 from onnx_gather.core.descs import Case, TensorDesc, to_buffer
@@ -214,8 +214,7 @@ def _directml_desc_gather(
 ) -> np.ndarray:
     """DML_GATHER beyond ONNX's Gather, on the descs ONNX Runtime's provider would make of these arrays: the element
     offsets ``predict`` states for DirectML called directly, read as section 4.3 reads them."""
-    names = {np.dtype(numpy): name for name, numpy in DIRECTML_DTYPES.items()}
-    descs = [TensorDesc.provider(names[array.dtype], shape)
+    descs = [TensorDesc.provider(NUMPY_NAMES[array.dtype], shape)
              for array, shape in ((input, input.shape), (indices, indices.shape), (input, output_sizes))]  # fmt: skip
     case = Case("GATHER", {"axis": axis, "index_dimensions": index_dimensions}, *descs,
                 bytes(descs[0].total_bytes), to_buffer(descs[1], indices))  # fmt: skip
