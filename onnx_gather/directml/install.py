@@ -125,8 +125,9 @@ def _download_dlls(folder: Path, out: TextIO) -> None:
 def _compile(folder: Path, name: str, out: TextIO) -> None:
     """One of the Windows programs (``PROGRAMS``): <name>.c (with ``PROTOCOL``) compiled into <name>.exe in
     ``folder``."""
+    files = program_files(name)
     with tempfile.TemporaryDirectory(prefix="onnx-gather-compile-") as sources:
-        for file, text in program_files(name).items():
+        for file, text in files.items():
             (Path(sources) / file).write_bytes(text)
         done = subprocess.run(
             [COMPILER, "-O2", "-Wall", "-o", str(folder / f"{name}.exe"), str(Path(sources) / f"{name}.c")],
@@ -134,7 +135,7 @@ def _compile(folder: Path, name: str, out: TextIO) -> None:
         )  # fmt: skip
     if done.returncode != 0:
         raise SetupError(f"compiling {name}.c failed: {done.stderr.strip().splitlines()[-1]}")
-    print(f"  {name}.exe: compiled from {name}.c", file=out)
+    print(f"  {name}.exe: compiled from {' and '.join(files)}", file=out)
 
 
 def _wine_source(folder: Path) -> Path:

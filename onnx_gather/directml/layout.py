@@ -182,7 +182,10 @@ class Layout:
         }
         lines = {
             "DLLs": f"onnxruntime-directml {ORT_DIRECTML_VERSION}'s DLLs are not in {self.bin}",
-            **{name: f"{name}.exe is not built from this version's {name}.c in {self.bin}" for name in PROGRAMS},
+            **{
+                name: f"{name}.exe is not built from this version's {' and '.join(program_files(name))} in {self.bin}"
+                for name in PROGRAMS
+            },
             "d3d12": f"d3d12.dll (vkd3d 1.14 with DXIL, and its native 16-bit variant) is not built from this "
             f"version's sources in {self.bin}",
         }
