@@ -6,6 +6,7 @@ Skipped where real DirectML is not set up; in CI (CI=true) they fail instead.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import time
@@ -28,7 +29,7 @@ from onnx_gather.conformance import direct as direct_conformance
 from onnx_gather.core import predict
 from onnx_gather.core.contract import DIRECTML_DTYPES, NUMPY_NAMES
 from onnx_gather.core.descs import Case, Outcome, TensorDesc, from_buffer, to_buffer
-from onnx_gather.directml import layout, random_descs
+from onnx_gather.directml import install, layout, random_descs
 from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.directml.process import RunnerError
 
@@ -178,7 +179,18 @@ def test_a_changed_direct_c_must_be_rebuilt(monkeypatch):
         return source(name) + (b"\n" if name == "direct" else b"")
 
     monkeypatch.setattr(layout, "program_source", changed)
-    assert where.problems() == [f"direct.exe is not built from this version's direct.c in {where.bin}"]
+    assert where.problems() == [f"direct.exe is not built from this version's direct.c and protocol.h in {where.bin}"]
+
+
+def test_each_program_is_compiled_with_protocol_h_into_its_exe_alone(tmp_path):
+    require_directml()  # the set-up's compiler
+    out = io.StringIO()
+    for name in layout.PROGRAMS:
+        install._compile(tmp_path, name, out)
+        assert (tmp_path / f"{name}.exe").read_bytes()[:2] == b"MZ"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{name}.exe" for name in layout.PROGRAMS)
+    lines = [f"  {name}.exe: compiled from {name}.c and protocol.h" for name in layout.PROGRAMS]
+    assert out.getvalue().splitlines() == lines
 
 
 def test_a_case_states_what_is_wrong_with_it():

@@ -181,9 +181,24 @@ def test_a_runner_built_from_another_runner_c_is_not_used_and_set_up_rebuilds_it
     state = json.loads(cache.layout.state_file.read_text())
     cache.layout.state_file.write_text(json.dumps({**state, "runner_source_sha256": "0" * 64}))
     where = cache.layout
-    assert where.problems() == [f"runner.exe is not built from this version's runner.c in {where.bin}"]
+    assert where.problems() == [f"runner.exe is not built from this version's runner.c and protocol.h in {where.bin}"]
     assert cache.install()["runner_source_sha256"] == layout.source_hash("runner")
     assert cache.built == ["runner"]
+    _ready(cache)
+
+
+def test_a_changed_protocol_h_means_both_programs_are_rebuilt(cache, monkeypatch):
+    files = layout.program_files
+
+    def changed(name: str) -> dict[str, bytes]:
+        return {**files(name), layout.PROTOCOL: files(name)[layout.PROTOCOL] + b"\n"}
+
+    monkeypatch.setattr(layout, "program_files", changed)
+    where = cache.layout
+    assert where.problems() == [f"{name}.exe is not built from this version's {name}.c and protocol.h in {where.bin}"
+                                for name in layout.PROGRAMS]  # fmt: skip
+    assert cache.install()["direct_source_sha256"] == layout.source_hash("direct")
+    assert cache.built == list(layout.PROGRAMS)
     _ready(cache)
 
 

@@ -1,8 +1,7 @@
 /* direct.exe: DirectML's gather operators called directly (DirectML.dll, no ONNX Runtime), for onnx-gather.
  *
  * Built for Windows (mingw-w64) by `onnx-gather setup-directml` beside runner.exe and run under Wine by
- * onnx_gather.directml.direct. Same framing as runner.exe: one request per line on stdin, answered by zero or more
- * "#R info ..." lines and one final "#R ok ..." or "#R error ..." line on stdout.
+ * onnx_gather.directml.direct. Requests and replies are framed as protocol.h says, as runner.exe's are.
  *
  *   (at start)                -> ok <the highest DirectML feature level of the device, e.g. 6.4>
  *   cases <folder> <count>    -> for k in 0..count-1 the case in <folder>/<k>/: info case <k> ok (output.bin written
@@ -20,13 +19,9 @@
 #define COBJMACROS
 #define INITGUID
 #include <d3d12.h>
-#include <fcntl.h>
-#include <io.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <windows.h>
+
+#include "protocol.h"
 
 /* --- The part of DirectML.h used here: mingw-w64 has none. Enum values, struct layouts, IIDs and vtable orders
  * are those of the Rust `windows` crate's generated bindings (microsoft/windows-rs,
@@ -157,29 +152,17 @@ static HANDLE fence_event;
 static ID3D12DescriptorHeap *heap;
 static UINT descriptor_size;
 static Recorder *recorder;
-static char failure[4096];
-
-static void reply(const char *kind, const char *text) {
-    printf("#R %s ", kind);
-    for (const char *c = text; *c; c++) putchar(*c == '\n' || *c == '\r' ? ' ' : *c);
-    putchar('\n');
-    fflush(stdout);
-}
 
 static FILE *open_in(const char *folder, int k, const char *name, const char *mode) {
     char path[4096];
-    wchar_t wide_path[4096], wide_mode[8];
     snprintf(path, sizeof path, "%s/%d/%s", folder, k, name);
-    if (!MultiByteToWideChar(CP_UTF8, 0, path, -1, wide_path, 4096) || !MultiByteToWideChar(CP_UTF8, 0, mode, -1, wide_mode, 8))
-        return NULL;
-    return _wfopen(wide_path, wide_mode);
+    return open_file(path, mode);
 }
 
 /* The next whitespace-separated word of desc.txt, which must be `expected` if that is given. */
 static int word(FILE *file, char *text, const char *expected) {
-    if (fscanf(file, "%63s", text) != 1) return snprintf(failure, sizeof failure, "desc.txt ends early"), -1;
-    if (expected && strcmp(text, expected) != 0)
-        return snprintf(failure, sizeof failure, "desc.txt: '%s' where '%s' belongs", text, expected), -1;
+    if (fscanf(file, "%63s", text) != 1) return fail("desc.txt ends early");
+    if (expected && strcmp(text, expected) != 0) return fail("desc.txt: '%s' where '%s' belongs", text, expected);
     return 0;
 }
 
@@ -188,7 +171,7 @@ static int number(FILE *file, UINT64 *value, UINT64 maximum) {
     if (word(file, text, NULL)) return -1;
     *value = _strtoui64(text, &end, 10);
     if (*end || text[0] == '-' || *value > maximum)
-        return snprintf(failure, sizeof failure, "desc.txt: '%s' is not a number up to %llu", text, maximum), -1;
+        return fail("desc.txt: '%s' is not a number up to %llu", text, maximum);
     return 0;
 }
 
@@ -199,14 +182,14 @@ static int read_tensor(FILE *file, Tensor *t) {
     t->buffer.DataType = 0;
     for (int type = 1; type < (int)(sizeof data_types / sizeof *data_types); type++)
         if (strcmp(text, data_types[type]) == 0) t->buffer.DataType = type;
-    if (!t->buffer.DataType) return snprintf(failure, sizeof failure, "desc.txt: unknown data type '%s'", text), -1;
+    if (!t->buffer.DataType) return fail("desc.txt: unknown data type '%s'", text);
     if (number(file, &dims, MAX_DIMS)) return -1;
     for (UINT64 d = 0; d < dims; d++) {
         if (number(file, &value, UINT32_MAX)) return -1;
         t->sizes[d] = (UINT)value;
     }
     if (word(file, text, "strides") || number(file, &value, MAX_DIMS)) return -1;
-    if (value != 0 && value != dims) return snprintf(failure, sizeof failure, "desc.txt: %llu strides for %llu sizes", value, dims), -1;
+    if (value != 0 && value != dims) return fail("desc.txt: %llu strides for %llu sizes", value, dims);
     t->strided = value != 0;
     for (UINT64 d = 0; t->strided && d < dims; d++) {
         if (number(file, &value, UINT32_MAX)) return -1;
@@ -230,7 +213,7 @@ static int read_case(FILE *file, Case *c) {
     size_t op = 0;
     if (word(file, text, "operator") || word(file, text, NULL)) return -1;
     while (op < sizeof operators / sizeof *operators && strcmp(text, operators[op].name) != 0) op++;
-    if (op == sizeof operators / sizeof *operators) return snprintf(failure, sizeof failure, "desc.txt: unknown operator '%s'", text), -1;
+    if (op == sizeof operators / sizeof *operators) return fail("desc.txt: unknown operator '%s'", text);
     c->type = operators[op].type;
     memset(&c->gather, 0, sizeof c->gather);
     for (int a = 0; a < 3 && operators[op].attributes[a]; a++) {
@@ -282,32 +265,103 @@ static DML_BINDING_TABLE_DESC table_desc(void *dispatchable, UINT first, UINT co
 /* Reads `bytes` bytes of <folder>/<k>/<name>, which must hold exactly that many, into `data`. */
 static int read_exactly(const char *folder, int k, const char *name, void *data, UINT64 bytes) {
     FILE *file = open_in(folder, k, name, "rb");
-    if (!file) return snprintf(failure, sizeof failure, "case %d: cannot open %s", k, name), -1;
+    if (!file) return fail("case %d: cannot open %s", k, name);
     int ok = fread(data, 1, bytes, file) == bytes && fgetc(file) == EOF;
     fclose(file);
-    if (!ok) return snprintf(failure, sizeof failure, "case %d: %s does not hold exactly %llu bytes", k, name, bytes), -1;
+    if (!ok) return fail("case %d: %s does not hold exactly %llu bytes", k, name, bytes);
     return 0;
 }
 
-/* What a case made on the device; released after it, whatever happened. */
+/* One case through its stages: what it is, what was made for it on the device (released after it, whatever
+ * happened), and where DirectML (or Direct3D 12 under it) refused it. */
 typedef struct {
+    const char *folder;
+    int k;
+    Case c;
     IUnknown *op;
     Dispatchable *compiled, *initializer;
     BindingTable *table;
     ID3D12Resource *buffers[3], *upload, *readback, *persistent, *temporary;
-} Objects;
+    DML_BINDING_PROPERTIES init, exec;
+    UINT64 sizes[3], offsets[3], staged, temporary_size;
+    const char *stage; /* the stage that refused the case, or NULL */
+    HRESULT hr;
+} Run;
 
-static void release_all(Objects *o) {
-    IUnknown *all[] = {(IUnknown *)o->table, (IUnknown *)o->initializer, (IUnknown *)o->compiled, o->op,
-                       (IUnknown *)o->buffers[0], (IUnknown *)o->buffers[1], (IUnknown *)o->buffers[2],
-                       (IUnknown *)o->upload, (IUnknown *)o->readback, (IUnknown *)o->persistent,
-                       (IUnknown *)o->temporary};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        if (all[i]) IUnknown_Release(all[i]);
+/* A stage returns 0 when the case goes on, 1 when it was refused (`stage` and `hr` recorded), -1 (with `failure`)
+ * when the case is malformed. */
+static int refused(Run *r, const char *stage, HRESULT hr) {
+    r->stage = stage;
+    r->hr = hr;
+    return 1;
+}
+
+static int read_desc(Run *r) {
+    FILE *file = open_in(r->folder, r->k, "desc.txt", "rb");
+    if (!file) return fail("case %d: cannot open desc.txt", r->k);
+    int bad = read_case(file, &r->c);
+    fclose(file);
+    if (bad) return blame("case %d: ", r->k);
+    return 0;
 }
 
 static UINT64 buffer_size(const Tensor *t) { /* D3D12 has no empty buffer; DirectML judges the desc's total */
     return t->buffer.TotalTensorSizeInBytes ? t->buffer.TotalTensorSizeInBytes : 4;
+}
+
+/* The operator created, compiled and given its initializer; what both ask for. */
+static int create_operator(Run *r) {
+    TypedDesc op_desc = {r->c.type, &r->c.gather};
+    HRESULT hr = dml->lpVtbl->CreateOperator(dml, &op_desc, &IID_IDMLOperator, (void **)&r->op);
+    if (FAILED(hr)) return refused(r, "create", hr);
+    hr = dml->lpVtbl->CompileOperator(dml, r->op, 0, &IID_IDMLCompiledOperator, (void **)&r->compiled);
+    if (FAILED(hr)) return refused(r, "compile", hr);
+    hr = dml->lpVtbl->CreateOperatorInitializer(dml, 1, &r->compiled, &IID_IDMLOperatorInitializer,
+                                                (void **)&r->initializer);
+    if (FAILED(hr)) return refused(r, "init", hr);
+    r->initializer->lpVtbl->GetBindingProperties(r->initializer, &r->init);
+    r->compiled->lpVtbl->GetBindingProperties(r->compiled, &r->exec);
+    if ((UINT64)r->init.RequiredDescriptorCount + r->exec.RequiredDescriptorCount > HEAP_DESCRIPTORS)
+        return fail("case %d: DirectML asks for %u + %u descriptors, the heap has %d", r->k,
+                    r->init.RequiredDescriptorCount, r->exec.RequiredDescriptorCount, HEAP_DESCRIPTORS);
+    r->temporary_size = max(r->init.TemporaryResourceSize, r->exec.TemporaryResourceSize);
+    for (int t = 0; t < 3; t++) {
+        r->sizes[t] = buffer_size(&r->c.tensors[t]);
+        r->offsets[t] = r->staged;
+        r->staged += r->sizes[t];
+    }
+    return 0;
+}
+
+/* The tensors' buffers, one upload buffer for the three, the readback buffer, the persistent and temporary ones. */
+static int allocate(Run *r) {
+    HRESULT hr = S_OK;
+    for (int t = 0; t < 3 && SUCCEEDED(hr); t++)
+        hr = make_buffer(D3D12_HEAP_TYPE_DEFAULT, r->sizes[t], D3D12_RESOURCE_STATE_COPY_DEST, &r->buffers[t]);
+    if (SUCCEEDED(hr)) hr = make_buffer(D3D12_HEAP_TYPE_UPLOAD, r->staged, D3D12_RESOURCE_STATE_GENERIC_READ, &r->upload);
+    if (SUCCEEDED(hr))
+        hr = make_buffer(D3D12_HEAP_TYPE_READBACK, r->sizes[2], D3D12_RESOURCE_STATE_COPY_DEST, &r->readback);
+    if (SUCCEEDED(hr) && r->exec.PersistentResourceSize)
+        hr = make_buffer(D3D12_HEAP_TYPE_DEFAULT, r->exec.PersistentResourceSize, D3D12_RESOURCE_STATE_UNORDERED_ACCESS,
+                         &r->persistent);
+    if (SUCCEEDED(hr) && r->temporary_size)
+        hr = make_buffer(D3D12_HEAP_TYPE_DEFAULT, r->temporary_size, D3D12_RESOURCE_STATE_UNORDERED_ACCESS,
+                         &r->temporary);
+    if (FAILED(hr)) return refused(r, "run", hr);
+    return 0;
+}
+
+/* input.bin and indices.bin into the upload buffer, and the output's part filled with the case's byte. */
+static int upload(Run *r) {
+    unsigned char *staging;
+    HRESULT hr = ID3D12Resource_Map(r->upload, 0, NULL, (void **)&staging);
+    if (FAILED(hr)) return refused(r, "run", hr);
+    const Tensor *t = r->c.tensors;
+    int bad = read_exactly(r->folder, r->k, "input.bin", staging, t[0].buffer.TotalTensorSizeInBytes) ||
+              read_exactly(r->folder, r->k, "indices.bin", staging + r->offsets[1], t[1].buffer.TotalTensorSizeInBytes);
+    memset(staging + r->offsets[2], r->c.fill, r->sizes[2]);
+    ID3D12Resource_Unmap(r->upload, 0, NULL);
+    return bad ? -1 : 0;
 }
 
 static TypedDesc binding_of(DML_BUFFER_BINDING *binding, ID3D12Resource *buffer, UINT64 size) {
@@ -315,139 +369,137 @@ static TypedDesc binding_of(DML_BUFFER_BINDING *binding, ID3D12Resource *buffer,
     return (TypedDesc){DML_BINDING_TYPE_BUFFER, binding};
 }
 
-/* Records and runs the initializer and the operator; the refusing stage and HRESULT, or NULL with output.bin
- * written. Returns -1 (with `failure`) for a malformed case. */
-static int run_case(const char *folder, int k, const Case *c, Objects *o, const char **stage, HRESULT *hr) {
-    TypedDesc op_desc = {c->type, &c->gather};
-    if (FAILED(*hr = dml->lpVtbl->CreateOperator(dml, &op_desc, &IID_IDMLOperator, (void **)&o->op)))
-        return *stage = "create", 0;
-    if (FAILED(*hr = dml->lpVtbl->CompileOperator(dml, o->op, 0, &IID_IDMLCompiledOperator, (void **)&o->compiled)))
-        return *stage = "compile", 0;
-    if (FAILED(*hr = dml->lpVtbl->CreateOperatorInitializer(dml, 1, &o->compiled, &IID_IDMLOperatorInitializer,
-                                                           (void **)&o->initializer)))
-        return *stage = "init", 0;
-    DML_BINDING_PROPERTIES init, exec;
-    o->initializer->lpVtbl->GetBindingProperties(o->initializer, &init);
-    o->compiled->lpVtbl->GetBindingProperties(o->compiled, &exec);
-    if ((UINT64)init.RequiredDescriptorCount + exec.RequiredDescriptorCount > HEAP_DESCRIPTORS)
-        return snprintf(failure, sizeof failure, "case %d: DirectML asks for %u + %u descriptors, the heap has %d", k,
-                        init.RequiredDescriptorCount, exec.RequiredDescriptorCount, HEAP_DESCRIPTORS), -1;
-    UINT64 temporary = max(init.TemporaryResourceSize, exec.TemporaryResourceSize);
-    UINT64 sizes[3], offsets[3], staged = 0;
-    for (int t = 0; t < 3; t++) sizes[t] = buffer_size(&c->tensors[t]), offsets[t] = staged, staged += sizes[t];
-    *stage = "run";
-    for (int t = 0; t < 3; t++)
-        if (FAILED(*hr = make_buffer(D3D12_HEAP_TYPE_DEFAULT, sizes[t], D3D12_RESOURCE_STATE_COPY_DEST, &o->buffers[t])))
-            return 0;
-    if (FAILED(*hr = make_buffer(D3D12_HEAP_TYPE_UPLOAD, staged, D3D12_RESOURCE_STATE_GENERIC_READ, &o->upload)) ||
-        FAILED(*hr = make_buffer(D3D12_HEAP_TYPE_READBACK, sizes[2], D3D12_RESOURCE_STATE_COPY_DEST, &o->readback)) ||
-        (exec.PersistentResourceSize &&
-         FAILED(*hr = make_buffer(D3D12_HEAP_TYPE_DEFAULT, exec.PersistentResourceSize,
-                                  D3D12_RESOURCE_STATE_UNORDERED_ACCESS, &o->persistent))) ||
-        (temporary && FAILED(*hr = make_buffer(D3D12_HEAP_TYPE_DEFAULT, temporary, D3D12_RESOURCE_STATE_UNORDERED_ACCESS,
-                                                &o->temporary))))
-        return 0;
-    unsigned char *staging;
-    if (FAILED(*hr = ID3D12Resource_Map(o->upload, 0, NULL, (void **)&staging))) return 0;
-    int bad = read_exactly(folder, k, "input.bin", staging, c->tensors[0].buffer.TotalTensorSizeInBytes) ||
-              read_exactly(folder, k, "indices.bin", staging + offsets[1], c->tensors[1].buffer.TotalTensorSizeInBytes);
-    memset(staging + offsets[2], c->fill, sizes[2]);
-    ID3D12Resource_Unmap(o->upload, 0, NULL);
-    if (bad) return -1;
-
-    DML_BINDING_TABLE_DESC table = table_desc(o->initializer, 0, init.RequiredDescriptorCount);
-    if (FAILED(*hr = dml->lpVtbl->CreateBindingTable(dml, &table, &IID_IDMLBindingTable, (void **)&o->table)))
-        return 0;
-    DML_BUFFER_BINDING buffers[3], persistent, scratch;
-    TypedDesc inputs[2] = {binding_of(&buffers[0], o->buffers[0], sizes[0]), binding_of(&buffers[1], o->buffers[1], sizes[1])};
-    TypedDesc output = binding_of(&buffers[2], o->buffers[2], sizes[2]);
-    TypedDesc persistent_binding = binding_of(&persistent, o->persistent, exec.PersistentResourceSize);
-    TypedDesc temporary_binding = binding_of(&scratch, o->temporary, temporary);
-
-    if (FAILED(*hr = ID3D12CommandAllocator_Reset(allocator)) ||
-        FAILED(*hr = ID3D12GraphicsCommandList_Reset(list, allocator, NULL)))
-        return 0;
+/* Into the command list: the tensors copied to their buffers, then the initializer, whose output is the operator's
+ * persistent resource. */
+static int record_initializer(Run *r) {
+    DML_BINDING_TABLE_DESC table = table_desc(r->initializer, 0, r->init.RequiredDescriptorCount);
+    HRESULT hr = dml->lpVtbl->CreateBindingTable(dml, &table, &IID_IDMLBindingTable, (void **)&r->table);
+    if (SUCCEEDED(hr)) hr = ID3D12CommandAllocator_Reset(allocator);
+    if (SUCCEEDED(hr)) hr = ID3D12GraphicsCommandList_Reset(list, allocator, NULL);
+    if (FAILED(hr)) return refused(r, "run", hr);
     for (int t = 0; t < 3; t++) {
-        ID3D12GraphicsCommandList_CopyBufferRegion(list, o->buffers[t], 0, o->upload, offsets[t], sizes[t]);
-        barrier(o->buffers[t], D3D12_RESOURCE_STATE_COPY_DEST, D3D12_RESOURCE_STATE_UNORDERED_ACCESS);
+        ID3D12GraphicsCommandList_CopyBufferRegion(list, r->buffers[t], 0, r->upload, r->offsets[t], r->sizes[t]);
+        barrier(r->buffers[t], D3D12_RESOURCE_STATE_COPY_DEST, D3D12_RESOURCE_STATE_UNORDERED_ACCESS);
     }
     ID3D12GraphicsCommandList_SetDescriptorHeaps(list, 1, &heap);
-    /* The initializer's output is the operator's persistent resource. */
-    if (init.TemporaryResourceSize) o->table->lpVtbl->BindTemporaryResource(o->table, &temporary_binding);
-    if (o->persistent) o->table->lpVtbl->BindOutputs(o->table, 1, &persistent_binding);
-    recorder->lpVtbl->RecordDispatch(recorder, (ID3D12CommandList *)list, o->initializer, o->table);
+    DML_BUFFER_BINDING persistent, temporary;
+    TypedDesc persistent_binding = binding_of(&persistent, r->persistent, r->exec.PersistentResourceSize);
+    TypedDesc temporary_binding = binding_of(&temporary, r->temporary, r->temporary_size);
+    if (r->init.TemporaryResourceSize) r->table->lpVtbl->BindTemporaryResource(r->table, &temporary_binding);
+    if (r->persistent) r->table->lpVtbl->BindOutputs(r->table, 1, &persistent_binding);
+    recorder->lpVtbl->RecordDispatch(recorder, (ID3D12CommandList *)list, r->initializer, r->table);
     barrier(NULL, 0, 0);
-    /* The operator's descriptors follow the initializer's: both stay valid until the list has run. */
-    table = table_desc(o->compiled, init.RequiredDescriptorCount, exec.RequiredDescriptorCount);
-    if (FAILED(*hr = o->table->lpVtbl->Reset(o->table, &table))) {
-        ID3D12GraphicsCommandList_Close(list);
-        return 0;
-    }
-    o->table->lpVtbl->BindInputs(o->table, 2, inputs);
-    o->table->lpVtbl->BindOutputs(o->table, 1, &output);
-    if (exec.TemporaryResourceSize) o->table->lpVtbl->BindTemporaryResource(o->table, &temporary_binding);
-    if (o->persistent) o->table->lpVtbl->BindPersistentResource(o->table, &persistent_binding);
-    recorder->lpVtbl->RecordDispatch(recorder, (ID3D12CommandList *)list, o->compiled, o->table);
-    barrier(o->buffers[2], D3D12_RESOURCE_STATE_UNORDERED_ACCESS, D3D12_RESOURCE_STATE_COPY_SOURCE);
-    ID3D12GraphicsCommandList_CopyBufferRegion(list, o->readback, 0, o->buffers[2], 0, sizes[2]);
-    if (FAILED(*hr = ID3D12GraphicsCommandList_Close(list))) return 0;
+    return 0;
+}
 
+/* Into the command list: the operator, then its output copied to the readback buffer; the list closed. The
+ * operator's descriptors follow the initializer's: both stay valid until the list has run. */
+static int record_operator(Run *r) {
+    DML_BINDING_TABLE_DESC table = table_desc(r->compiled, r->init.RequiredDescriptorCount, r->exec.RequiredDescriptorCount);
+    HRESULT hr = r->table->lpVtbl->Reset(r->table, &table);
+    if (FAILED(hr)) {
+        ID3D12GraphicsCommandList_Close(list);
+        return refused(r, "run", hr);
+    }
+    DML_BUFFER_BINDING buffers[3], persistent, temporary;
+    TypedDesc inputs[2] = {binding_of(&buffers[0], r->buffers[0], r->sizes[0]),
+                           binding_of(&buffers[1], r->buffers[1], r->sizes[1])};
+    TypedDesc output = binding_of(&buffers[2], r->buffers[2], r->sizes[2]);
+    TypedDesc persistent_binding = binding_of(&persistent, r->persistent, r->exec.PersistentResourceSize);
+    TypedDesc temporary_binding = binding_of(&temporary, r->temporary, r->temporary_size);
+    r->table->lpVtbl->BindInputs(r->table, 2, inputs);
+    r->table->lpVtbl->BindOutputs(r->table, 1, &output);
+    if (r->exec.TemporaryResourceSize) r->table->lpVtbl->BindTemporaryResource(r->table, &temporary_binding);
+    if (r->persistent) r->table->lpVtbl->BindPersistentResource(r->table, &persistent_binding);
+    recorder->lpVtbl->RecordDispatch(recorder, (ID3D12CommandList *)list, r->compiled, r->table);
+    barrier(r->buffers[2], D3D12_RESOURCE_STATE_UNORDERED_ACCESS, D3D12_RESOURCE_STATE_COPY_SOURCE);
+    ID3D12GraphicsCommandList_CopyBufferRegion(list, r->readback, 0, r->buffers[2], 0, r->sizes[2]);
+    hr = ID3D12GraphicsCommandList_Close(list);
+    if (FAILED(hr)) return refused(r, "run", hr);
+    return 0;
+}
+
+/* The command list run, and waited for. */
+static int execute(Run *r) {
     ID3D12CommandQueue_ExecuteCommandLists(queue, 1, (ID3D12CommandList **)&list);
-    if (FAILED(*hr = ID3D12CommandQueue_Signal(queue, fence, ++fence_value))) return 0;
+    HRESULT hr = ID3D12CommandQueue_Signal(queue, fence, ++fence_value);
+    if (FAILED(hr)) return refused(r, "run", hr);
     if (ID3D12Fence_GetCompletedValue(fence) < fence_value) {
         ID3D12Fence_SetEventOnCompletion(fence, fence_value, fence_event);
         WaitForSingleObject(fence_event, INFINITE);
     }
-    if (FAILED(*hr = ID3D12Device_GetDeviceRemovedReason(device))) return 0;
+    hr = ID3D12Device_GetDeviceRemovedReason(device);
+    if (FAILED(hr)) return refused(r, "run", hr);
+    return 0;
+}
 
+/* The output buffer, read back whole, into output.bin. */
+static int read_back(Run *r) {
     unsigned char *result;
-    D3D12_RANGE range = {0, (SIZE_T)sizes[2]};
-    if (FAILED(*hr = ID3D12Resource_Map(o->readback, 0, &range, (void **)&result))) return 0;
-    FILE *file = open_in(folder, k, "output.bin", "wb");
-    UINT64 total = c->tensors[2].buffer.TotalTensorSizeInBytes;
+    D3D12_RANGE range = {0, (SIZE_T)r->sizes[2]};
+    HRESULT hr = ID3D12Resource_Map(r->readback, 0, &range, (void **)&result);
+    if (FAILED(hr)) return refused(r, "run", hr);
+    FILE *file = open_in(r->folder, r->k, "output.bin", "wb");
+    UINT64 total = r->c.tensors[2].buffer.TotalTensorSizeInBytes;
     int written = file && fwrite(result, 1, total, file) == total;
     if (file && fclose(file) != 0) written = 0;
     D3D12_RANGE none = {0, 0};
-    ID3D12Resource_Unmap(o->readback, 0, &none);
-    if (!written) return snprintf(failure, sizeof failure, "case %d: cannot write output.bin", k), -1;
-    *stage = NULL;
+    ID3D12Resource_Unmap(r->readback, 0, &none);
+    if (!written) return fail("case %d: cannot write output.bin", r->k);
+    return 0;
+}
+
+static void release_all(Run *r) {
+    IUnknown *all[] = {(IUnknown *)r->table, (IUnknown *)r->initializer, (IUnknown *)r->compiled, r->op,
+                       (IUnknown *)r->buffers[0], (IUnknown *)r->buffers[1], (IUnknown *)r->buffers[2],
+                       (IUnknown *)r->upload, (IUnknown *)r->readback, (IUnknown *)r->persistent,
+                       (IUnknown *)r->temporary};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i]) IUnknown_Release(all[i]);
+}
+
+/* The case in <folder>/<k>/ through every stage until one refuses it; 0 (refused, or output.bin written), or -1
+ * (with `failure`) for a malformed case. */
+static int run_case(Run *r) {
+    static int (*const stages[])(Run *) = {read_desc,          create_operator, allocate, upload,
+                                           record_initializer, record_operator, execute,  read_back};
+    for (size_t s = 0; s < sizeof stages / sizeof *stages; s++) {
+        int done = stages[s](r);
+        if (done) return done < 0 ? -1 : 0;
+    }
     return 0;
 }
 
 static void cases(const char *arguments) {
-    char folder[4096];
+    char folder[4096], line[128];
     const char *space = strrchr(arguments, ' ');
     int count = space ? atoi(space + 1) : -1;
-    if (!space || count < 0 || (size_t)(space - arguments) >= sizeof folder) return reply("error", "usage: cases <folder> <count>");
+    if (!space || count < 0 || (size_t)(space - arguments) >= sizeof folder) {
+        reply("error", "usage: cases <folder> <count>");
+        return;
+    }
     memcpy(folder, arguments, space - arguments);
     folder[space - arguments] = 0;
     for (int k = 0; k < count; k++) {
-        Case c;
-        Objects objects = {0};
-        const char *stage = NULL;
-        HRESULT hr = S_OK;
-        FILE *file = open_in(folder, k, "desc.txt", "rb");
-        int bad = !file;
-        if (file) {
-            bad = read_case(file, &c);
-            fclose(file);
-            if (bad) {
-                char reason[4096];
-                snprintf(reason, sizeof reason, "case %d: %s", k, failure);
-                strcpy(failure, reason);
-            }
-        } else snprintf(failure, sizeof failure, "case %d: cannot open desc.txt", k);
-        bad = bad || run_case(folder, k, &c, &objects, &stage, &hr);
-        release_all(&objects);
-        if (bad) return reply("error", failure);
-        char line[128];
-        if (stage) snprintf(line, sizeof line, "case %d refused %s 0x%08lx", k, stage, (unsigned long)hr);
+        Run r = {.folder = folder, .k = k};
+        int bad = run_case(&r);
+        release_all(&r);
+        if (bad) {
+            reply("error", failure);
+            return;
+        }
+        if (r.stage) snprintf(line, sizeof line, "case %d refused %s 0x%08lx", k, r.stage, (unsigned long)r.hr);
         else snprintf(line, sizeof line, "case %d ok", k);
         reply("info", line);
     }
-    char line[32];
     snprintf(line, sizeof line, "%d", count);
     reply("ok", line);
+}
+
+/* 0 if `hr` is a success, else -1 with `failure` naming `what`. */
+static int check(HRESULT hr, const char *what) {
+    if (FAILED(hr)) return fail("%s failed (0x%08lx)", what, (unsigned long)hr);
+    return 0;
 }
 
 /* The device, the DirectML device and what every case shares; 0 or -1 with `failure` set. */
@@ -459,31 +511,29 @@ static int start(const char *bin) {
     HMODULE directml = LoadLibraryExA(path, NULL, LOAD_WITH_ALTERED_SEARCH_PATH);
     CreateDmlDevice create_dml = directml ? (CreateDmlDevice)(void *)GetProcAddress(directml, "DMLCreateDevice") : NULL;
     if (!create || !create_dml)
-        return snprintf(failure, sizeof failure, "cannot load D3D12CreateDevice from d3d12.dll or DMLCreateDevice from %s (error %lu)",
-                        path, GetLastError()), -1;
-    HRESULT hr;
-    const char *what = "D3D12CreateDevice";
+        return fail("cannot load D3D12CreateDevice from d3d12.dll or DMLCreateDevice from %s (error %lu)", path,
+                    GetLastError());
     D3D12_COMMAND_QUEUE_DESC queue_desc = {D3D12_COMMAND_LIST_TYPE_DIRECT, 0, D3D12_COMMAND_QUEUE_FLAG_NONE, 0};
     D3D12_DESCRIPTOR_HEAP_DESC heap_desc = {D3D12_DESCRIPTOR_HEAP_TYPE_CBV_SRV_UAV, HEAP_DESCRIPTORS,
                                             D3D12_DESCRIPTOR_HEAP_FLAG_SHADER_VISIBLE, 0};
-    if (FAILED(hr = create(NULL, D3D_FEATURE_LEVEL_11_0, &IID_ID3D12Device, (void **)&device)) ||
-        (what = "DMLCreateDevice", FAILED(hr = create_dml(device, 0, &IID_IDMLDevice, (void **)&dml))) ||
-        (what = "CreateCommandQueue",
-         FAILED(hr = ID3D12Device_CreateCommandQueue(device, &queue_desc, &IID_ID3D12CommandQueue, (void **)&queue))) ||
-        (what = "CreateCommandAllocator",
-         FAILED(hr = ID3D12Device_CreateCommandAllocator(device, D3D12_COMMAND_LIST_TYPE_DIRECT,
-                                                         &IID_ID3D12CommandAllocator, (void **)&allocator))) ||
-        (what = "CreateCommandList",
-         FAILED(hr = ID3D12Device_CreateCommandList(device, 0, D3D12_COMMAND_LIST_TYPE_DIRECT, allocator, NULL,
-                                                    &IID_ID3D12GraphicsCommandList, (void **)&list))) ||
-        (what = "Close", FAILED(hr = ID3D12GraphicsCommandList_Close(list))) ||
-        (what = "CreateFence",
-         FAILED(hr = ID3D12Device_CreateFence(device, 0, D3D12_FENCE_FLAG_NONE, &IID_ID3D12Fence, (void **)&fence))) ||
-        (what = "CreateDescriptorHeap",
-         FAILED(hr = ID3D12Device_CreateDescriptorHeap(device, &heap_desc, &IID_ID3D12DescriptorHeap, (void **)&heap))) ||
-        (what = "CreateCommandRecorder",
-         FAILED(hr = dml->lpVtbl->CreateCommandRecorder(dml, &IID_IDMLCommandRecorder, (void **)&recorder))))
-        return snprintf(failure, sizeof failure, "%s failed (0x%08lx)", what, (unsigned long)hr), -1;
+    if (check(create(NULL, D3D_FEATURE_LEVEL_11_0, &IID_ID3D12Device, (void **)&device), "D3D12CreateDevice") ||
+        check(create_dml(device, 0, &IID_IDMLDevice, (void **)&dml), "DMLCreateDevice") ||
+        check(ID3D12Device_CreateCommandQueue(device, &queue_desc, &IID_ID3D12CommandQueue, (void **)&queue),
+              "CreateCommandQueue") ||
+        check(ID3D12Device_CreateCommandAllocator(device, D3D12_COMMAND_LIST_TYPE_DIRECT, &IID_ID3D12CommandAllocator,
+                                                  (void **)&allocator),
+              "CreateCommandAllocator") ||
+        check(ID3D12Device_CreateCommandList(device, 0, D3D12_COMMAND_LIST_TYPE_DIRECT, allocator, NULL,
+                                             &IID_ID3D12GraphicsCommandList, (void **)&list),
+              "CreateCommandList") ||
+        check(ID3D12GraphicsCommandList_Close(list), "Close") ||
+        check(ID3D12Device_CreateFence(device, 0, D3D12_FENCE_FLAG_NONE, &IID_ID3D12Fence, (void **)&fence),
+              "CreateFence") ||
+        check(ID3D12Device_CreateDescriptorHeap(device, &heap_desc, &IID_ID3D12DescriptorHeap, (void **)&heap),
+              "CreateDescriptorHeap") ||
+        check(dml->lpVtbl->CreateCommandRecorder(dml, &IID_IDMLCommandRecorder, (void **)&recorder),
+              "CreateCommandRecorder"))
+        return -1;
     fence_event = CreateEventA(NULL, FALSE, FALSE, NULL);
     descriptor_size = ID3D12Device_GetDescriptorHandleIncrementSize(device, D3D12_DESCRIPTOR_HEAP_TYPE_CBV_SRV_UAV);
     return 0;
@@ -495,25 +545,28 @@ static int feature_level(char *text, size_t size) {
                                  0x5100, 0x5200, 0x6000, 0x6100, 0x6200, 0x6300, 0x6400};
     DML_FEATURE_QUERY_FEATURE_LEVELS query = {sizeof levels / sizeof *levels, levels};
     DML_FEATURE_DATA_FEATURE_LEVELS data = {0};
-    HRESULT hr = dml->lpVtbl->CheckFeatureSupport(dml, DML_FEATURE_FEATURE_LEVELS, sizeof query, &query, sizeof data, &data);
-    if (FAILED(hr)) return snprintf(failure, sizeof failure, "CheckFeatureSupport failed (0x%08lx)", (unsigned long)hr), -1;
+    if (check(dml->lpVtbl->CheckFeatureSupport(dml, DML_FEATURE_FEATURE_LEVELS, sizeof query, &query, sizeof data, &data),
+              "CheckFeatureSupport"))
+        return -1;
     snprintf(text, size, "%d.%d", data.MaxSupportedFeatureLevel >> 12, (data.MaxSupportedFeatureLevel >> 8) & 15);
     return 0;
 }
 
+static int handle(const char *line) {
+    if (strncmp(line, "cases ", 6) != 0) return 0;
+    cases(line + 6);
+    return 1;
+}
+
 int main(int argc, char **argv) {
-    char text[32], line[8192];
-    _setmode(_fileno(stdin), _O_BINARY);
-    _setmode(_fileno(stdout), _O_BINARY);
-    if (argc != 2) return reply("error", "usage: direct.exe <folder of DirectML.dll>"), 2;
-    if (start(argv[1]) || feature_level(text, sizeof text)) return reply("error", failure), 1;
-    reply("ok", text);
-    while (fgets(line, sizeof line, stdin)) {
-        line[strcspn(line, "\r\n")] = 0;
-        if (strncmp(line, "cases ", 6) == 0) cases(line + 6);
-        else if (strcmp(line, "quit") == 0) break;
-        else reply("error", "unknown request");
+    char text[32];
+    if (begin(argc, "usage: direct.exe <folder of DirectML.dll>")) return 2;
+    if (start(argv[1]) || feature_level(text, sizeof text)) {
+        reply("error", failure);
+        return 1;
     }
+    reply("ok", text);
+    serve(handle);
     reply("ok", "");
     return 0;
 }

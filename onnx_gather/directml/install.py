@@ -5,12 +5,13 @@ Steps, each skipped when already done (a second run changes nothing):
 1. System packages (``packages``).
 2. The three DLLs of the pinned ``onnxruntime-directml`` win_amd64 wheel, downloaded with pip from the
    package registry and checked against its SHA-256.
-3. ``runner.exe`` and ``direct.exe``, compiled from the package's ``runner.c`` and ``direct.c``, and ``d3d12.dll``:
-   vkd3d 1.14 with DXIL (shader model 6) switched on, from the Wine 10 source of Debian 13, downloaded with apt (a
-   private apt configuration with a deb-src line for trixie: nothing of trixie is installed) and checked against its
-   SHA-256, built by the package's ``d3d12/build.sh`` with our D3D12 entry points and one fix; and from the same
-   source, with two more patches, a second ``d3d12.dll`` whose device has native 16-bit shader ops (shader model 6.2,
-   as most GPUs), in ``native16/`` beside hard links to the other DLLs and the programs.
+3. ``runner.exe`` and ``direct.exe``, compiled from the package's ``runner.c`` and ``direct.c`` (both include its
+   ``protocol.h``), and ``d3d12.dll``: vkd3d 1.14 with DXIL (shader model 6) switched on, from the Wine 10 source of
+   Debian 13, downloaded with apt (a private apt configuration with a deb-src line for trixie: nothing of trixie is
+   installed) and checked against its SHA-256, built by the package's ``d3d12/build.sh`` with our D3D12 entry points
+   and one fix; and from the same source, with two more patches, a second ``d3d12.dll`` whose device has native
+   16-bit shader ops (shader model 6.2, as most GPUs), in ``native16/`` beside hard links to the other DLLs and the
+   programs.
 4. A Wine prefix (``wineboot -i``).
 
 Everything but the system packages goes to the cache folder (``Layout``); each part is built beside its
@@ -55,7 +56,7 @@ from onnx_gather.directml.layout import (
     d3d12_files,
     d3d12_hash,
     pinned_dlls,
-    program_source,
+    program_files,
     source_hash,
     wine_environment,
 )
@@ -122,16 +123,19 @@ def _download_dlls(folder: Path, out: TextIO) -> None:
 
 
 def _compile(folder: Path, name: str, out: TextIO) -> None:
-    """One of the Windows programs (``PROGRAMS``): <name>.c compiled into <name>.exe in ``folder``."""
-    source = folder / f"{name}.c"
-    source.write_bytes(program_source(name))
-    done = subprocess.run(
-        [COMPILER, "-O2", "-Wall", "-o", str(folder / f"{name}.exe"), str(source)], capture_output=True, text=True
-    )
-    source.unlink()
+    """One of the Windows programs (``PROGRAMS``): <name>.c (with ``PROTOCOL``) compiled into <name>.exe in
+    ``folder``."""
+    files = program_files(name)
+    with tempfile.TemporaryDirectory(prefix="onnx-gather-compile-") as sources:
+        for file, text in files.items():
+            (Path(sources) / file).write_bytes(text)
+        done = subprocess.run(
+            [COMPILER, "-O2", "-Wall", "-o", str(folder / f"{name}.exe"), str(Path(sources) / f"{name}.c")],
+            capture_output=True, text=True,
+        )  # fmt: skip
     if done.returncode != 0:
         raise SetupError(f"compiling {name}.c failed: {done.stderr.strip().splitlines()[-1]}")
-    print(f"  {name}.exe: compiled from {name}.c", file=out)
+    print(f"  {name}.exe: compiled from {' and '.join(files)}", file=out)
 
 
 def _wine_source(folder: Path) -> Path:

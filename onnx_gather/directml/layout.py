@@ -55,6 +55,7 @@ class SetupError(Exception):
 # The Windows programs set-up compiles, each from <name>.c into <name>.exe: ONNX Runtime's DirectML provider
 # (runner), and DirectML's gather operators called directly, without ONNX Runtime (direct).
 PROGRAMS = ("runner", "direct")
+PROTOCOL = "protocol.h"  # what both programs include: the request loop, the replies, the failure buffer
 LINKED = (*DLLS, *(f"{name}.exe" for name in PROGRAMS))  # what native16/ holds as hard links to bin/'s files
 
 
@@ -74,6 +75,14 @@ STATE_KEYS = ("onnxruntime", "directml", *(f"{name}_source_sha256" for name in P
 def program_source(name: str) -> bytes:
     """The C source of one of ``PROGRAMS``, as installed with the package."""
     return (resources.files("onnx_gather.directml") / f"{name}.c").read_bytes()
+
+
+def program_files(name: str) -> dict[str, bytes]:
+    """What one of ``PROGRAMS`` is compiled from, by file name: ``<name>.c`` and ``PROTOCOL``, as installed."""
+    return {
+        f"{name}.c": program_source(name),
+        PROTOCOL: (resources.files("onnx_gather.directml") / PROTOCOL).read_bytes(),
+    }
 
 
 def d3d12_files() -> Traversable:
@@ -173,7 +182,10 @@ class Layout:
         }
         lines = {
             "DLLs": f"onnxruntime-directml {ORT_DIRECTML_VERSION}'s DLLs are not in {self.bin}",
-            **{name: f"{name}.exe is not built from this version's {name}.c in {self.bin}" for name in PROGRAMS},
+            **{
+                name: f"{name}.exe is not built from this version's {' and '.join(program_files(name))} in {self.bin}"
+                for name in PROGRAMS
+            },
             "d3d12": f"d3d12.dll (vkd3d 1.14 with DXIL, and its native 16-bit variant) is not built from this "
             f"version's sources in {self.bin}",
         }
@@ -242,8 +254,12 @@ def wine_environment(prefix: Path, temporary: Path, **extra: str) -> dict[str, s
 
 
 def source_hash(name: str) -> str:
-    """The SHA-256 of a program's C source: set-up records it, and a changed source means the program is rebuilt."""
-    return hashlib.sha256(program_source(name)).hexdigest()
+    """The SHA-256 of what a program is compiled from (``program_files``): set-up records it, and a change to its C
+    source or to ``PROTOCOL`` means the program is rebuilt."""
+    digest = hashlib.sha256()
+    for file, text in program_files(name).items():
+        digest.update(f"{file} {len(text)}\n".encode() + text)
+    return digest.hexdigest()
 
 
 def package_version(package: str) -> str | None:

@@ -1,8 +1,7 @@
 /* runner.exe: ONNX Runtime's DirectML execution provider, driven through ONNX Runtime's C API, for onnx-gather.
  *
  * Built for Windows (mingw-w64) by `onnx-gather setup-directml` and run under Wine by onnx_gather.directml.worker.
- * One process serves a whole batch: it reads one request per line on stdin and answers each with zero or more
- * "#R info ..." lines and one final "#R ok ..." or "#R error ..." line on stdout. Tensors travel as tensor files.
+ * One process serves a whole batch of requests, framed as protocol.h says. Tensors travel as tensor files.
  *
  *   load <mode 0|1|2> <model path>     -> info input <k> <name>, info output <k> <name>,
  *                                         with modes 1 and 2: info placement <ONNX Runtime's placement log line>;
@@ -27,13 +26,9 @@
 #define COBJMACROS
 #define INITGUID
 #include <d3d12.h>
-#include <fcntl.h>
-#include <io.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <windows.h>
+
+#include "protocol.h"
 
 typedef struct OrtStatus OrtStatus;
 typedef void *Ort; /* every other ONNX Runtime object is opaque here */
@@ -72,21 +67,11 @@ typedef struct {
 } Session;
 static Session sessions[MAX_SESSIONS];
 
-/* One protocol line; newlines inside a message become spaces so that a reply is always one line. */
-static void reply(const char *kind, const char *text) {
-    printf("#R %s ", kind);
-    for (const char *c = text; *c; c++) putchar(*c == '\n' || *c == '\r' ? ' ' : *c);
-    putchar('\n');
-    fflush(stdout);
-}
-
-static char failure[4096];
-
 /* Records the error of a failed call in `failure`; returns 1 if it failed. */
 static int failed(OrtStatus *status, const char *what) {
     if (!status) return 0;
     const char *(*message)(OrtStatus *) = (const char *(*)(OrtStatus *))api[GET_ERROR_MESSAGE];
-    snprintf(failure, sizeof failure, "%s: %s", what, message(status));
+    fail("%s: %s", what, message(status));
     ((void (*)(OrtStatus *))api[RELEASE_STATUS])(status);
     return 1;
 }
@@ -111,28 +96,6 @@ static const unsigned char bits[] = {0, 32, 8, 8, 16, 16, 32, 64, 0, 8, 16, 64, 
 #define MAGIC "OGTENSOR"
 #define CARRIED(type) ((type) == STRING || ((type) > 0 && (size_t)(type) < sizeof bits && bits[type]))
 
-static wchar_t *wide(const char *text) {
-    int length = MultiByteToWideChar(CP_UTF8, 0, text, -1, NULL, 0);
-    wchar_t *result = malloc(sizeof(wchar_t) * (length > 0 ? length : 1));
-    if (length <= 0 || !MultiByteToWideChar(CP_UTF8, 0, text, -1, result, length)) result[0] = 0;
-    return result;
-}
-
-static FILE *open_file(const char *path, const char *mode) {
-    wchar_t *name = wide(path), *how = wide(mode);
-    FILE *file = _wfopen(name, how);
-    free(name);
-    free(how);
-    return file;
-}
-
-/* Puts "<role> '<name>': " in front of `failure`. */
-static void blame(const char *role, const char *name) {
-    char text[sizeof failure];
-    snprintf(text, sizeof text, "%s '%s': %s", role, name, failure);
-    memcpy(failure, text, sizeof failure);
-}
-
 /* Reads a tensor file into a new tensor of ONNX Runtime's in `*value`; 0 on success, else -1 with `failure` set. */
 static int read_tensor(const char *path, Ort *value) {
     FILE *file = open_file(path, "rb");
@@ -140,14 +103,14 @@ static int read_tensor(const char *path, Ort *value) {
     int32_t head[2] = {0, -1}; /* element type, dimension count */
     int64_t shape[MAX_DIMS];
     size_t count = 1;
-    if (!file) return snprintf(failure, sizeof failure, "cannot open %s", path), -1;
+    if (!file) return fail("cannot open %s", path);
     int ok = fread(magic, 1, 8, file) == 8 && memcmp(magic, MAGIC, 8) == 0 && fread(head, 4, 2, file) == 2 &&
              head[1] >= 0 && head[1] <= MAX_DIMS && fread(shape, 8, head[1], file) == (size_t)head[1];
     for (int d = 0; ok && d < head[1]; d++) ok = shape[d] >= 0, count *= (size_t)shape[d];
     if (!ok || !CARRIED(head[0])) {
         fclose(file);
-        return snprintf(failure, sizeof failure, "%s: not a tensor file of a carried type (ONNX type %d, %d dims; at "
-                        "most %d)", path, head[0], head[1], MAX_DIMS), -1;
+        return fail("%s: not a tensor file of a carried type (ONNX type %d, %d dims; at most %d)", path, head[0],
+                    head[1], MAX_DIMS);
     }
     int bad = CALL(CREATE_TENSOR_AS_ORT_VALUE, allocator, shape, (size_t)head[1], head[0], value), short_read = 0;
     if (!bad && head[0] == STRING) {
@@ -167,7 +130,7 @@ static int read_tensor(const char *path, Ort *value) {
     }
     short_read = short_read || (!bad && fgetc(file) != EOF);
     fclose(file);
-    if (short_read) snprintf(failure, sizeof failure, "%s: its length is not what its header says", path);
+    if (short_read) fail("%s: its length is not what its header says", path);
     return bad || short_read ? -1 : 0;
 }
 
@@ -189,8 +152,7 @@ static int write_tensor(const char *path, Ort value) {
      * (measured with 1.24.4). Tensor files hold ONNX's. */
     if (type == 24 || type == 25) type++;
     if (!CARRIED(type) || dims > MAX_DIMS)
-        return snprintf(failure, sizeof failure, "ONNX type %d with %zu dims is not carried (at most %d dims)", type,
-                        dims, MAX_DIMS), -1;
+        return fail("ONNX type %d with %zu dims is not carried (at most %d dims)", type, dims, MAX_DIMS);
     void *data = NULL;
     char *strings = NULL;
     size_t *offsets = NULL;
@@ -214,7 +176,7 @@ static int write_tensor(const char *path, Ort value) {
     if (file && fclose(file) != 0) ok = 0;
     free(strings), free(offsets), free(lengths);
     if (bad) return -1;
-    if (!ok) return snprintf(failure, sizeof failure, "cannot write %s", path), -1;
+    if (!ok) return fail("cannot write %s", path);
     return 0;
 }
 
@@ -274,13 +236,13 @@ static void run(const char *arguments) {
     int bad = 0;
     for (size_t k = 0; !bad && k < s->inputs; k++) {
         snprintf(path, sizeof path, "%s/in%zu.tensor", folder, k);
-        if ((bad = read_tensor(path, &inputs[k]))) blame("input", s->input_names[k]);
+        if ((bad = read_tensor(path, &inputs[k]))) blame("input '%s': ", s->input_names[k]);
     }
     bad = bad || CALL(RUN, s->session, NULL, (const char *const *)s->input_names, (const Ort *)inputs, s->inputs,
                       (const char *const *)s->output_names, s->outputs, outputs);
     for (size_t k = 0; !bad && k < s->outputs; k++) {
         snprintf(path, sizeof path, "%s/out%zu.tensor", folder, k);
-        if ((bad = write_tensor(path, outputs[k]))) blame("output", s->output_names[k]);
+        if ((bad = write_tensor(path, outputs[k]))) blame("output '%s': ", s->output_names[k]);
     }
     for (size_t k = 0; k < s->inputs; k++) release(RELEASE_VALUE, inputs[k]);
     for (size_t k = 0; k < s->outputs; k++) release(RELEASE_VALUE, outputs[k]);
@@ -311,7 +273,7 @@ static void caps(void) {
     ID3D12Device *device = NULL;
     HRESULT hr = create ? create(NULL, D3D_FEATURE_LEVEL_11_0, &IID_ID3D12Device, (void **)&device) : E_FAIL;
     if (FAILED(hr)) {
-        snprintf(failure, sizeof failure, "caps: no Direct3D 12 device (%#lx)", (unsigned long)hr);
+        fail("caps: no Direct3D 12 device (%#lx)", (unsigned long)hr);
         return reply("error", failure);
     }
     D3D12_FEATURE_DATA_SHADER_MODEL model = {(D3D_SHADER_MODEL)0x65}; /* the highest asked: 6.5 */
@@ -328,34 +290,39 @@ static void caps(void) {
     reply("ok", text);
 }
 
+static int handle(const char *line) {
+    if (strncmp(line, "load ", 5) == 0 && line[5] >= '0' && line[5] <= '2' && line[6] == ' ') load(line[5] - '0', line + 7);
+    else if (strncmp(line, "run ", 4) == 0) run(line + 4);
+    else if (strncmp(line, "free ", 5) == 0) free_session(line + 5);
+    else if (strcmp(line, "caps") == 0) caps();
+    else return 0;
+    return 1;
+}
+
 int main(int argc, char **argv) {
-    _setmode(_fileno(stdin), _O_BINARY);
-    _setmode(_fileno(stdout), _O_BINARY);
-    if (argc != 2) return reply("error", "usage: runner.exe <folder of onnxruntime.dll>"), 2;
+    if (begin(argc, "usage: runner.exe <folder of onnxruntime.dll>")) return 2;
     char path[4096];
     snprintf(path, sizeof path, "%s\\onnxruntime.dll", argv[1]);
     HMODULE ort = LoadLibraryExA(path, NULL, LOAD_WITH_ALTERED_SEARCH_PATH);
-    if (!ort) return snprintf(path, sizeof path, "cannot load %s\\onnxruntime.dll (error %lu)", argv[1], GetLastError()),
-                  reply("error", path), 1;
+    if (!ort) {
+        fail("cannot load %s (error %lu)", path, GetLastError());
+        reply("error", failure);
+        return 1;
+    }
     const OrtApiBase *(*base)(void) = (const OrtApiBase *(*)(void))(void *)GetProcAddress(ort, "OrtGetApiBase");
     append_dml = (Fn)(void *)GetProcAddress(ort, "OrtSessionOptionsAppendExecutionProvider_DML");
     api = base ? base()->GetApi(API_VERSION) : NULL;
-    if (!api || !append_dml) return reply("error", "onnxruntime.dll lacks the C API or the DirectML provider"), 1;
-    if (CALL(CREATE_ENV_WITH_CUSTOM_LOGGER, (LogFn)log_message, NULL, 2, "onnx-gather", &env) ||
-        CALL(GET_ALLOCATOR_WITH_DEFAULT_OPTIONS, &allocator))
-        return reply("error", failure), 1;
-    reply("ok", base()->GetVersionString());
-    char line[8192];
-    while (fgets(line, sizeof line, stdin)) {
-        line[strcspn(line, "\r\n")] = 0;
-        if (strncmp(line, "load ", 5) == 0 && line[5] >= '0' && line[5] <= '2' && line[6] == ' ')
-            load(line[5] - '0', line + 7);
-        else if (strncmp(line, "run ", 4) == 0) run(line + 4);
-        else if (strncmp(line, "free ", 5) == 0) free_session(line + 5);
-        else if (strcmp(line, "caps") == 0) caps();
-        else if (strcmp(line, "quit") == 0) break;
-        else reply("error", "unknown request");
+    if (!api || !append_dml) {
+        reply("error", "onnxruntime.dll lacks the C API or the DirectML provider");
+        return 1;
     }
+    if (CALL(CREATE_ENV_WITH_CUSTOM_LOGGER, (LogFn)log_message, NULL, 2, "onnx-gather", &env) ||
+        CALL(GET_ALLOCATOR_WITH_DEFAULT_OPTIONS, &allocator)) {
+        reply("error", failure);
+        return 1;
+    }
+    reply("ok", base()->GetVersionString());
+    serve(handle);
     /* Every session released before the process ends: one left after a failed run made the exit crash (SIGSEGV). */
     for (size_t k = 0; k < MAX_SESSIONS; k++)
         if (sessions[k].session) release_session(&sessions[k]);

@@ -7,7 +7,8 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,24 +57,12 @@ class Runner(WineProgram):
         fusion off: the placement then names every node, where fused ones are listed as one ``DmlFusedNode``.
         Where ONNX Runtime refuses to create the session: SessionCreationError (a DirectMlError), its message.
         """
-        with self._lock:
-            if isinstance(model, onnx.ModelProto):
-                if not self.running:
-                    self.start()
-                assert self._folder is not None
-                self._requests += 1
-                path = self._folder / f"model{self._requests}.onnx"
-                path.write_bytes(model.SerializeToString())
-            else:
-                path = Path(model)
+        mode = 0 if not fallback else 1 if fuse else 2
+        with self._model_file(model) as path:
             try:
-                mode = 0 if not fallback else 1 if fuse else 2
-                infos, text = self._request(f"load {mode} {windows_path(path)}", f"load of {path.name}")
+                infos, text = self.request(f"load {mode} {windows_path(path)}", f"load of {path.name}")
             except DirectMlError as error:  # the same message, saying where it came
                 raise SessionCreationError(*error.args) from None
-            finally:
-                if isinstance(model, onnx.ModelProto):
-                    path.unlink(missing_ok=True)
         loaded = Loaded(int(text), [], [])
         provider = ""
         for kind, rest in infos:
@@ -83,6 +72,16 @@ class Runner(WineProgram):
                 provider = _placement(loaded, rest, provider)
         return loaded
 
+    @contextmanager
+    def _model_file(self, model: str | os.PathLike | onnx.ModelProto) -> Iterator[Path]:
+        """The file of ``model``: the one given, or a ModelProto's written into a workspace for its load."""
+        if not isinstance(model, onnx.ModelProto):
+            yield Path(model)
+            return
+        with self.workspace("model") as folder:
+            (folder / "model.onnx").write_bytes(model.SerializeToString())
+            yield folder / "model.onnx"
+
     def run(self, loaded: Loaded, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run a loaded model on DirectML; the outputs by name. Every tensor type ONNX Runtime takes travels
         (``tensors``): STRING as str or bytes elements in, an object array of str out."""
@@ -91,18 +90,17 @@ class Runner(WineProgram):
             raise UserError(f"no value given for the model's inputs {', '.join(missing)}")
         with self._lock:
             if not self.running:
-                self._end()
+                self.close()  # what is left of it
                 raise RunnerError("the runner was ended; load the model again")
             with self.workspace("run") as folder:
                 for k, name in enumerate(loaded.inputs):
                     tensors.write(folder / f"in{k}.tensor", name, feeds[name])
-                self._request(f"run {loaded.id} {windows_path(folder)}", "run")
+                self.request(f"run {loaded.id} {windows_path(folder)}", "run")
                 return {name: tensors.read(folder / f"out{k}.tensor", name) for k, name in enumerate(loaded.outputs)}
 
     def capabilities(self) -> dict[str, str]:
         """What the Direct3D 12 device under DirectML offers: shader_model, wave_ops, int64_ops, native16."""
-        with self._lock:
-            text = self._request("caps", "capabilities")[1]
+        text = self.request("caps", "capabilities")[1]
         words = text.split()
         return dict(zip(words[::2], words[1::2], strict=True))
 
@@ -110,7 +108,7 @@ class Runner(WineProgram):
         """Release a loaded model's session (nothing to do if the runner has ended since)."""
         with self._lock:
             if self.running:
-                self._request(f"free {loaded.id}", "free")
+                self.request(f"free {loaded.id}", "free")
 
 
 def _placement(loaded: Loaded, line: str, provider: str) -> str:
