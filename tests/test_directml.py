@@ -189,6 +189,12 @@ def test_a_runner_that_died_is_reported_and_the_next_load_starts_a_new_one():
         assert_runner_ended(pids, folder)
         again = runner.load(_gather_model())
         assert runner.run(again, FEEDS)["y0"].tolist() == [11, 10, 15]
+        # The old model's session id is the new one's: it must not run the new runner's session
+        assert again.id == loaded.id
+        with pytest.raises(RunnerError, match="the runner that loaded this model has ended since; load the model"):
+            runner.run(loaded, FEEDS)
+        runner.free(loaded)  # nothing to free: the new model stays loaded
+        assert runner.run(again, FEEDS)["y0"].tolist() == [11, 10, 15]
 
 
 def test_an_error_inside_the_with_block_still_ends_everything():

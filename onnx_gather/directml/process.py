@@ -74,6 +74,7 @@ class WineProgram:
         self._buffer = b""
         self._requests = 0
         self._memory: MemoryLimit | None = None
+        self.starts = 0  # how many times the program was started: what a session of it belongs to
 
     def __enter__(self) -> WineProgram:
         self.start()
@@ -114,6 +115,7 @@ class WineProgram:
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=environment,
                     start_new_session=True, preexec_fn=prepare,
                 )  # fmt: skip
+            self.starts += 1
             self.version = self._reply("start", START_SECONDS)[1]
         except BaseException:  # a failed start, or Ctrl-C: nothing to wait for
             self._end(patience=0.0)

@@ -184,7 +184,7 @@ static void load(int mode, const char *path) {
     int fallback = mode > 0;
     int id = 0;
     while (id < MAX_SESSIONS && sessions[id].session) id++;
-    if (id == MAX_SESSIONS) return reply("error", "too many sessions open");
+    if (id == MAX_SESSIONS) { reply("error", "too many sessions open"); return; }
     Session *s = &sessions[id];
     Ort options = NULL;
     wchar_t *model = wide(path);
@@ -201,7 +201,8 @@ static void load(int mode, const char *path) {
     release(RELEASE_SESSION_OPTIONS, options);
     if (bad) {
         s->session = NULL;
-        return reply("error", failure);
+        reply("error", failure);
+        return;
     }
     bad = CALL(SESSION_GET_INPUT_COUNT, s->session, &s->inputs) || CALL(SESSION_GET_OUTPUT_COUNT, s->session, &s->outputs);
     s->input_names = calloc(s->inputs + 1, sizeof(char *));
@@ -209,13 +210,13 @@ static void load(int mode, const char *path) {
     char line[4096];
     for (size_t k = 0; !bad && k < s->inputs; k++) {
         bad = CALL(SESSION_GET_INPUT_NAME, s->session, k, allocator, &s->input_names[k]);
-        if (!bad) snprintf(line, sizeof line, "%zu %s", k, s->input_names[k]), reply("info input", line);
+        if (!bad) { snprintf(line, sizeof line, "%zu %s", k, s->input_names[k]); reply("info input", line); }
     }
     for (size_t k = 0; !bad && k < s->outputs; k++) {
         bad = CALL(SESSION_GET_OUTPUT_NAME, s->session, k, allocator, &s->output_names[k]);
-        if (!bad) snprintf(line, sizeof line, "%zu %s", k, s->output_names[k]), reply("info output", line);
+        if (!bad) { snprintf(line, sizeof line, "%zu %s", k, s->output_names[k]); reply("info output", line); }
     }
-    if (bad) return reply("error", failure); /* the session stays open: `free` releases it and its names */
+    if (bad) { reply("error", failure); return; } /* the session stays open: `free` releases it and its names */
     snprintf(line, sizeof line, "%d", id);
     reply("ok", line);
 }
@@ -229,7 +230,7 @@ static Session *find(const char *text) {
 static void run(const char *arguments) {
     Session *s = find(arguments);
     const char *folder = strchr(arguments, ' ');
-    if (!s || !folder) return reply("error", "run: unknown session or no folder");
+    if (!s || !folder) { reply("error", "run: unknown session or no folder"); return; }
     folder++;
     Ort *inputs = calloc(s->inputs + 1, sizeof(Ort)), *outputs = calloc(s->outputs + 1, sizeof(Ort));
     char path[4096];
@@ -260,7 +261,7 @@ static void release_session(Session *s) {
 
 static void free_session(const char *arguments) {
     Session *s = find(arguments);
-    if (!s) return reply("error", "free: unknown session");
+    if (!s) { reply("error", "free: unknown session"); return; }
     release_session(s);
     reply("ok", "");
 }
@@ -274,7 +275,8 @@ static void caps(void) {
     HRESULT hr = create ? create(NULL, D3D_FEATURE_LEVEL_11_0, &IID_ID3D12Device, (void **)&device) : E_FAIL;
     if (FAILED(hr)) {
         fail("caps: no Direct3D 12 device (%#lx)", (unsigned long)hr);
-        return reply("error", failure);
+        reply("error", failure);
+        return;
     }
     D3D12_FEATURE_DATA_SHADER_MODEL model = {(D3D_SHADER_MODEL)0x65}; /* the highest asked: 6.5 */
     D3D12_FEATURE_DATA_D3D12_OPTIONS1 options1 = {0};

@@ -32,9 +32,11 @@ DML_PROVIDER = "DmlExecutionProvider"
 
 @dataclass
 class Loaded:
-    """A model in the runner: its session id, input and output names in order, and where ONNX Runtime put its nodes."""
+    """A model in the runner: its session id in the runner's start ``start``, input and output names in order, and
+    where ONNX Runtime put its nodes."""
 
     id: int
+    start: int
     inputs: list[str]
     outputs: list[str]
     # provider -> the nodes placed on it ("OpType (name)"); only filled when CPU fallback was allowed
@@ -63,7 +65,7 @@ class Runner(WineProgram):
                 infos, text = self.request(f"load {mode} {windows_path(path)}", f"load of {path.name}")
             except DirectMlError as error:  # the same message, saying where it came
                 raise SessionCreationError(*error.args) from None
-        loaded = Loaded(int(text), [], [])
+        loaded = Loaded(int(text), self.starts, [], [])
         provider = ""
         for kind, rest in infos:
             if kind in ("input", "output"):
@@ -92,6 +94,8 @@ class Runner(WineProgram):
             if not self.running:
                 self.close()  # what is left of it
                 raise RunnerError("the runner was ended; load the model again")
+            if loaded.start != self.starts:  # its session ended with the runner that loaded it, and the id is reused
+                raise RunnerError("the runner that loaded this model has ended since; load the model again")
             with self.workspace("run") as folder:
                 for k, name in enumerate(loaded.inputs):
                     tensors.write(folder / f"in{k}.tensor", name, feeds[name])
@@ -107,7 +111,7 @@ class Runner(WineProgram):
     def free(self, loaded: Loaded) -> None:
         """Release a loaded model's session (nothing to do if the runner has ended since)."""
         with self._lock:
-            if self.running:
+            if self.running and loaded.start == self.starts:
                 self.request(f"free {loaded.id}", "free")
 
 
