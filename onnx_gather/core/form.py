@@ -27,6 +27,7 @@ class DmlForm:
     axis: int  # the DML node's axis, 0 to N-1 (GatherND, which has none: 0)
     output_rank: int
     batch_dimension_count: int = 0  # GatherND's batch_dims
+    tuple_length: int = 0  # GatherND's index tuple length, the indices' last size
 
     @property
     def attributes(self) -> dict[str, int]:
@@ -60,10 +61,11 @@ def dml_form(
        ``tuple_length`` k (the indices' last size) from 1 to ``r - batch_dims``.
     2. The standard output's rank is ``output_rank``: Gather ``r + q - 1`` (scalar indices: ``r - 1``),
        GatherElements r, GatherND ``(q - 1) + (r - batch_dims - k)`` (k = r: the indices' leading dims only).
-    3. The dimension count N is ``dimension_count`` where given (4 emulates DirectML's feature levels below 3.0),
-       else the least that holds every tensor: the largest of r, q and the output's rank, as ONNX Runtime's DirectML
-       provider chooses it.
-    4. A gather whose largest rank is above N, or above DirectML's 8, has no DML form (nothing is cropped).
+    3. The dimension count N is ``dimension_count`` where given (``to_dml`` takes 1 to 8, 4 emulating DirectML's
+       feature levels below 3.0; the lowering gives a DML node's), else the least that holds every tensor: the
+       largest of r, q and the output's rank, as ONNX Runtime's DirectML provider chooses it.
+    4. A gather whose largest rank is above N, or that would need more than DirectML's 8 dimensions, has no DML
+       form (nothing is cropped).
     5. Input, indices and output each get ``N - rank`` leading ones (right alignment, semantics.md section 1); the
        DML output is the standard output with its leading ones.
     6. The DML axis is the non-negative axis moved by the input's leading ones; GatherND has none (0).
@@ -86,9 +88,10 @@ def dml_form(
         batch_dims = tuple_length = 0
     out = output_rank(op, r, q, batch_dims, tuple_length)
     needed = max(r, q, out)
+    if dimension_count is None and needed > MAX_DIMENSION_COUNT:
+        raise FormError(f"it needs {needed} dimensions, more than DirectML's {MAX_DIMENSION_COUNT}")
     n = dimension_count or needed
-    if needed > n or needed > MAX_DIMENSION_COUNT:
-        limit = f"the dimension count {n}" if dimension_count else f"DirectML's {MAX_DIMENSION_COUNT}"
-        raise FormError(f"it needs {needed} dimensions, more than {limit}")
+    if needed > n:
+        raise FormError(f"it needs {needed} dimensions, more than the dimension count {n}")
     dml_axis = 0 if op == "GatherND" else axis % r + n - r
-    return DmlForm(op, n, n - r, n - q, n - out, dml_axis, out, batch_dims)
+    return DmlForm(op, n, n - r, n - q, n - out, dml_axis, out, batch_dims, tuple_length)
