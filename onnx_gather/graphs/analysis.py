@@ -208,12 +208,14 @@ class GatherPlan:
     form: DmlForm  # the DML node's dimension count, the leading ones of its tensors, its attributes
     carrier: int | None  # the element type the data travels as, where the bridge cannot carry it
     slice: bool | None  # GatherElements data to slice to the indices: None, or whether it needs Shape
-    batch: int = 0  # GatherND's batch_dims
-    tuple_size: int = 0  # GatherND's index tuple length (the indices' last dim)
 
     @property
     def op(self) -> str:
         return self.form.op
+
+    @property
+    def batch(self) -> int:
+        return self.form.batch_dimension_count
 
     @property
     def out_dims(self) -> tuple:
@@ -221,7 +223,7 @@ class GatherPlan:
         if self.op == "Gather":
             return (*data[: self.axis], *indices, *data[self.axis + 1 :])
         if self.op == "GatherND":
-            return (*indices[:-1], *data[self.batch + self.tuple_size :])
+            return (*indices[:-1], *data[self.batch + self.form.tuple_length :])
         return indices
 
     @property
@@ -255,7 +257,7 @@ def _examine(
     except FormError as refused:
         return str(refused)
     if node.op_type == "GatherND":
-        return GatherPlan(data, indices, 0, form, carriers.get(data.elem_type), None, batch, k)
+        return GatherPlan(data, indices, 0, form, carriers.get(data.elem_type), None)
     sliced = _slice_plan(data, indices, axis % data.rank) if node.op_type == "GatherElements" else None
     return GatherPlan(data, indices, axis % data.rank, form, carriers.get(data.elem_type), sliced)
 
