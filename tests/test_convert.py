@@ -14,6 +14,7 @@ from onnx import helper as h
 
 import onnx_gather
 from onnx_gather.conformance import provider as conformance
+from onnx_gather.core import semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.graphs.convert import convert
 from onnx_gather.graphs.lower import lower
@@ -311,6 +312,25 @@ def test_lowering_a_model_without_dml_nodes_changes_nothing():
         [h.make_tensor_value_info("y", T.FLOAT, [2])],
     )
     assert onnx_gather.to_onnx(model).SerializeToString() == model.SerializeToString()
+
+
+def test_a_dml_gather_nd_whose_output_needs_more_than_its_dimension_count_is_left():
+    # Data {2,3,4}, tuples of 1 in indices {5,6,1}: the output {5,6,3,4} has 4 dimensions, the node 3; DirectML
+    # crops nothing (docs/semantics.md section 3b), so the node computes nothing and is not lowered.
+    node = h.make_node("DmlGatherNd", ["x", "i"], ["y"], name="nd", domain=DOMAIN, input_dimension_count=3,
+                       indices_dimension_count=3, batch_dimension_count=0, out_of_bounds="directml")  # fmt: skip
+    model = _model(
+        [node],
+        [h.make_tensor_value_info("x", T.FLOAT, [2, 3, 4]), h.make_tensor_value_info("i", T.INT64, [5, 6, 1])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+    )
+    model.opset_import.append(h.make_opsetid(DOMAIN, 1))
+    with pytest.raises(semantics.GatherError, match="more than the dimension count 3"):
+        semantics.dml_gather_nd(np.zeros((2, 3, 4), np.float32), np.zeros((5, 6, 1), np.int64), 3, 3, 0)
+    lowered, report = lower(model)
+    assert not report.changed and [c.node for c in report.left] == ["nd"]
+    assert report.left[0].reason.startswith("its attributes are invalid for rank 3 and tuples of 1: ")
+    assert [n.op_type for n in lowered.graph.node] == ["DmlGatherNd"]
 
 
 def test_inference_reads_small_initializers_such_as_axes():

@@ -23,6 +23,7 @@ import onnxruntime
 import onnx_gather
 from onnx_gather.conformance import provider as conformance
 from onnx_gather.core import contract
+from onnx_gather.core.form import dml_form
 from onnx_gather.graphs.emit import single_node_model
 from onnx_gather.graphs.types import value_types
 
@@ -72,20 +73,11 @@ def _sessions(op: str, data: np.ndarray, indices: np.ndarray, axis: int):
     original = _typed(single_node_model(op, data.dtype, indices.dtype, domain="", **attribute), feeds)
     assert value_types(original)
     sessions = {"native": (_plain(original), feeds)}
-    if op == "GatherND":
-        out_rank = indices.ndim - 1 + data.ndim - axis - indices.shape[-1]
-        n = max(data.ndim, indices.ndim, out_rank)
-        dml_data = data.reshape((1,) * (n - data.ndim) + data.shape)
-        dml_indices = indices.reshape((1,) * (n - indices.ndim) + indices.shape)
-        attributes = {"input_dimension_count": data.ndim, "indices_dimension_count": indices.ndim,
-                      "batch_dimension_count": axis}  # fmt: skip
-    elif op == "Gather":
-        n = max(data.ndim, indices.ndim, data.ndim + indices.ndim - 1)
-        dml_data = data.reshape((1,) * (n - data.ndim) + data.shape)
-        dml_indices = indices.reshape((1,) * (n - indices.ndim) + indices.shape)
-        attributes = {"axis": axis + n - data.ndim, "index_dimensions": indices.ndim}
-    else:
-        dml_data, dml_indices, attributes = data, indices, {"axis": axis}
+    nd = op == "GatherND"  # whose ``axis`` here is batch_dims
+    form = dml_form(op, data.ndim, indices.ndim, 0 if nd else axis, axis if nd else 0, indices.shape[-1] if nd else 0)
+    dml_data = data.reshape((1,) * form.input_ones + data.shape)
+    dml_indices = indices.reshape((1,) * form.indices_ones + indices.shape)
+    attributes = form.attributes
     model = single_node_model(
         contract.BY_STANDARD[op].op_type, data.dtype, indices.dtype, out_of_bounds="directml", **attributes
     )

@@ -3,8 +3,8 @@ for bit with ``onnx_gather.core.semantics`` and with the custom ops in ONNX Runt
 
 Each case is one ONNX ``Gather``, ``GatherElements`` or ``GatherND`` node with its own data and indices as graph
 inputs (never initializers, which ONNX Runtime could fold on the CPU). Its expected value comes from the DML form the
-converter makes of it: data and indices padded with leading ones to ``N``, the axis moved by as many,
-``index_dimensions`` the indices' rank (GatherND: the dimension counts the two ranks, the batch count batch_dims).
+converter makes of it (``core.form.dml_form``): data and indices padded with their leading ones to ``N``, the DML
+node's attributes, and the output without its leading ones.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import onnxruntime
 from onnx import helper
 
 from onnx_gather.core import contract, semantics
+from onnx_gather.core.form import FormError, dml_form
 from onnx_gather.directml.worker import Runner
 from onnx_gather.graphs.convert import to_dml
 from onnx_gather.graphs.lower import to_onnx
@@ -79,25 +80,14 @@ def expected(case: Case, out_of_bounds: str = "directml") -> np.ndarray:
     """The case through ``onnx_gather.core.semantics``, in the DML form the converter gives it, as the ONNX output."""
     data, indices = case.data, case.indices
     carried = data.view(np.uint8) if data.dtype == np.bool_ else data  # a gather moves BOOL as bytes
-    r, q = data.ndim, indices.ndim
-    axis = case.axis % r
-    if case.op == "GatherND":
-        b, k = case.batch, indices.shape[-1]
-        shape = indices.shape[:-1] + data.shape[b + k :]
-        n = max(r, q, len(shape))
-        padded_data = carried.reshape((1,) * (n - r) + data.shape)
-        padded_indices = indices.reshape((1,) * (n - q) + indices.shape)
-        result = semantics.dml_gather_nd(padded_data, padded_indices, r, q, b, out_of_bounds)
-    elif case.op == "Gather":
-        n = max(r, q, r + q - 1)
-        padded_data = carried.reshape((1,) * (n - r) + data.shape)
-        padded_indices = indices.reshape((1,) * (n - q) + indices.shape)
-        result = semantics.dml_gather(padded_data, padded_indices, axis + n - r, q, out_of_bounds)
-        shape = data.shape[:axis] + indices.shape + data.shape[axis + 1 :]
-    else:
-        result = semantics.dml_gather_elements(carried, indices, axis, out_of_bounds)
-        shape = indices.shape
-    return result.reshape(shape).view(data.dtype)
+    k = indices.shape[-1] if case.op == "GatherND" else 0
+    form = dml_form(case.op, data.ndim, indices.ndim, case.axis, case.batch, k)
+    padded_data = carried.reshape((1,) * form.input_ones + data.shape)
+    padded_indices = indices.reshape((1,) * form.indices_ones + indices.shape)
+    gather = {"Gather": semantics.dml_gather, "GatherElements": semantics.dml_gather_elements,
+              "GatherND": semantics.dml_gather_nd}[case.op]  # fmt: skip
+    result = gather(padded_data, padded_indices, **form.attributes, out_of_bounds=out_of_bounds)
+    return result.reshape(result.shape[form.output_ones :]).view(data.dtype)
 
 
 def _index_values(rng: np.random.Generator, count: int, size: int, dtype: type, beyond: bool) -> np.ndarray:
@@ -176,9 +166,11 @@ def random_nd_case(
         k = int(rng.integers(1, r - batch + 1))
         data_shape = _shape(rng, r, 4)
         index_shape = (*data_shape[:batch], *_shape(rng, int(rng.integers(0, 3)), 3), k)
-        out_rank = len(index_shape) - 1 + r - batch - k
-        if max(r, len(index_shape), out_rank) <= contract.MAX_DIMENSION_COUNT and out_rank > 0:
-            break  # (a scalar output: ONNX Runtime's DirectML provider fails on it, docs/semantics.md section 6)
+        try:
+            if dml_form("GatherND", r, len(index_shape), 0, batch, k).output_rank > 0:
+                break  # (a scalar output: ONNX Runtime's DirectML provider fails on it, docs/semantics.md section 6)
+        except FormError:
+            continue  # more than DirectML's 8 dimensions
     sizes = np.array(data_shape[batch : batch + k])
     indices = (rng.random(index_shape) * 2 * sizes - sizes).astype(np.int64)  # each coordinate in [-size, size)
     if out_of_bounds:

@@ -5,7 +5,6 @@ provider. ``convert`` rewrites what this decides; ``check`` reports it without c
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -14,6 +13,7 @@ from onnx import TensorProto, helper
 
 from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
+from onnx_gather.core.form import DmlForm, FormError, dml_form, output_rank
 from onnx_gather.graphs import provider
 from onnx_gather.graphs.changes import NodeChange
 from onnx_gather.graphs.placement import FEATURE_LEVELS, FeatureLevel, place
@@ -99,11 +99,7 @@ class Analysis:
         if not wanted:
             return
         for name, value_type in symbolic_types(self.model, wanted).items():
-            last = value_type.dims[-1:] if name in tuples else ()
-            if last and not isinstance(last[0], int):
-                continue
-            self.types[0][name] = ValueType(value_type.elem_type, (None,) * (value_type.rank - len(last)) + last)
-            self.observed[name] = "rank and tuple length" if name in tuples else "rank"
+            self._learn(name, value_type, name in tuples)
         wanted = [name for name in wanted if name not in self.observed]
         if not wanted:
             return
@@ -116,15 +112,21 @@ class Analysis:
             return
         found = observation.observe(self.model, wanted)
         for name in wanted:
-            if name in found.types:
-                seen = found.types[name]  # the dims of this run: only the rank (and a tuple length) hold for all
-                last = seen.dims[-1:] if name in tuples else ()
-                self.types[0][name] = ValueType(seen.elem_type, (None,) * (seen.rank - len(last)) + last)
-                self.observed[name] = "rank and tuple length" if name in tuples else "rank"
+            if name in found.types:  # the dims of this run: only the rank (and a tuple length) hold for all
+                self._learn(name, found.types[name], name in tuples)
                 self.ran.add(name)
                 self.observed_run = found.inputs
             else:
                 self.unknown[name] = found.failure
+
+    def _learn(self, name: str, seen: ValueType, tuple_length: bool) -> None:
+        """Keep the rank of ``name`` that symbolic inference or a run told (``tuple_length``: and its last dim, if
+        that is a number), and not its other dims."""
+        last = seen.dims[-1:] if tuple_length else ()
+        if last and not isinstance(last[0], int):
+            return
+        self.types[0][name] = ValueType(seen.elem_type, (None,) * (seen.rank - len(last)) + last)
+        self.observed[name] = "rank and tuple length" if tuple_length else "rank"
 
     def decide(
         self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
@@ -180,9 +182,9 @@ class Analysis:
             node=node.name,
             op_type=node.op_type,
             result=name,
-            reason=f"N={plan.n}",
+            reason=f"N={plan.form.dimension_count}",
             fails=fails,
-            dimension_count=plan.n,
+            dimension_count=plan.form.dimension_count,
             data_type=plan.data.elem_type,
             index_type=plan.indices.elem_type,
             note=note,
@@ -203,12 +205,17 @@ class GatherPlan:
     data: ValueType
     indices: ValueType
     axis: int  # non-negative (GatherND: 0)
-    n: int  # the DML nodes' dimension count
-    op: str  # Gather, GatherElements or GatherND
+    form: DmlForm  # the DML node's dimension count, the leading ones of its tensors, its attributes
     carrier: int | None  # the element type the data travels as, where the bridge cannot carry it
     slice: bool | None  # GatherElements data to slice to the indices: None, or whether it needs Shape
-    batch: int = 0  # GatherND's batch_dims
-    tuple_size: int = 0  # GatherND's index tuple length (the indices' last dim)
+
+    @property
+    def op(self) -> str:
+        return self.form.op
+
+    @property
+    def batch(self) -> int:
+        return self.form.batch_dimension_count
 
     @property
     def out_dims(self) -> tuple:
@@ -216,12 +223,12 @@ class GatherPlan:
         if self.op == "Gather":
             return (*data[: self.axis], *indices, *data[self.axis + 1 :])
         if self.op == "GatherND":
-            return (*indices[:-1], *data[self.batch + self.tuple_size :])
+            return (*indices[:-1], *data[self.batch + self.form.tuple_length :])
         return indices
 
     @property
     def out_rank(self) -> int:
-        return len(self.out_dims)
+        return self.form.output_rank
 
 
 def _examine(
@@ -241,47 +248,26 @@ def _examine(
         return f"{_type_name(data.elem_type)} data cannot be expressed for DirectML"
     if body.opset < 6 and data.elem_type in carriers:
         return f"carrying {_type_name(data.elem_type)} needs Cast-6 (opset {body.opset})"
-    r, q = data.rank, indices.rank
+    axis, batch = _attribute(node, "axis", 0), _attribute(node, "batch_dims", 0)
+    k = indices.dims[-1] if node.op_type == "GatherND" and indices.dims else 0
+    if not isinstance(k, int):
+        return f"the length of its index tuples (the last dim of indices, {k or '?'}) is unknown"
+    try:
+        form = dml_form(node.op_type, data.rank, indices.rank, axis, batch, k, dimension_count)
+    except FormError as refused:
+        return str(refused)
     if node.op_type == "GatherND":
-        plan = _examine_nd(data, indices, _attribute(node, "batch_dims", 0), carriers.get(data.elem_type))
-        if isinstance(plan, str):
-            return plan
-    else:
-        axis = _attribute(node, "axis", 0)
-        if not -r <= axis < r:
-            return f"axis {axis} is out of range for data of rank {r}"
-        if node.op_type == "GatherElements" and q != r:
-            return f"indices rank {q} differs from data rank {r}"
-        sliced = _slice_plan(data, indices, axis % r) if node.op_type == "GatherElements" else None
-        plan = GatherPlan(data, indices, axis % r, 0, node.op_type, carriers.get(data.elem_type), sliced)
-    needed = max(r, q, plan.out_rank)
-    n = dimension_count or needed
-    if needed > n or needed > contract.MAX_DIMENSION_COUNT:
-        limit = f"the dimension count {n}" if dimension_count else "DirectML's 8"
-        return f"it needs {needed} dimensions, more than {limit}"
-    return dataclasses.replace(plan, n=n)
+        return GatherPlan(data, indices, 0, form, carriers.get(data.elem_type), None)
+    sliced = _slice_plan(data, indices, axis % data.rank) if node.op_type == "GatherElements" else None
+    return GatherPlan(data, indices, axis % data.rank, form, carriers.get(data.elem_type), sliced)
 
 
 def _out_rank(op_type: str, data: ValueType | None, indices: ValueType | None, batch: int) -> int | None:
     """The standard output's rank, where the inputs' ranks (and GatherND's tuple length) are known."""
     if data is None or indices is None:
         return None
-    if op_type == "GatherND":
-        k = indices.dims[-1] if indices.dims else None
-        return indices.rank - 1 + data.rank - batch - k if isinstance(k, int) else None
-    return data.rank + indices.rank - 1 if op_type == "Gather" else data.rank
-
-
-def _examine_nd(data: ValueType, indices: ValueType, batch: int, carrier: int | None) -> GatherPlan | str:
-    r, q = data.rank, indices.rank
-    if not 0 <= batch < min(r, q):
-        return f"batch_dims {batch} is out of range [0, {min(r, q)}) for data rank {r} and indices rank {q}"
-    k = indices.dims[-1]
-    if not isinstance(k, int):
-        return f"the length of its index tuples (the last dim of indices, {k or '?'}) is unknown"
-    if not 1 <= k <= r - batch:
-        return f"index tuples of {k} coordinates do not fit data of rank {r} with batch_dims {batch}"
-    return GatherPlan(data, indices, 0, 0, "GatherND", carrier, None, batch, k)
+    k = (indices.dims[-1:] or (None,))[0] if op_type == "GatherND" else 0
+    return output_rank(op_type, data.rank, indices.rank, batch, k) if isinstance(k, int) else None
 
 
 def _slice_plan(data: ValueType, indices: ValueType, axis: int) -> bool | None:

@@ -3,12 +3,12 @@ maps them; what becomes of each gather is decided by ``graphs.analysis``.
 
 The rules (docs/semantics.md section 6), for each node in every graph, subgraph and model-local function:
 
-1. N is ``max(r, q, r + q - 1)`` for Gather (data rank r, indices rank q) and ``r`` for GatherElements,
-   or the fixed ``dimension_count``; a node that needs more than N (or 8) dimensions stays standard.
-2. Data and indices get ``N - rank`` leading ones (``Unsqueeze``); the axis moves by as many; Gather's
-   ``index_dimensions`` is q.
-3. The DML output is the ONNX output with ``N - (r + q - 1)`` leading ones (none for GatherElements
-   with N = r), removed again with ``Squeeze``. Dynamic dims need no shape arithmetic for this.
+1. The DML form's geometry is ``core.form.dml_form``'s: the dimension count N (the fixed ``dimension_count`` or the
+   least each node needs), the leading ones of data, indices and output, the axis and the DML attributes; a node
+   that has no DML form (more than N, or 8, dimensions) stays standard.
+2. Data and indices get their leading ones with ``Unsqueeze``.
+3. The DML output is the ONNX output with its leading ones, removed again with ``Squeeze``. Dynamic dims need no
+   shape arithmetic for this.
 4. A gather the provider fails raises ``ProviderFailure``; where dims are dynamic, the DML node fails when it runs
    as the provider does. Asked for ONNX's values instead, GatherElements indices smaller than the data off the axis
    (ONNX allows it, DirectML does not) get the data sliced to them first, from ``Shape(indices)`` where dynamic.
@@ -104,7 +104,7 @@ class _Converter:
         their shapes (``known``: the output's type before), for ``_record``: the lowering needs the DML node's
         ranks, and shape inference cannot see through the DML node, nor past a contrib operator in front of it."""
         emit = Emitter(body, self.names, name)
-        data, indices, n = plan.data, plan.indices, plan.n
+        data, indices, form = plan.data, plan.indices, plan.form
         carried = plan.carrier or data.elem_type
         typed: dict[str, ValueType] = {}
         x = node.input[0]
@@ -116,33 +116,26 @@ class _Converter:
         if plan.carrier is not None:
             x = emit.node("Cast", [x], "carry_input", to=plan.carrier)
             typed[x] = ValueType(carried, x_dims)
-        x = emit.pad(x, n - data.rank, "pad_input")
-        typed[x] = ValueType(carried, (1,) * (n - data.rank) + x_dims)
-        i = emit.pad(node.input[1], n - indices.rank, "pad_indices")
-        typed[i] = ValueType(indices.elem_type, (1,) * (n - indices.rank) + indices.dims)
-        ones = n - plan.out_rank  # the DML output is the standard output with these leading ones
-        last = ones == 0 and plan.carrier is None
+        x = emit.pad(x, form.input_ones, "pad_input")
+        typed[x] = ValueType(carried, (1,) * form.input_ones + x_dims)
+        i = emit.pad(node.input[1], form.indices_ones, "pad_indices")
+        typed[i] = ValueType(indices.elem_type, (1,) * form.indices_ones + indices.dims)
+        last = form.output_ones == 0 and plan.carrier is None
         dml_output = node.output[0] if last else self.names.fresh(f"{name}/output")
         mode = self.out_of_bounds
         if mode == "directml" and plan.carrier is not None and plan.data.elem_type != TensorProto.BOOL:
             mode = contract.DIRECTML_16BIT  # the op sees FLOAT32; DirectML's reading depends on the 2-byte type
-        if plan.op == "GatherND":
-            attributes = {"input_dimension_count": data.rank, "indices_dimension_count": indices.rank,
-                          "batch_dimension_count": plan.batch, "out_of_bounds": mode}  # fmt: skip
-        else:
-            attributes = {"axis": plan.axis + n - data.rank, "out_of_bounds": mode}
-        if plan.op == "Gather":
-            attributes["index_dimensions"] = indices.rank
+        attributes = {**form.attributes, "out_of_bounds": mode}
         emit.nodes.append(
             helper.make_node(
                 contract.BY_STANDARD[node.op_type].op_type, [x, i], [dml_output], name=name, domain=DOMAIN, **attributes
             )
         )
         out_dims = _known_dims(plan.out_dims, known)
-        typed[dml_output] = ValueType(carried, (1,) * ones + out_dims)
+        typed[dml_output] = ValueType(carried, (1,) * form.output_ones + out_dims)
         y = dml_output
         if not last:
-            y = emit.unpad(y, ones, "unpad_output", None if plan.carrier else node.output[0])
+            y = emit.unpad(y, form.output_ones, "unpad_output", None if plan.carrier else node.output[0])
             typed[y] = ValueType(carried, out_dims)
         if plan.carrier is not None:
             emit.node("Cast", [y], "carry_output", node.output[0], to=data.elem_type)

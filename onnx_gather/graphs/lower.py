@@ -27,6 +27,7 @@ from onnx import TensorProto, helper
 from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
+from onnx_gather.core.form import DmlForm, FormError, dml_form
 from onnx_gather.core.words import counted
 from onnx_gather.graphs.changes import NodeChange, Report, count_ops
 from onnx_gather.graphs.emit import Emitter, Initializers, prune_initializers
@@ -135,7 +136,13 @@ class _Lowering:
         op_type = "Gather" if gather else "GatherElements"
         input_type, index_type = types[node.input[0]], types[node.input[1]].elem_type
         around = look_through(work, types, node, axis, index_dimensions, mode)
-        if around.crop_to is None and gather and around.data_ones < index_dimensions - 1:
+        n, rank = input_type.rank, input_type.rank - around.data_ones  # the DML rank, the standard op's data rank
+        standard_axis = axis - around.data_ones
+        try:  # the standard op's DML form at the node's N: the leading ones to_dml gives it
+            form = dml_form(op_type, rank, index_dimensions if gather else rank, standard_axis, dimension_count=n)
+        except FormError:  # its output needs more than N dimensions: the DML output crops it (look_through)
+            form = None
+        if form is None and around.crop_to is None:
             self._leave(work, node, "its output crop depends on sizes that are only known at run time")
             return None
         in_bounds = indices_in_bounds(work.constant(around.indices), input_type.dims[axis : axis + 1])
@@ -150,8 +157,6 @@ class _Lowering:
 
         name = node.name or self.names.fresh(f"{node.op_type[3:]}_{index}")
         emit = self._emitter(work.body, name)
-        n, rank = input_type.rank, input_type.rank - around.data_ones  # the DML rank, the standard op's data rank
-        standard_axis = axis - around.data_ones
         indices = around.indices
         if gather:
             indices = emit.unpad(indices, (n - around.index_ones) - index_dimensions, "unpad_indices")
@@ -165,8 +170,7 @@ class _Lowering:
                 emit, around.data, indices, index_type, standard_axis, input_type.dims[axis], mode
             )
         # The DML output is the standard output with leading ones: ``padding`` more than the consumer keeps.
-        out_rank = rank + index_dimensions - 1 if gather else rank
-        padding = n - out_rank - around.unpadded
+        padding = form.output_ones - around.unpadded if form is not None else 0
         reshaped = padding != 0 or around.crop_to is not None
         result = self.names.fresh(f"{name}/output") if reshaped or mask is not None else around.final
         if directml:
@@ -192,22 +196,23 @@ class _Lowering:
         found = self._nd_attributes(work, types, node)
         if found is None:
             return None
-        input_count, indices_count, batch, tuple_length, mode = found
+        form, mode = found
+        counts, batch, tuple_length = form.attributes, form.batch_dimension_count, form.tuple_length
+        input_count, indices_count = counts["input_dimension_count"], counts["indices_dimension_count"]
         input_type, index_type = types[node.input[0]], types[node.input[1]].elem_type
-        n = input_type.rank
-        around = look_through(work, types, node, n - input_count, indices_count, mode)
+        around = look_through(work, types, node, form.input_ones, indices_count, mode)
         if self._lacks(work, node, needed_opset("GatherND", mode, False, index_type, batch)):
             return None
         for used, keep in around.removals:
             work.remove(used, keep, _TO_DML_HELPERS)
         name = node.name or self.names.fresh(f"GatherNd_{index}")
         emit = self._emitter(work.body, name)
-        data = emit.unpad(around.data, (n - around.data_ones) - input_count, "unpad_input")
-        indices = emit.unpad(around.indices, (n - around.index_ones) - indices_count, "unpad_indices")
+        data = emit.unpad(around.data, form.input_ones - around.data_ones, "unpad_input")
+        indices = emit.unpad(around.indices, form.indices_ones - around.index_ones, "unpad_indices")
         data_type = around.carried if around.carried is not None else input_type.elem_type
-        padding = n - (indices_count - 1 + input_count - batch - tuple_length) - around.unpadded
+        padding = form.output_ones - around.unpadded
         mask = None
-        dims = tuple(input_type.dims[n - input_count :])
+        dims = tuple(input_type.dims[form.input_ones :])
         tuple_dims = dims[batch : batch + tuple_length]
         in_bounds = indices_in_bounds(work.constant(around.indices), tuple_dims) or (
             batch == 0 and mask_coordinates(work, types, around.indices, dims[:tuple_length])
@@ -251,8 +256,9 @@ class _Lowering:
 
     def _nd_attributes(
         self, work: DefUse, types: dict[str, ValueType], node: onnx.NodeProto
-    ) -> tuple[int, int, int, int, str] | None:
-        """DmlGatherNd's dimension counts, batch count, tuple length and mode, if valid, else None (reported)."""
+    ) -> tuple[DmlForm, str] | None:
+        """The standard GatherND's DML form that DmlGatherNd's attributes and tuple length tell, and its mode, if valid,
+        else None (reported)."""
         attributes, mode, reason = _read_attributes(types, node)
         input_type, indices_type = types.get(node.input[0]), types.get(node.input[1])
         if reason is None and indices_type.rank is None:
@@ -263,12 +269,14 @@ class _Lowering:
             n, k = input_type.rank, indices_type.dims[-1]
             input_count, indices_count = attributes["input_dimension_count"], attributes["indices_dimension_count"]
             batch = attributes["batch_dimension_count"]
-            valid = (1 <= input_count <= n and 1 <= indices_count <= n
-                     and 0 <= batch < min(input_count, indices_count) and 1 <= k <= input_count - batch)  # fmt: skip
-            if mode not in contract.ATTRIBUTE_VALUES or not valid:
+            try:
+                form = dml_form("GatherND", input_count, indices_count, 0, batch, k, dimension_count=n)
+            except FormError:
+                form = None
+            if mode not in contract.ATTRIBUTE_VALUES or form is None:
                 reason = f"its attributes are invalid for rank {n} and tuples of {k}: {attributes}"
             else:
-                return input_count, indices_count, batch, k, mode
+                return form, mode
         self._leave(work, node, reason)
         return None
 

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 
 from onnx_gather.core import contract, semantics
+from onnx_gather.core.form import output_rank
 from onnx_gather.graphs.convert import WHOLE_AXIS
 from onnx_gather.graphs.plumbing import DefUse
 from onnx_gather.graphs.types import ValueType
@@ -62,8 +63,9 @@ def look_through(
             around.indices, around.index_ones = pad_i.input[0], count
     if elements and around.data_ones != around.index_ones:  # GatherElements needs equal ranks
         around.data, around.data_ones, around.indices, around.index_ones = node.input[0], 0, node.input[1], 0
-    if gather and around.data_ones < index_dimensions - 1:
-        # The crop removes ones from inside the standard output: possible with static sizes only.
+    if gather and output_rank("Gather", n - around.data_ones, index_dimensions) > n:
+        # The standard output has more than N dimensions: the crop removes ones from inside it, which is possible
+        # with static sizes only.
         input_dims, indices_dims = types[node.input[0]].dims, types[node.input[1]].dims
         if all(isinstance(d, int) for d in (*input_dims, *indices_dims)):
             try:

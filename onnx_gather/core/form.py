@@ -1,0 +1,97 @@
+"""Where a standard gather sits in DML form: the one home of the DML form's geometry (docs/semantics.md sections 1
+to 3b and 6). The converter pads by it, the lowering takes its ones away by it, and the conformance harness predicts
+by it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnx_gather.core.contract import MAX_DIMENSION_COUNT
+from onnx_gather.core.errors import UserError
+
+
+class FormError(UserError):
+    """A standard gather that DML form cannot express: the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class DmlForm:
+    """One standard gather in DML form: the DML node's dimension count N, the leading ones of size 1 put before its
+    input, indices and output (``N`` less each standard rank), its axis and the standard output's rank."""
+
+    op: str  # the standard op: Gather, GatherElements or GatherND
+    dimension_count: int
+    input_ones: int
+    indices_ones: int
+    output_ones: int
+    axis: int  # the DML node's axis, 0 to N-1 (GatherND, which has none: 0)
+    output_rank: int
+    batch_dimension_count: int = 0  # GatherND's batch_dims
+    tuple_length: int = 0  # GatherND's index tuple length, the indices' last size
+
+    @property
+    def attributes(self) -> dict[str, int]:
+        """The DML node's integer attributes (``core.contract``'s names)."""
+        n = self.dimension_count
+        if self.op == "GatherND":
+            return {"input_dimension_count": n - self.input_ones, "indices_dimension_count": n - self.indices_ones,
+                    "batch_dimension_count": self.batch_dimension_count}  # fmt: skip
+        if self.op == "Gather":
+            return {"axis": self.axis, "index_dimensions": n - self.indices_ones}
+        return {"axis": self.axis}
+
+
+def output_rank(op: str, data_rank: int, indices_rank: int, batch_dims: int = 0, tuple_length: int = 0) -> int:
+    """The standard output's rank: Gather ``r + q - 1``, GatherElements ``r``, GatherND ``(q - 1) + (r - batch_dims
+    - tuple_length)``, for data of rank ``r`` and indices of rank ``q``."""
+    if op == "GatherND":
+        return indices_rank - 1 + data_rank - batch_dims - tuple_length
+    return data_rank + indices_rank - 1 if op == "Gather" else data_rank
+
+
+def dml_form(
+    op: str, data_rank: int, indices_rank: int, axis: int = 0, batch_dims: int = 0, tuple_length: int = 0,
+    dimension_count: int | None = None,
+) -> DmlForm:  # fmt: skip
+    """Standard gather ``op`` (Gather, GatherElements or GatherND) of data of rank ``data_rank`` r and indices of
+    rank ``indices_rank`` q in DML form, or ``FormError`` saying why it has none. The rules:
+
+    1. Gather and GatherElements take an ``axis`` in ``[-r, r)``; a negative one counts from the end. GatherElements
+       takes indices of rank r only. GatherND takes ``batch_dims`` in ``[0, min(r, q))`` and index tuples of
+       ``tuple_length`` k (the indices' last size) from 1 to ``r - batch_dims``.
+    2. The standard output's rank is ``output_rank``: Gather ``r + q - 1`` (scalar indices: ``r - 1``),
+       GatherElements r, GatherND ``(q - 1) + (r - batch_dims - k)`` (k = r: the indices' leading dims only).
+    3. The dimension count N is ``dimension_count`` where given (``to_dml`` takes 1 to 8, 4 emulating DirectML's
+       feature levels below 3.0; the lowering gives a DML node's), else the least that holds every tensor: the
+       largest of r, q and the output's rank, as ONNX Runtime's DirectML provider chooses it.
+    4. A gather whose largest rank is above N, or that would need more than DirectML's 8 dimensions, has no DML
+       form (nothing is cropped).
+    5. Input, indices and output each get ``N - rank`` leading ones (right alignment, semantics.md section 1); the
+       DML output is the standard output with its leading ones.
+    6. The DML axis is the non-negative axis moved by the input's leading ones; GatherND has none (0).
+    7. Gather's ``index_dimensions`` is q; GatherND's ``input_dimension_count`` is r, ``indices_dimension_count`` q,
+       ``batch_dimension_count`` its ``batch_dims`` (``DmlForm.attributes``).
+    """
+    r, q = data_rank, indices_rank
+    if op == "GatherND":
+        if not 0 <= batch_dims < min(r, q):
+            raise FormError(f"batch_dims {batch_dims} is out of range [0, {min(r, q)}) for data rank {r} and indices "
+                            f"rank {q}")  # fmt: skip
+        if not 1 <= tuple_length <= r - batch_dims:
+            raise FormError(f"index tuples of {tuple_length} coordinates do not fit data of rank {r} with batch_dims "
+                            f"{batch_dims}")  # fmt: skip
+    else:
+        if not -r <= axis < r:
+            raise FormError(f"axis {axis} is out of range for data of rank {r}")
+        if op == "GatherElements" and q != r:
+            raise FormError(f"indices rank {q} differs from data rank {r}")
+        batch_dims = tuple_length = 0
+    out = output_rank(op, r, q, batch_dims, tuple_length)
+    needed = max(r, q, out)
+    if dimension_count is None and needed > MAX_DIMENSION_COUNT:
+        raise FormError(f"it needs {needed} dimensions, more than DirectML's {MAX_DIMENSION_COUNT}")
+    n = dimension_count or needed
+    if needed > n:
+        raise FormError(f"it needs {needed} dimensions, more than the dimension count {n}")
+    dml_axis = 0 if op == "GatherND" else axis % r + n - r
+    return DmlForm(op, n, n - r, n - q, n - out, dml_axis, out, batch_dims, tuple_length)
