@@ -8,7 +8,8 @@
  *                                         ok <session id>. Mode 0: DirectML only; 1: nodes DirectML cannot take
  *                                         fall back to the CPU provider; 2: as 1, with DirectML's graph fusion
  *                                         off, so that the placement lists every node by its name
- *   run <session id> <folder>          -> reads <folder>/in<k>.tensor for every input k, writes <folder>/out<k>.tensor
+ *   run <session id> <folder>          -> reads <folder>/in<k>.tensor for every input k, writes <folder>/out<k>.tensor,
+ *                                         or says info absent <k> where ONNX Runtime returned no tensor for output k
  *   free <session id>                  -> ok
  *   caps                               -> ok shader_model <m.n> wave_ops <0|1> int64_ops <0|1> native16 <0|1>:
  *                                         what the Direct3D 12 device DirectML runs on offers
@@ -44,7 +45,7 @@ enum {
     GET_ERROR_MESSAGE = 2, CREATE_ENV_WITH_CUSTOM_LOGGER = 4, CREATE_SESSION = 7, RUN = 9,
     CREATE_SESSION_OPTIONS = 10, SET_SESSION_EXECUTION_MODE = 13, DISABLE_MEM_PATTERN = 17,
     SET_SESSION_LOG_SEVERITY_LEVEL = 22, SESSION_GET_INPUT_COUNT = 30, SESSION_GET_OUTPUT_COUNT = 31,
-    SESSION_GET_INPUT_NAME = 36, SESSION_GET_OUTPUT_NAME = 37, CREATE_TENSOR_AS_ORT_VALUE = 48,
+    SESSION_GET_INPUT_NAME = 36, SESSION_GET_OUTPUT_NAME = 37, CREATE_TENSOR_AS_ORT_VALUE = 48, IS_TENSOR = 50,
     GET_TENSOR_MUTABLE_DATA = 51, GET_STRING_TENSOR_DATA_LENGTH = 53, GET_STRING_TENSOR_CONTENT = 54,
     GET_TENSOR_ELEMENT_TYPE = 60, GET_DIMENSIONS_COUNT = 61, GET_DIMENSIONS = 62, GET_TENSOR_SHAPE_ELEMENT_COUNT = 64,
     GET_TENSOR_TYPE_AND_SHAPE = 65, ALLOCATOR_FREE = 76, GET_ALLOCATOR_WITH_DEFAULT_OPTIONS = 78, RELEASE_STATUS = 93,
@@ -242,8 +243,16 @@ static void run(const char *arguments) {
     bad = bad || CALL(RUN, s->session, NULL, (const char *const *)s->input_names, (const Ort *)inputs, s->inputs,
                       (const char *const *)s->output_names, s->outputs, outputs);
     for (size_t k = 0; !bad && k < s->outputs; k++) {
+        int tensor = 0;
         snprintf(path, sizeof path, "%s/out%zu.tensor", folder, k);
-        if ((bad = write_tensor(path, outputs[k]))) blame("output '%s': ", s->output_names[k]);
+        if ((bad = CALL(IS_TENSOR, outputs[k], &tensor))) {
+            blame("output '%s': ", s->output_names[k]);
+        } else if (!tensor) { /* the provider fused away the node that makes it: ONNX Runtime returns no value */
+            snprintf(path, sizeof path, "%zu", k);
+            reply("info absent", path);
+        } else if ((bad = write_tensor(path, outputs[k]))) {
+            blame("output '%s': ", s->output_names[k]);
+        }
     }
     for (size_t k = 0; k < s->inputs; k++) release(RELEASE_VALUE, inputs[k]);
     for (size_t k = 0; k < s->outputs; k++) release(RELEASE_VALUE, outputs[k]);
