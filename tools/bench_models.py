@@ -5,7 +5,8 @@ tests/third_party/, on the inputs those tests give them): the median time of one
 Runtime (native CPU kernels), of ``to_dml(model)`` through the custom ops (``pyop``, an
 ``onnx_gather.InferenceSession``) and of ``to_onnx(to_dml(model))`` (``lowered``), with the ratios pyop/cpu and
 lowered/cpu. Every session is made once, before any timing, with one thread; the routes take turns run by run in a new
-order each round, so that a slow spell of the (shared) machine falls on all of them alike. Targets: pyop/cpu <= 2 and lowered/cpu <= 1.1 on every model.
+order each round, so that a slow spell of the (shared) machine falls on all of them alike.
+Targets: pyop/cpu <= 2 and lowered/cpu <= 1.1 on every model.
 Run by hand: python tools/bench_models.py [--runs N] [NAME ...]
 """
 
