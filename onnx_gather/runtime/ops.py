@@ -109,7 +109,7 @@ def _tabled(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """``function`` reading its data from the table its ``table`` attribute names (``tables.detach``), not from its
     first input (an empty tensor of the data's type)."""
 
-    def tabled(placeholder: np.ndarray, indices: np.ndarray, table: str, **attributes: object) -> np.ndarray:
+    def tabled(empty: np.ndarray, indices: np.ndarray, table: str, **attributes: object) -> np.ndarray:
         return function(tables.table(table), indices, **attributes)
 
     return tabled
@@ -245,26 +245,21 @@ def _detached(
     """What the session loads: ``model`` with the constant data of its DML nodes held on this side (tables.detach),
     as bytes, and those tables; or ``model`` as it is (a path or bytes) where no DML node has constant data."""
     folder = _configured_folder(options)
-    if isinstance(model, onnx.ModelProto):
-        proto, source = model, model.SerializeToString()
-    elif isinstance(model, bytes):
-        if DOMAIN.encode() not in model:  # no DML node: nothing to parse
+    if isinstance(model, bytes) and DOMAIN.encode() not in model:  # no DML node: nothing to parse
+        return model, []
+    if isinstance(model, (str, os.PathLike)):
+        model = os.fspath(model)
+        if folder is not None and folder != Path(model).parent:  # its external data would be looked for there
             return model, []
-        proto, source = onnx.load_model_from_string(model), model
+        proto, folder = onnx.load(model, load_external_data=False), Path(model).parent
     else:
-        source = os.fspath(model)
-        if folder is not None and folder != Path(source).parent:  # its external data would be looked for there
-            return source, []
-        proto, folder = onnx.load(source, load_external_data=False), Path(source).parent
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load_model_from_string(model)
     detached = tables.detach(proto, folder, {o.op_type for o in _UNTABLED})
     if detached is None:
-        return source, []
-    result, kept = detached
-    if isinstance(model, (str, os.PathLike)) and _configured_folder(options) is None:
-        options.add_session_config_entry(
-            tables.EXTERNAL_DATA_KEY, str(folder)
-        )  # the rest of its external data is there
-    return result.SerializeToString(), kept
+        return (model.SerializeToString() if isinstance(model, onnx.ModelProto) else model), []
+    if isinstance(model, str) and _configured_folder(options) is None:  # the rest of its external data is there
+        options.add_session_config_entry(tables.EXTERNAL_DATA_KEY, str(folder))
+    return detached[0].SerializeToString(), detached[1]
 
 
 class InferenceSession(onnxruntime.InferenceSession):

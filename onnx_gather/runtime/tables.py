@@ -2,21 +2,22 @@
 
 onnxruntime-extensions copies every input of a Python op into a new numpy array on every run: an embedding lookup
 whose data is a constant table would copy the whole table to read a few rows of it. So ``detach`` takes, before
-ONNX Runtime sees the model, each main-graph DML node whose data is constant (an initializer no feed can override, a
-``Constant``, or an ``Unsqueeze``, ``Cast`` or ``Identity`` of one: what ``to_dml`` puts in front of a gather's data),
-computes that data once, and rewrites the node into its ``Table`` twin: the data input becomes an empty tensor of the
-same type, and a ``table`` attribute names the data by the SHA-256 of its type, shape and bytes. The kernel reads
-the table from ``TABLES`` under that name and computes the gather from it exactly as from an input (docs/design.md,
-"Constant tables").
+ONNX Runtime sees the model, each main-graph DML node whose data is constant (an initializer no feed can override,
+or made from such by standard, deterministic nodes: what ONNX Runtime's constant folding folds), has ONNX Runtime's
+CPU kernels compute that data once, and rewrites the node into its ``Table`` twin: the data input becomes an empty
+tensor of the same type, and a ``table`` attribute names the data by the SHA-256 of its type, shape and bytes. The
+kernel reads the table from ``TABLES`` under that name and computes the gather from it exactly as from an input
+(docs/design.md, "What the custom ops cost, and constant tables").
 
 A name cannot go stale: it is a digest of the contents, so a name only ever stands for the same contents, and the
-array it names is a private, read-only copy that no one else holds. An entry lives as long as a session holds it
-(``TABLES`` keeps weak references; the session keeps the arrays).
+array it names is a private, read-only copy that only the sessions using it hold. An entry lives as long as one of
+them does (``TABLES`` keeps weak references; the session keeps the arrays).
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 import weakref
 from collections.abc import Collection
 from pathlib import Path
@@ -32,6 +33,7 @@ from onnx_gather.graphs.plumbing import RANDOM_OPS, Names, bodies, subgraphs, us
 
 # name -> table; the sessions that use a table hold it.
 TABLES: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictionary()
+_keeping = threading.Lock()  # two sessions made at once of one table share one array
 TABLE_ATTRIBUTE = "table"
 # Where ONNX Runtime reads the external data of a model handed over as bytes.
 EXTERNAL_DATA_KEY = "session.model_external_initializers_file_folder_path"
@@ -54,15 +56,16 @@ def table(name: str) -> np.ndarray:
         ) from None
 
 
-def _keep(array: np.ndarray) -> np.ndarray:
-    """The one read-only array registered under ``array``'s name (the one already registered, if any)."""
+def _keep(array: np.ndarray) -> tuple[str, np.ndarray]:
+    """``array``'s name and the one read-only array registered under it (the one already registered, if any)."""
     name = name_of(array)
-    kept = TABLES.get(name)
-    if kept is None:
-        kept = np.array(array, copy=True, order="C")
-        kept.flags.writeable = False
-        TABLES[name] = kept
-    return kept
+    with _keeping:
+        kept = TABLES.get(name)
+        if kept is None:
+            kept = np.array(array, copy=True, order="C")
+            kept.flags.writeable = False
+            TABLES[name] = kept
+    return name, kept
 
 
 def _constants(graph: onnx.GraphProto, ir_version: int, folder: Path | None) -> dict[str, onnx.NodeProto | None]:
@@ -135,16 +138,16 @@ def detach(
     for node in result.graph.node:
         if node.domain != contract.DOMAIN or node.op_type not in op_types or node.input[0] not in kept:
             continue
-        table = kept[node.input[0]]
+        name, table = kept[node.input[0]]
         if table.dtype not in placeholders:
             placeholders[table.dtype] = names.fresh("onnx_gather/table_placeholder")
             empty = numpy_helper.from_array(np.empty((0,), table.dtype), placeholders[table.dtype])
             result.graph.initializer.append(empty)
         node.input[0] = placeholders[table.dtype]
         node.op_type = f"{node.op_type}Table"
-        node.attribute.append(helper.make_attribute(TABLE_ATTRIBUTE, name_of(table)))
+        node.attribute.append(helper.make_attribute(TABLE_ATTRIBUTE, name))
     _drop_unused(result, constants)
-    return result, list(kept.values())
+    return result, [table for _, table in kept.values()]
 
 
 def _drop_unused(model: onnx.ModelProto, constants: dict[str, onnx.NodeProto | None]) -> None:
