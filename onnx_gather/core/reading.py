@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnx_gather.core.contract import DIRECTML_16BIT
+from onnx_gather.core import predict
+from onnx_gather.core.contract import DIRECTML_16BIT, NUMPY_NAMES
+from onnx_gather.core.descs import Case, TensorDesc, to_buffer
 
 MASK32 = np.uint64(0xFFFFFFFF)  # a 32-bit word
 
@@ -55,3 +57,44 @@ def read_offsets(input: np.ndarray, offsets: np.ndarray, element_size: int) -> n
 
 def element_size(input: np.ndarray, out_of_bounds: str) -> int:
     return 2 if out_of_bounds == DIRECTML_16BIT else input.dtype.itemsize
+
+
+def directml_desc_gather(
+    input: np.ndarray,
+    indices: np.ndarray,
+    axis: int,
+    index_dimensions: int,
+    output_sizes: tuple[int, ...],
+    out_of_bounds: str,
+) -> np.ndarray:
+    """DML_GATHER beyond ONNX's Gather, on the descs ONNX Runtime's provider would make of these arrays: the element
+    offsets ``predict`` states for DirectML called directly, read as section 4.3 reads them."""
+    descs = [TensorDesc.provider(NUMPY_NAMES[array.dtype], shape)
+             for array, shape in ((input, input.shape), (indices, indices.shape), (input, output_sizes))]  # fmt: skip
+    case = Case("GATHER", {"axis": axis, "index_dimensions": index_dimensions}, *descs,
+                bytes(descs[0].total_bytes), to_buffer(descs[1], indices))  # fmt: skip
+    offsets = predict.element_offsets(case)
+    return read_offsets(input, offsets, element_size(input, out_of_bounds)).reshape(output_sizes)
+
+
+def directml_gather_nd(
+    input: np.ndarray, indices: np.ndarray, input_count: int, indices_count: int, batch: int, element_size: int
+) -> np.ndarray:
+    """What DirectML reads for DML_GATHER_ND1 (section 4.3): per tuple of the indices, in their order, the slice at
+    its batch coordinates (the indices' own, which may pass the input's batch sizes) times the input's strides plus
+    its coordinates' words times theirs, in wrapping 32-bit arithmetic, clamped to the tensor's memory."""
+    data = input.shape[input.ndim - input_count :]
+    index = indices.shape[indices.ndim - indices_count :]
+    k = index[-1]
+    tuples = indices.reshape(-1, k)
+    positions = np.unravel_index(np.arange(tuples.shape[0]), index[:-1]) if len(index) > 1 else ()
+    # Strides in slices of the dims after the tuple's (whose elements a tuple reads in a row); 0 on a dimension of
+    # size 1, as ONNX Runtime's provider was measured to read (a batch past such a dimension reads its one row).
+    steps = [int(np.prod(data[d + 1 : batch + k], dtype=np.int64)) if data[d] != 1 else 0 for d in range(batch + k)]
+    rows = np.zeros(tuples.shape[0], np.uint64)
+    for q in range(batch):
+        rows = (rows + positions[q].astype(np.uint64) * np.uint64(steps[q])) & MASK32
+    for c in range(k):
+        rows = (rows + axis_words(tuples[:, c], data[batch + c]) * np.uint64(steps[batch + c])) & MASK32
+    inner = int(np.prod(data[batch + k :], dtype=np.int64))
+    return read_rows(input, rows[:, None], inner, element_size)

@@ -17,12 +17,10 @@ from onnx_gather.core.contract import (
     DATA_DTYPES,
     INDEX_DTYPES,
     MAX_DIMENSION_COUNT,
-    NUMPY_NAMES,
     OUT_OF_BOUNDS_MODES,
 )
-from onnx_gather.core.descs import Case, TensorDesc, to_buffer
 from onnx_gather.core.errors import UserError
-from onnx_gather.core.reading import MASK32, axis_words, directml_read, element_size, read_offsets, read_rows
+from onnx_gather.core.reading import axis_words, directml_desc_gather, directml_gather_nd, directml_read, element_size
 
 
 class GatherError(UserError):
@@ -178,16 +176,36 @@ def dml_gather(
     and the input's type.
     """
     input, indices = np.asarray(input), np.asarray(indices)
+    output_sizes = validate_gather(input, indices, axis, index_dimensions, out_of_bounds)
+    return gather_validated(input, indices, axis, index_dimensions, out_of_bounds, output_sizes)
+
+
+def validate_gather(
+    input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: int, out_of_bounds: str
+) -> tuple[int, ...]:
+    """DML_GATHER's output sizes; a GatherError where DirectML refuses the types, shapes or attributes."""
     check_types("DmlGather", input.dtype, indices.dtype)
     output_sizes = gather_output_sizes(input.shape, indices.shape, axis, index_dimensions)
-    index_shape = indices.shape[input.ndim - index_dimensions :]
     check_out_of_bounds("DmlGather", out_of_bounds)
+    return output_sizes
+
+
+def gather_validated(
+    input: np.ndarray,
+    indices: np.ndarray,
+    axis: int,
+    index_dimensions: int,
+    out_of_bounds: str,
+    output_sizes: tuple[int, ...],
+) -> np.ndarray:
+    """``dml_gather`` on arrays and attributes ``validate_gather`` accepted (its ``output_sizes``)."""
+    index_shape = indices.shape[input.ndim - index_dimensions :]
     if not plain_gather(input.shape, indices.shape, axis, index_dimensions):
         if not out_of_bounds.startswith("directml"):
             raise GatherError(f"DmlGather: indices {indices.shape} and input {input.shape} along axis {axis} with "
                               f"index_dimensions {index_dimensions}: only out_of_bounds=directml reads such a desc, as "
                               "DirectML does (docs/semantics.md section 8)")  # fmt: skip
-        return _directml_desc_gather(input, indices, axis, index_dimensions, output_sizes, out_of_bounds)
+        return directml_desc_gather(input, indices, axis, index_dimensions, output_sizes, out_of_bounds)
     if out_of_bounds.startswith("directml"):
         words = axis_words(indices.reshape(1, -1, 1), input.shape[axis])
         read = directml_read(input, axis, words, element_size(input, out_of_bounds))
@@ -204,24 +222,6 @@ def dml_gather(
     return np.ascontiguousarray(result).reshape(output_sizes)
 
 
-def _directml_desc_gather(
-    input: np.ndarray,
-    indices: np.ndarray,
-    axis: int,
-    index_dimensions: int,
-    output_sizes: tuple[int, ...],
-    out_of_bounds: str,
-) -> np.ndarray:
-    """DML_GATHER beyond ONNX's Gather, on the descs ONNX Runtime's provider would make of these arrays: the element
-    offsets ``predict`` states for DirectML called directly, read as section 4.3 reads them."""
-    descs = [TensorDesc.provider(NUMPY_NAMES[array.dtype], shape)
-             for array, shape in ((input, input.shape), (indices, indices.shape), (input, output_sizes))]  # fmt: skip
-    case = Case("GATHER", {"axis": axis, "index_dimensions": index_dimensions}, *descs,
-                bytes(descs[0].total_bytes), to_buffer(descs[1], indices))  # fmt: skip
-    offsets = predict.element_offsets(case)
-    return read_offsets(input, offsets, element_size(input, out_of_bounds)).reshape(output_sizes)
-
-
 def dml_gather_elements(
     input: np.ndarray,
     indices: np.ndarray,
@@ -234,9 +234,19 @@ def dml_gather_elements(
     indices' sizes and the input's type.
     """
     input, indices = np.asarray(input), np.asarray(indices)
+    validate_gather_elements(input, indices, axis, out_of_bounds)
+    return gather_elements_validated(input, indices, axis, out_of_bounds)
+
+
+def validate_gather_elements(input: np.ndarray, indices: np.ndarray, axis: int, out_of_bounds: str) -> None:
+    """A GatherError where DirectML refuses DML_GATHER_ELEMENTS's types, shapes or attributes."""
     check_types("DmlGatherElements", input.dtype, indices.dtype)
     check_gather_elements(input.shape, indices.shape, axis)
     check_out_of_bounds("DmlGatherElements", out_of_bounds)
+
+
+def gather_elements_validated(input: np.ndarray, indices: np.ndarray, axis: int, out_of_bounds: str) -> np.ndarray:
+    """``dml_gather_elements`` on arrays and attributes ``validate_gather_elements`` accepted."""
     if out_of_bounds.startswith("directml"):
         outer = int(np.prod(input.shape[:axis], dtype=np.int64))
         words = axis_words(indices.reshape(outer, indices.shape[axis], -1), input.shape[axis])
@@ -313,29 +323,6 @@ def count_out_of_bounds_nd(
     return sum(count_out_of_bounds(tuples[..., j], size) for j, size in enumerate(dims))
 
 
-def _directml_nd(
-    input: np.ndarray, indices: np.ndarray, input_count: int, indices_count: int, batch: int, element_size: int
-) -> np.ndarray:
-    """What DirectML reads for DML_GATHER_ND1 (section 4.3): per tuple of the indices, in their order, the slice at
-    its batch coordinates (the indices' own, which may pass the input's batch sizes) times the input's strides plus
-    its coordinates' words times theirs, in wrapping 32-bit arithmetic, clamped to the tensor's memory."""
-    data = input.shape[input.ndim - input_count :]
-    index = indices.shape[indices.ndim - indices_count :]
-    k = index[-1]
-    tuples = indices.reshape(-1, k)
-    positions = np.unravel_index(np.arange(tuples.shape[0]), index[:-1]) if len(index) > 1 else ()
-    # Strides in slices of the dims after the tuple's (whose elements a tuple reads in a row); 0 on a dimension of
-    # size 1, as ONNX Runtime's provider was measured to read (a batch past such a dimension reads its one row).
-    steps = [int(np.prod(data[d + 1 : batch + k], dtype=np.int64)) if data[d] != 1 else 0 for d in range(batch + k)]
-    rows = np.zeros(tuples.shape[0], np.uint64)
-    for q in range(batch):
-        rows = (rows + positions[q].astype(np.uint64) * np.uint64(steps[q])) & MASK32
-    for c in range(k):
-        rows = (rows + axis_words(tuples[:, c], data[batch + c]) * np.uint64(steps[batch + c])) & MASK32
-    inner = int(np.prod(data[batch + k :], dtype=np.int64))
-    return read_rows(input, rows[:, None], inner, element_size)
-
-
 def dml_gather_nd(
     input: np.ndarray,
     indices: np.ndarray,
@@ -349,15 +336,32 @@ def dml_gather_nd(
     ``input`` and ``indices`` have the same dimension count N (1 to 8); the output has N dimensions and the input's
     type. ``batch_dimension_count`` 0 is DML_GATHER_ND.
     """
-    op = "DmlGatherNd"
     input, indices = np.asarray(input), np.asarray(indices)
-    check_types(op, input.dtype, indices.dtype)
-    output_sizes = gather_nd_output_sizes(
-        input.shape, indices.shape, input_dimension_count, indices_dimension_count, batch_dimension_count
-    )
-    check_out_of_bounds(op, out_of_bounds)
+    counts = (input_dimension_count, indices_dimension_count, batch_dimension_count)
+    output_sizes = validate_gather_nd(input, indices, *counts, out_of_bounds)
+    return gather_nd_validated(input, indices, *counts, out_of_bounds, output_sizes)
+
+
+def validate_gather_nd(
+    input: np.ndarray, indices: np.ndarray, input_dimension_count: int, indices_dimension_count: int,
+    batch_dimension_count: int, out_of_bounds: str,
+) -> tuple[int, ...]:  # fmt: skip
+    """DML_GATHER_ND1's output sizes; a GatherError where DirectML refuses the types, shapes or attributes."""
+    counts = (input_dimension_count, indices_dimension_count, batch_dimension_count)
+    check_types("DmlGatherNd", input.dtype, indices.dtype)
+    output_sizes = gather_nd_output_sizes(input.shape, indices.shape, *counts)
+    check_out_of_bounds("DmlGatherNd", out_of_bounds)
+    return output_sizes
+
+
+def gather_nd_validated(
+    input: np.ndarray, indices: np.ndarray, input_dimension_count: int, indices_dimension_count: int,
+    batch_dimension_count: int, out_of_bounds: str, output_sizes: tuple[int, ...],
+) -> np.ndarray:  # fmt: skip
+    """``dml_gather_nd`` on arrays and attributes ``validate_gather_nd`` accepted (its ``output_sizes``)."""
+    op = "DmlGatherNd"
     if out_of_bounds.startswith("directml"):
-        return _directml_nd(input, indices, input_dimension_count, indices_dimension_count, batch_dimension_count,
+        return directml_gather_nd(input, indices, input_dimension_count, indices_dimension_count, batch_dimension_count,
                             element_size(input, out_of_bounds)).reshape(output_sizes)  # fmt: skip
     data = input.shape[input.ndim - input_dimension_count :]
     index = indices.shape[indices.ndim - indices_dimension_count :]

@@ -1,9 +1,9 @@
 """Fast implementations of the three DML operators, for use inside ONNX Runtime.
 
-Each validates through ``semantics`` and then gathers with ONNX Runtime's own native ``Gather``,
+Each validates once through ``semantics`` and then gathers with ONNX Runtime's own native ``Gather``,
 ``GatherElements`` or ``GatherND`` kernel (``np.take`` for a small Gather), which take negative indices as
 DirectML does and refuse an out-of-bounds one. Only then, rarely, is the reference implementation called to
-apply ``fix()``.
+apply ``fix()``, on the inputs already validated.
 """
 
 from __future__ import annotations
@@ -49,9 +49,7 @@ _NATIVE_GATHER_OUTPUT_BYTES = 2**23
 
 def gather(input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: int, out_of_bounds: str) -> np.ndarray:
     """DML_GATHER with the results of ``semantics.dml_gather``."""
-    semantics.check_types("DmlGather", input.dtype, indices.dtype)
-    semantics.check_out_of_bounds("DmlGather", out_of_bounds)
-    output_sizes = semantics.gather_output_sizes(input.shape, indices.shape, axis, index_dimensions)
+    output_sizes = semantics.validate_gather(input, indices, axis, index_dimensions, out_of_bounds)
     semantics.check_output_elements("DmlGather", output_sizes, max_output_elements)
     plain = semantics.plain_gather(input.shape, indices.shape, axis, index_dimensions)
     signed = _signed_indices(indices, input.shape[axis]) if plain else None
@@ -67,7 +65,7 @@ def gather(input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: 
             return np.take(input, index, axis=axis).reshape(output_sizes)
         except (InvalidArgument, IndexError):  # an index out of bounds (the native kernel's error, np.take's)
             pass
-    return semantics.dml_gather(input, indices, axis, index_dimensions, out_of_bounds)
+    return semantics.gather_validated(input, indices, axis, index_dimensions, out_of_bounds, output_sizes)
 
 
 @functools.cache
@@ -83,9 +81,7 @@ def _native(op_type: str, dtype: np.dtype, index_dtype: np.dtype, **attributes: 
 
 def gather_elements(input: np.ndarray, indices: np.ndarray, axis: int, out_of_bounds: str) -> np.ndarray:
     """DML_GATHER_ELEMENTS with the results of ``semantics.dml_gather_elements``."""
-    semantics.check_types("DmlGatherElements", input.dtype, indices.dtype)
-    semantics.check_out_of_bounds("DmlGatherElements", out_of_bounds)
-    semantics.check_gather_elements(input.shape, indices.shape, axis)
+    semantics.validate_gather_elements(input, indices, axis, out_of_bounds)
     semantics.check_output_elements("DmlGatherElements", indices.shape, max_output_elements)
     signed = _signed_indices(indices, input.shape[axis])
     if signed is not None:
@@ -94,7 +90,7 @@ def gather_elements(input: np.ndarray, indices: np.ndarray, axis: int, out_of_bo
             return session.run(None, {"input": input, "indices": signed})[0]
         except Fail:  # an index out of bounds
             pass
-    return semantics.dml_gather_elements(input, indices, axis, out_of_bounds)
+    return semantics.gather_elements_validated(input, indices, axis, out_of_bounds)
 
 
 def gather_nd(
@@ -106,13 +102,9 @@ def gather_nd(
     out_of_bounds: str,
 ) -> np.ndarray:
     """DML_GATHER_ND1 with the results of ``semantics.dml_gather_nd``."""
-    op = "DmlGatherNd"
-    semantics.check_types(op, input.dtype, indices.dtype)
-    semantics.check_out_of_bounds(op, out_of_bounds)
-    output_sizes = semantics.gather_nd_output_sizes(
-        input.shape, indices.shape, input_dimension_count, indices_dimension_count, batch_dimension_count
-    )
-    semantics.check_output_elements(op, output_sizes, max_output_elements)
+    counts = (input_dimension_count, indices_dimension_count, batch_dimension_count)
+    output_sizes = semantics.validate_gather_nd(input, indices, *counts, out_of_bounds)
+    semantics.check_output_elements("DmlGatherNd", output_sizes, max_output_elements)
     # ONNX's GatherND takes INT64 indices only; an unsigned one from 2^31 is out of bounds (no dimension is that
     # large) and, as INT64, could pass for a negative one.
     data = input.reshape(input.shape[input.ndim - input_dimension_count :])
@@ -126,6 +118,4 @@ def gather_nd(
             return session.run(None, {"input": data, "indices": index})[0].reshape(output_sizes)
         except InvalidArgument:  # an index out of bounds
             pass
-    return semantics.dml_gather_nd(
-        input, indices, input_dimension_count, indices_dimension_count, batch_dimension_count, out_of_bounds
-    )
+    return semantics.gather_nd_validated(input, indices, *counts, out_of_bounds, output_sizes)

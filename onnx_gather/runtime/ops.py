@@ -16,6 +16,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ from onnxruntime_extensions import _ocos as bridge
 from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
-from onnx_gather.runtime import kernels
+from onnx_gather.runtime import kernels, tables
 
 # The bridge's name of each type a DML node carries (contract.NODE_DATA_TYPES: DirectML's less FLOAT16, which the
 # bridge refuses) and of each index type.
@@ -98,9 +99,28 @@ _BASE_OPERATORS = tuple(
 # The same ops with a ``node`` attribute naming the DML node they stand for, for counting out-of-bounds
 # indices per node (the bridge does not tell an op which node it runs).
 TRACED = {operator.op_type: f"{operator.op_type}Traced" for operator in _BASE_OPERATORS}
-_OPERATORS = _BASE_OPERATORS + tuple(
+_UNTABLED = _BASE_OPERATORS + tuple(
     _Operator(TRACED[o.op_type], _traced(o.function), {**o.attributes, "node": PyCustomOpDef.dt_string})
     for o in _BASE_OPERATORS
+)
+
+
+def _tabled(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """``function`` reading its data from the table its ``table`` attribute names (``tables.detach``), not from its
+    first input (an empty tensor of the data's type)."""
+
+    def tabled(empty: np.ndarray, indices: np.ndarray, table: str, **attributes: object) -> np.ndarray:
+        return function(tables.table(table), indices, **attributes)
+
+    return tabled
+
+
+# Each op again with its constant data held on this side (tables.detach makes them, for InferenceSession).
+_OPERATORS = _UNTABLED + tuple(
+    _Operator(
+        f"{o.op_type}Table", _tabled(o.function), {**o.attributes, tables.TABLE_ATTRIBUTE: PyCustomOpDef.dt_string}
+    )
+    for o in _UNTABLED
 )
 
 
@@ -212,6 +232,36 @@ def session_options() -> onnxruntime.SessionOptions:
     return register(onnxruntime.SessionOptions())
 
 
+def _configured_folder(options: onnxruntime.SessionOptions) -> Path | None:
+    try:
+        return Path(options.get_session_config_entry(tables.EXTERNAL_DATA_KEY))
+    except RuntimeError:  # not set
+        return None
+
+
+def _detached(
+    model: str | os.PathLike | bytes | onnx.ModelProto, options: onnxruntime.SessionOptions
+) -> tuple[str | bytes, list[np.ndarray]]:
+    """What the session loads: ``model`` with the constant data of its DML nodes held on this side (tables.detach),
+    as bytes, and those tables; or ``model`` as it is (a path or bytes) where no DML node has constant data."""
+    folder = _configured_folder(options)
+    if isinstance(model, bytes) and DOMAIN.encode() not in model:  # no DML node: nothing to parse
+        return model, []
+    if isinstance(model, (str, os.PathLike)):
+        model = os.fspath(model)
+        if folder is not None and folder != Path(model).parent:  # its external data would be looked for there
+            return model, []
+        proto, folder = onnx.load(model, load_external_data=False), Path(model).parent
+    else:
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load_model_from_string(model)
+    detached = tables.detach(proto, folder, {o.op_type for o in _UNTABLED})
+    if detached is None:
+        return (model.SerializeToString() if isinstance(model, onnx.ModelProto) else model), []
+    if isinstance(model, str) and _configured_folder(options) is None:  # the rest of its external data is there
+        options.add_session_config_entry(tables.EXTERNAL_DATA_KEY, str(folder))
+    return detached[0].SerializeToString(), detached[1]
+
+
 class InferenceSession(onnxruntime.InferenceSession):
     """An ``onnxruntime.InferenceSession`` with the custom ops registered.
 
@@ -230,10 +280,8 @@ class InferenceSession(onnxruntime.InferenceSession):
         options = register(sess_options or onnxruntime.SessionOptions())
         if options.execution_mode != onnxruntime.ExecutionMode.ORT_SEQUENTIAL:
             raise UserError("onnx_gather.InferenceSession needs sequential execution (execution_mode ORT_SEQUENTIAL)")
-        if isinstance(model, onnx.ModelProto):
-            model = model.SerializeToString()
-        elif isinstance(model, os.PathLike):
-            model = os.fspath(model)
+        # The tables stay registered while this session holds them (tables.TABLES keeps weak references).
+        model, self._tables = _detached(model, options)
         super().__init__(model, options, providers or ["CPUExecutionProvider"], **kwargs)
 
     def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list:
