@@ -197,6 +197,26 @@ def test_a_runner_that_died_is_reported_and_the_next_load_starts_a_new_one():
         assert runner.run(again, FEEDS)["y0"].tolist() == [11, 10, 15]
 
 
+def test_a_value_the_provider_fuses_away_is_named_or_left_out_and_the_others_come_back(directml):
+    # An Add whose one consumer is a Relu is fused into it: marked as an output too, ONNX Runtime returns no tensor
+    graph = h.make_graph(
+        [h.make_node("Add", ["x", "x"], ["sum"], "add"), h.make_node("Relu", ["sum"], ["y"], "relu"),
+         h.make_node("Mul", ["x", "x"], ["square"], "mul")],
+        "fused", [h.make_tensor_value_info("x", T.FLOAT, [4])],
+        [h.make_tensor_value_info(name, T.FLOAT, [4]) for name in ("y", "sum", "square")],
+    )  # fmt: skip
+    loaded = directml.load(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8), fallback=True)
+    x = np.array([-2, -1, 1, 2], np.float32)
+    try:
+        with pytest.raises(DirectMlError, match=r"^output 'sum': ONNX Runtime returned no tensor for it: the DirectML"):
+            directml.run(loaded, {"x": x})
+        outputs = directml.run(loaded, {"x": x}, absent=True)
+    finally:
+        directml.free(loaded)
+    assert sorted(outputs) == ["square", "y"]
+    assert outputs["y"].tolist() == [0, 0, 2, 4] and outputs["square"].tolist() == [4, 1, 1, 4]
+
+
 def test_an_error_inside_the_with_block_still_ends_everything():
     require_directml()
     with pytest.raises(KeyError), Runner() as runner:

@@ -28,6 +28,11 @@ from onnx_gather.directml.process import (
 )
 
 DML_PROVIDER = "DmlExecutionProvider"
+# Why ONNX Runtime returns no tensor for an output: the DirectML provider fuses a node into the activation that is its
+# one consumer (Conv -> Relu, Add -> Relu, MatMul -> Sigmoid, ...), and the fused node makes the activation's value only
+# (an output is no consumer), also with its graph fusion off.
+ABSENT = ("ONNX Runtime returned no tensor for it: the DirectML provider fused the node that makes it into the "
+          "activation after it")  # fmt: skip
 
 
 @dataclass
@@ -84,9 +89,11 @@ class Runner(WineProgram):
             (folder / "model.onnx").write_bytes(model.SerializeToString())
             yield folder / "model.onnx"
 
-    def run(self, loaded: Loaded, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, loaded: Loaded, feeds: Mapping[str, np.ndarray], absent: bool = False) -> dict[str, np.ndarray]:
         """Run a loaded model on DirectML; the outputs by name. Every tensor type ONNX Runtime takes travels
-        (``tensors``): STRING as str or bytes elements in, an object array of str out."""
+        (``tensors``): STRING as str or bytes elements in, an object array of str out.
+
+        An output ONNX Runtime returns no tensor for (``ABSENT``) fails the run, or with ``absent`` is left out."""
         missing = [name for name in loaded.inputs if name not in feeds]
         if missing:
             raise UserError(f"no value given for the model's inputs {', '.join(missing)}")
@@ -99,8 +106,12 @@ class Runner(WineProgram):
             with self.workspace("run") as folder:
                 for k, name in enumerate(loaded.inputs):
                     tensors.write(folder / f"in{k}.tensor", name, feeds[name])
-                self.request(f"run {loaded.id} {windows_path(folder)}", "run")
-                return {name: tensors.read(folder / f"out{k}.tensor", name) for k, name in enumerate(loaded.outputs)}
+                infos = self.request(f"run {loaded.id} {windows_path(folder)}", "run")[0]
+                missing = {loaded.outputs[int(rest)] for kind, rest in infos if kind == "absent"}
+                if missing and not absent:
+                    raise DirectMlError(f"output {sorted(missing)[0]!r}: {ABSENT}")
+                return {name: tensors.read(folder / f"out{k}.tensor", name) for k, name in enumerate(loaded.outputs)
+                        if name not in missing}  # fmt: skip
 
     def capabilities(self) -> dict[str, str]:
         """What the Direct3D 12 device under DirectML offers: shader_model, wave_ops, int64_ops, native16."""
