@@ -20,6 +20,7 @@ from onnx import numpy_helper
 import onnx_gather
 from onnx_gather.app.cli import main
 from onnx_gather.app.demo import sample_model_path
+from onnx_gather.app.report import comparison_entry
 from onnx_gather.core import semantics
 from onnx_gather.runtime import backends, reference
 from onnx_gather.runtime.parity import compare
@@ -58,8 +59,9 @@ def test_compare_shapes_that_differ():
     c = compare(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), 0, 0)
     assert (c.within_tolerance, c.mismatches, c.first_mismatch) == (False, 6, None)
     assert c.note == "float32 3x2 where the reference has float32 2x3"
-    assert c.as_report()["note"] == c.note and c.as_report()["max_abs"] is None  # the JSON says what differs
-    assert "note" not in compare(np.zeros(2), np.zeros(2), 0, 0).as_report()
+    entry = comparison_entry(c)
+    assert entry["note"] == c.note and entry["max_abs"] is None  # the JSON says what differs
+    assert "note" not in comparison_entry(compare(np.zeros(2), np.zeros(2), 0, 0))
 
 
 KEYS = [
@@ -295,9 +297,9 @@ def test_parity_on_a_model_with_string_and_bool_outputs(tmp_path, capsys):
         (["parity", "{model}", "--backends", "pyop,tpu"], "unknown backend 'tpu'"),
         (["parity", "missing.onnx"], "missing.onnx: no such file"),
         (["parity", "{model}", "--inputs", "nothing.npz"], "nothing.npz: no such file"),
-        (["parity", "{model}", "--shape", "ids:2xtwo"], "--shape 'ids:2xtwo': expected NAME:DIMS"),
+        (["parity", "{model}", "--shape", "ids:2xtwo"], "argument --shape: 'ids:2xtwo': expected NAME:DIMS"),
         (["parity", "{model}", "--shape", "other:2"], "--shape names 'other', which is not an input of the model"),
-        (["parity", "{model}", "--int-range", "5:1"], "--int-range '5:1': expected LOW:HIGH"),
+        (["parity", "{model}", "--int-range", "5:1"], "argument --int-range: '5:1': expected LOW:HIGH"),
         (["run", "{model}", "--backend", "dml"], "backend dml cannot run here"),
         (
             ["parity", "{model}", "--inputs", "{other}"],
@@ -311,7 +313,10 @@ def test_parity_on_a_model_with_string_and_bool_outputs(tmp_path, capsys):
             "where the model takes int64; array 'picks' has shape 2 where the model takes 1x2",
         ),
         (["run", "{model}", "--backend", "cpu", "--shape", "picks:1x5"], "--shape picks:1x5: dimension 1 is 2 in"),
-        (["run", "{model}", "--backend", "cpu", "--shape", "ids:2", "--shape", "ids:3"], "--shape names 'ids' twice"),
+        (
+            ["run", "{model}", "--backend", "cpu", "--shape", "ids:2", "--shape", "ids:3"],
+            "argument --shape: names 'ids' twice (2 and 3)",
+        ),
     ],
 )
 def test_bad_input_exits_2(tmp_path, capsys, arguments, message, no_directml):
