@@ -84,8 +84,8 @@ class Parity(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         choice, max_elements = InputChoice.of(args), options.limit_outputs(args)
-        built = {name: backends.create(name, args.device_id, args.out_of_bounds)
-                 for name in (args.reference, *args.backends)}  # fmt: skip
+        names = dict.fromkeys((args.reference, *args.backends))  # each once
+        built = {name: backends.create(name, args.device_id, args.out_of_bounds) for name in names}
         paths = _model_paths(args.models)
         if len(paths) > 1 and (choice.inputs or args.save_inputs):
             raise UsageError("--inputs and --save-inputs take a single model")
