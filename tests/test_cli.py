@@ -410,12 +410,28 @@ def test_every_command_refuses_a_bad_shape_alike_with_exit_2(tmp_path, capsys, c
     assert not output.exists()
 
 
-def test_every_command_lists_the_shared_input_flags_the_same_way(capsys):
+def _help(command, capsys) -> str:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    return capsys.readouterr().out
+
+
+def _flag_help(shown: str, flag: str) -> str:
+    """A flag's entry in a help text: its line and those that continue it."""
+    lines = shown.splitlines()
+    start = next(i for i, line in enumerate(lines) if f"{line} ".startswith(f"  {flag} "))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" " * 10)), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_every_command_lists_the_shared_flags_the_same_way(capsys):
     sections = {}
     for command in _TAKING_SHAPES:
-        with pytest.raises(SystemExit):
-            main([command, "--help"])
-        shown = capsys.readouterr().out
+        shown = _help(command, capsys)
         sections[command] = shown[shown.index("\ninputs:") :].split("\n\n")[0]
     assert len(set(sections.values())) == 1, sections
     assert all(f"  {flag} " in sections["check"] for flag in ("--inputs", "--shape", "--seed", "--int-range"))
+    helps = {command: _help(command, capsys) for command in ("demo", "convert", "run", "parity")}
+    for flag, commands in (("--out-of-bounds", helps), ("--device-id", ("run", "parity")),
+                           ("--max-elements", ("run", "parity"))):  # fmt: skip
+        assert len({_flag_help(helps[command], flag) for command in commands}) == 1, flag
