@@ -18,7 +18,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-from onnx_gather.app import cli
+from onnx_gather.app import model_commands
 from onnx_gather.app.cli import main
 from onnx_gather.app.demo import sample_model_path
 from onnx_gather.directml.layout import Layout
@@ -172,7 +172,7 @@ def test_check_refuses_gather_elements_at_1_0(tmp_path, capsys):
         ),
         (["parity", "{model}", "--atol", "-1"], "argument --atol: '-1': must be a number of 0 or more"),
         (["parity", "{model}", "--rtol", "x"], "argument --rtol: 'x' is not a number of 0 or more"),
-        (["parity", "{model}", "--backends", ""], "--backends '': name at least one backend"),
+        (["parity", "{model}", "--backends", ""], "argument --backends: '': name at least one backend"),
         (["check", "{model}", "--feature-level", "5.0"], "invalid choice: '5.0'"),
         (["convert", "{model}"], "the following arguments are required: -o/--output"),
     ],
@@ -264,7 +264,7 @@ def test_an_internal_error_exits_3_with_one_line_and_debug_gives_its_traceback(t
     def broken(*args, **kwargs):
         raise KeyError("a bug")
 
-    monkeypatch.setattr("onnx_gather.app.cli.check", broken)
+    monkeypatch.setattr("onnx_gather.app.model_commands.check", broken)
     path = _embedding_model(tmp_path, external=False)
     assert main(["check", str(path)]) == 3
     error = capsys.readouterr().err
@@ -359,11 +359,79 @@ def test_ctrl_c_while_importing_is_one_line_and_130(tmp_path, how, delay):
 
 
 def test_an_os_error_naming_no_file_names_the_command(tmp_path, capsys, monkeypatch):
-    def full(args):
+    def full(self, args):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setitem(cli._COMMANDS, "check", full)
+    monkeypatch.setattr(model_commands.Check, "run", full)
     assert main(["check", str(sample_model_path())]) == 2
     assert capsys.readouterr().err == (
         "onnx-gather: error: check: No space left on device (on a file the system did not name; --debug shows where)\n"
     )
+
+
+def test_a_negative_int_range_is_taken_without_an_equals_sign_by_every_command(tmp_path):
+    model = _embedding_model(tmp_path, external=False)
+    saved = tmp_path / "in.npz"
+    arguments = ["parity", str(model), "--backends", "pyop,cpu", "--shape", "ids:40x3", "--int-range", "-90:160",
+                 "--save-inputs", str(saved)]  # fmt: skip
+    assert main(arguments) == 0
+    ids = np.load(saved)["ids"]
+    assert -90 <= ids.min() < 0 and 0 < ids.max() < 160  # drawn from [-90, 160)
+    assert main(["run", str(model), "--backend", "cpu", "--int-range", "-90:160"]) == 0
+    assert main(["check", str(model), "--int-range", "-90:-10"]) == 0
+    assert main(["convert", str(model), "-o", str(tmp_path / "out.onnx"), "--int-range", "-90:160"]) == 0
+
+
+_TAKING_SHAPES = {
+    "check": ["check", "{model}"],
+    "convert": ["convert", "{model}", "-o", "{output}"],
+    "run": ["run", "{model}", "--backend", "cpu"],
+    "parity": ["parity", "{model}", "--backends", "pyop,cpu"],
+}
+
+
+@pytest.mark.parametrize("command", list(_TAKING_SHAPES))
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ("nosuch:1x2", "--shape names 'nosuch', which is not an input of the model"),
+        ("ids:2x4", "--shape ids:2x4: dimension 1 is 3 in the model"),  # the model says [batch, 3]
+        ("ids:2", "--shape ids: 1 dimensions given, the model says 2"),
+        ("ids:2xtwo", "argument --shape: 'ids:2xtwo': expected NAME:DIMS such as ids:2x7 (see onnx-gather {command} "
+         "--help)"),
+    ],
+)  # fmt: skip
+def test_every_command_refuses_a_bad_shape_alike_with_exit_2(tmp_path, capsys, command, shape, message):
+    model = _embedding_model(tmp_path, external=False)
+    output = tmp_path / "out.onnx"
+    arguments = [a.format(model=model, output=output) for a in _TAKING_SHAPES[command]]
+    assert main([*arguments, "--shape", shape]) == 2
+    assert capsys.readouterr().err == f"onnx-gather: error: {message.format(command=command)}\n"
+    assert not output.exists()
+
+
+def _help(command, capsys) -> str:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    return capsys.readouterr().out
+
+
+def _flag_help(shown: str, flag: str) -> str:
+    """A flag's entry in a help text: its line and those that continue it."""
+    lines = shown.splitlines()
+    start = next(i for i, line in enumerate(lines) if f"{line} ".startswith(f"  {flag} "))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" " * 10)), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_every_command_lists_the_shared_flags_the_same_way(capsys):
+    sections = {}
+    for command in _TAKING_SHAPES:
+        shown = _help(command, capsys)
+        sections[command] = shown[shown.index("\ninputs:") :].split("\n\n")[0]
+    assert len(set(sections.values())) == 1, sections
+    assert all(f"  {flag} " in sections["check"] for flag in ("--inputs", "--shape", "--seed", "--int-range"))
+    helps = {command: _help(command, capsys) for command in ("demo", "convert", "run", "parity")}
+    for flag, commands in (("--out-of-bounds", helps), ("--device-id", ("run", "parity")),
+                           ("--max-elements", ("run", "parity"))):  # fmt: skip
+        assert len({_flag_help(helps[command], flag) for command in commands}) == 1, flag

@@ -20,9 +20,13 @@ from onnx import numpy_helper
 import onnx_gather
 from onnx_gather.app.cli import main
 from onnx_gather.app.demo import sample_model_path
+from onnx_gather.app.hints import parity_hint
+from onnx_gather.app.options import InputChoice
+from onnx_gather.app.report import comparison_entry
 from onnx_gather.core import semantics
 from onnx_gather.runtime import backends, reference
-from onnx_gather.runtime.parity import compare
+from onnx_gather.runtime.inputs import Feeds
+from onnx_gather.runtime.parity import Tolerance, compare, one_line, run_parity
 
 
 def test_compare_bit_identical():
@@ -58,8 +62,9 @@ def test_compare_shapes_that_differ():
     c = compare(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), 0, 0)
     assert (c.within_tolerance, c.mismatches, c.first_mismatch) == (False, 6, None)
     assert c.note == "float32 3x2 where the reference has float32 2x3"
-    assert c.as_report()["note"] == c.note and c.as_report()["max_abs"] is None  # the JSON says what differs
-    assert "note" not in compare(np.zeros(2), np.zeros(2), 0, 0).as_report()
+    entry = comparison_entry(c)
+    assert entry["note"] == c.note and entry["max_abs"] is None  # the JSON says what differs
+    assert "note" not in comparison_entry(compare(np.zeros(2), np.zeros(2), 0, 0))
 
 
 KEYS = [
@@ -295,9 +300,9 @@ def test_parity_on_a_model_with_string_and_bool_outputs(tmp_path, capsys):
         (["parity", "{model}", "--backends", "pyop,tpu"], "unknown backend 'tpu'"),
         (["parity", "missing.onnx"], "missing.onnx: no such file"),
         (["parity", "{model}", "--inputs", "nothing.npz"], "nothing.npz: no such file"),
-        (["parity", "{model}", "--shape", "ids:2xtwo"], "--shape 'ids:2xtwo': expected NAME:DIMS"),
+        (["parity", "{model}", "--shape", "ids:2xtwo"], "argument --shape: 'ids:2xtwo': expected NAME:DIMS"),
         (["parity", "{model}", "--shape", "other:2"], "--shape names 'other', which is not an input of the model"),
-        (["parity", "{model}", "--int-range", "5:1"], "--int-range '5:1': expected LOW:HIGH"),
+        (["parity", "{model}", "--int-range", "5:1"], "argument --int-range: '5:1': expected LOW:HIGH"),
         (["run", "{model}", "--backend", "dml"], "backend dml cannot run here"),
         (
             ["parity", "{model}", "--inputs", "{other}"],
@@ -311,7 +316,10 @@ def test_parity_on_a_model_with_string_and_bool_outputs(tmp_path, capsys):
             "where the model takes int64; array 'picks' has shape 2 where the model takes 1x2",
         ),
         (["run", "{model}", "--backend", "cpu", "--shape", "picks:1x5"], "--shape picks:1x5: dimension 1 is 2 in"),
-        (["run", "{model}", "--backend", "cpu", "--shape", "ids:2", "--shape", "ids:3"], "--shape names 'ids' twice"),
+        (
+            ["run", "{model}", "--backend", "cpu", "--shape", "ids:2", "--shape", "ids:3"],
+            "argument --shape: names 'ids' twice (2 and 3)",
+        ),
     ],
 )
 def test_bad_input_exits_2(tmp_path, capsys, arguments, message, no_directml):
@@ -613,3 +621,37 @@ def test_the_reference_evaluator_takes_float16_as_it_is(tmp_path):
     outcome = backends.create("reference").run(backends.Model(path, model), {"table": table, "ids": ids})
     assert outcome.outputs["rows"].view(np.uint16).tolist() == expected.view(np.uint16).tolist()
     assert expected.view(np.uint16).tolist()[:2] == [0x7C01, 0xFE33] and 0 in expected.view(np.uint16).tolist()[4:]
+
+
+def test_run_parity_returns_typed_results_and_the_caller_words_the_hint(tmp_path):
+    path = _ids_model(tmp_path)
+    model = backends.Model(path, onnx.load(path))
+    feeds = Feeds({"ids": np.array([0, 9]), "picks": np.array([[1, 2]])}, frozenset({"picks"}), seed=7)
+    built = [backends.create(name) for name in ("cpu", "lowered", "cuda")]
+    parity = run_parity(model, feeds, built, backends.create("pyop"), Tolerance(0.0, 0.0))
+    assert [(name, run.status) for name, run in parity.backends.items()] == [
+        ("pyop", "ok"), ("cpu", "error"), ("lowered", "ok"), ("cuda", "skipped")]  # fmt: skip
+    cpu = parity.backends["cpu"]
+    assert isinstance(cpu.error, Exception) and cpu.outcome is None and cpu.reason == one_line(cpu.error)
+    assert parity.failures == [cpu.error] and parity.passed is False
+    assert parity.outputs["rows"]["lowered"] == compare(*(parity.backends[n].outcome.outputs["rows"]
+                                                          for n in ("pyop", "lowered")), 0.0, 0.0)  # fmt: skip
+    assert parity.out_of_bounds == {"lookup": 1, "pick": 0} and parity.out_of_bounds_mode == "directml"
+    document = json.loads(json.dumps(comparison_entry(parity.outputs["rows"]["lowered"])))
+    assert document["equal"] is True
+    # The hint is worded after the run, from the typed failure: the generated input is not the index's source.
+    assert parity_hint(parity, model.proto, InputChoice()) == ""
+
+
+def test_parity_builds_each_backend_once_for_a_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "zoo"
+    folder.mkdir()
+    _ids_model(folder, "a.onnx")
+    _ids_model(folder, "b.onnx")
+    built = []
+    create = backends.create
+    monkeypatch.setattr(backends, "create", lambda name, *rest: built.append(name) or create(name, *rest))
+    assert (
+        main(["parity", str(folder), "--backends", "pyop,cpu,lowered", "--reference", "cpu", "--shape", "ids:2"]) == 0
+    )
+    assert sorted(built) == ["cpu", "lowered", "pyop"]

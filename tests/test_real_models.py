@@ -36,7 +36,8 @@ from onnx_gather.graphs.convert import convert
 from onnx_gather.graphs.lower import lower
 from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime import backends
-from onnx_gather.runtime.parity import run_parity
+from onnx_gather.runtime.inputs import Feeds
+from onnx_gather.runtime.parity import Tolerance, run_parity
 
 THIRD_PARTY = Path(__file__).resolve().parent / "third_party"
 RNG = np.random.default_rng(11)
@@ -240,16 +241,18 @@ def test_whole_model_on_real_directml_within_tolerance_of_the_cpu(name):
     require_directml()
     package, file, feeds = WHOLE_MODELS[name]
     path, _ = _load(package, file)
-    parity = run_parity(backends.Model(path, model_io.load(path)), feeds, ["pyop", "dml"], "cpu", ATOL, RTOL)
-    dml = parity.report["backends"]["dml"]
-    assert dml["status"] == "ok", dml["reason"]
-    placed = {provider: value["nodes"] for provider, value in dml["placement"].items()}
+    model = backends.Model(path, model_io.load(path))
+    parity = run_parity(model, Feeds(feeds), [backends.create("pyop"), backends.create("dml")], backends.create("cpu"),
+                        Tolerance(ATOL, RTOL))  # fmt: skip
+    dml = parity.backends["dml"]
+    assert dml.status == "ok", dml.reason
+    placed = {provider: value["nodes"] for provider, value in dml.outcome.placement.items()}
     assert placed.get("DmlExecutionProvider", 0) > 0
-    worst = max(by["dml"]["max_abs"] or 0.0 for by in parity.report["outputs"].values())  # None: BOOL outputs
-    assert parity.report["passed"], parity.report["outputs"]
-    assert all(by["pyop"]["equal"] for by in parity.report["outputs"].values())  # the gathers' DML semantics
+    worst = max(by["dml"].max_abs or 0.0 for by in parity.outputs.values())  # None: BOOL outputs
+    assert parity.passed, parity.outputs
+    assert all(by["pyop"].equal for by in parity.outputs.values())  # the gathers' DML semantics
     SUMMARIES.append(f"Whole model on real DirectML: {name}: placed {placed}, worst |DirectML - CPU| {worst:.3g} "
-                     f"(atol {ATOL:g}, rtol {RTOL:g}), {dml['seconds']:.1f} s to load and run")  # fmt: skip
+                     f"(atol {ATOL:g}, rtol {RTOL:g}), {dml.seconds:.1f} s to load and run")  # fmt: skip
 
 
 def test_minilm_fails_on_real_directml_at_a_reshape_naming_the_node_and_directmls_message(tmp_path, capsys):

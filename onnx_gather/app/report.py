@@ -1,20 +1,100 @@
-"""A parity report as people read it: a table for the terminal, or Markdown."""
+"""A parity run as people read it (a table for the terminal, or Markdown) and as programs do (the JSON report):
+made here only, from the typed results, with the hint the caller worded."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib.metadata
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from onnx_gather.runtime.inputs import dims_text
-from onnx_gather.runtime.parity import Parity
+import numpy as np
+
+from onnx_gather.runtime import divergence
+from onnx_gather.runtime.divergence import Divergence
+from onnx_gather.runtime.inputs import Feeds, dims_text
+from onnx_gather.runtime.parity import BackendRun, Comparison, Parity
 
 
-def _verdict(comparison: dict, note: str) -> str:
-    if note:
-        return "DIFFERENT: " + note
-    if comparison["equal"]:
+@dataclass(frozen=True)
+class Reported:
+    """A parity run and the hint its caller worded from its failures ("" for none)."""
+
+    parity: Parity
+    hint: str = ""
+
+
+def comparison_entry(comparison: Comparison) -> dict:
+    """A comparison as the JSON report holds it."""
+    report = asdict(comparison)
+    if not comparison.note:
+        del report["note"]  # else it says what differs: types, shapes
+    return report
+
+
+def _outputs(by_backend: Mapping[str, Comparison]) -> dict:
+    return {name: comparison_entry(comparison) for name, comparison in by_backend.items()}
+
+
+def _backend(run: BackendRun) -> dict:
+    entry: dict = {"status": run.status, "reason": run.reason, "seconds": run.seconds}
+    if run.versions is not None:
+        entry["versions"] = run.versions
+    if run.outcome is not None and run.outcome.placement:
+        entry["placement"] = run.outcome.placement
+    return entry
+
+
+def _divergence_entry(found: Divergence) -> dict:
+    entry = {"node": found.node, "op_type": found.op_type, "output": found.output,
+             "max_abs": found.comparison.max_abs, "max_rel": found.comparison.max_rel,
+             "mismatches": found.comparison.mismatches}  # fmt: skip
+    if found.placement is not None:
+        entry["placement"] = found.placement
+    return entry
+
+
+def _input(name: str, array: np.ndarray, feeds: Feeds) -> dict:
+    return {"dtype": array.dtype.name, "shape": list(array.shape), "source": _source(name, feeds)}
+
+
+def _source(name: str, feeds: Feeds) -> str:
+    return "generated" if name in feeds.generated else "given"
+
+
+def document(reported: Reported) -> dict:
+    """The JSON report of one model's run."""
+    parity, feeds = reported.parity, reported.parity.feeds
+    report = {
+        "model": str(parity.model),
+        "reference": parity.reference,
+        "atol": float(parity.tolerance.atol),
+        "rtol": float(parity.tolerance.rtol),
+        "inputs": {name: _input(name, array, feeds) for name, array in feeds.arrays.items()},
+        "seed": feeds.seed if feeds.generated else None,
+        "onnx_gather": importlib.metadata.version("onnx-gather"),
+        "backends": {name: _backend(run) for name, run in parity.backends.items()},
+        "outputs": {output: _outputs(by) for output, by in parity.outputs.items()},
+        "out_of_bounds": parity.out_of_bounds,
+        "out_of_bounds_mode": parity.out_of_bounds_mode,
+        "passed": parity.passed,
+    }
+    if reported.hint:
+        report["hint"] = reported.hint
+    if parity.random_nodes:
+        report["random_nodes"] = parity.random_nodes
+    if parity.divergence is not None:
+        report["all_tensors"] = {"compared": parity.compared, "note": divergence.NOTE}
+        report["divergence"] = {name: list(map(_divergence_entry, found)) for name, found in parity.divergence.items()}
+    return report
+
+
+def _verdict(comparison: Comparison) -> str:
+    if comparison.note:
+        return "DIFFERENT: " + comparison.note
+    if comparison.equal:
         return "bit-identical"
-    return "within tolerance" if comparison["within_tolerance"] else "DIFFERENT"
+    return "within tolerance" if comparison.within_tolerance else "DIFFERENT"
 
 
 def _number(value: float | None) -> str:
@@ -25,40 +105,32 @@ def _number(value: float | None) -> str:
 
 def _rows(parity: Parity) -> tuple[list[list[str]], list[list[str]]]:
     """The backend rows and the output rows, as cells."""
-    report = parity.report
     backend_rows = []
-    for name, status in report["backends"].items():
-        seconds = "" if status["seconds"] is None else f"{status['seconds']:.3f}"
-        detail = "reference" if name == report["reference"] and status["status"] == "ok" else status["reason"] or ""
-        backend_rows.append([name, status["status"], seconds, detail])
+    for name, run in parity.backends.items():
+        seconds = "" if run.seconds is None else f"{run.seconds:.3f}"
+        detail = "reference" if name == parity.reference and run.status == "ok" else run.reason or ""
+        backend_rows.append([name, run.status, seconds, detail])
     output_rows = []
-    for output, by_backend in report["outputs"].items():
+    for output, by_backend in parity.outputs.items():
         for name, comparison in by_backend.items():
-            first = comparison["first_mismatch"]
+            first = comparison.first_mismatch
             output_rows.append([
-                output, name, _verdict(comparison, parity.notes.get((output, name), "")),
-                _number(comparison["max_abs"]), _number(comparison["max_rel"]), str(comparison["mismatches"]),
-                "" if first is None else str(tuple(first)),
+                output, name, _verdict(comparison), _number(comparison.max_abs), _number(comparison.max_rel),
+                str(comparison.mismatches), "" if first is None else str(tuple(first)),
             ])  # fmt: skip
     return backend_rows, output_rows
 
 
 def _summary(parity: Parity) -> str:
-    report = parity.report
     failed_outputs = sorted(
-        {
-            name
-            for by_backend in report["outputs"].values()
-            for name, c in by_backend.items()
-            if not c["within_tolerance"]
-        }
+        {name for by_backend in parity.outputs.values() for name, c in by_backend.items() if not c.within_tolerance}
     )
-    errors = [name for name, status in report["backends"].items() if status["status"] == "error"]
-    if report["passed"]:
+    errors = [name for name, run in parity.backends.items() if run.status == "error"]
+    if parity.passed:
         return "PASSED: every output of every backend that ran is within tolerance of the reference."
     problems = []
-    if report["backends"].get(report["reference"], {}).get("status") != "ok":
-        problems.append(f"the reference {report['reference']} did not run")
+    if not parity.reference_ran:
+        problems.append(f"the reference {parity.reference} did not run")
     if failed_outputs:
         problems.append(f"outputs outside tolerance on {', '.join(failed_outputs)}")
     if errors:
@@ -75,12 +147,12 @@ PREDICTIONS = {
 
 
 def _out_of_bounds(parity: Parity) -> str:
-    if parity.report["backends"].get(parity.report["reference"], {}).get("status") != "ok":
+    if not parity.reference_ran:
         return "Out-of-bounds indices: not counted, the reference did not run."
-    counts = {node: count for node, count in parity.report["out_of_bounds"].items() if count}
+    counts = {node: count for node, count in parity.out_of_bounds.items() if count}
     if not counts:
         return "No out-of-bounds indices met by the reference run."
-    mode = parity.report["out_of_bounds_mode"]
+    mode = parity.out_of_bounds_mode
     listed = ", ".join(f"{node} {count}" for node, count in counts.items())
     return (
         f"Out-of-bounds index values met by the reference run, per DML node: {listed}. The prediction there is "
@@ -92,8 +164,8 @@ def _out_of_bounds(parity: Parity) -> str:
 def _placement(parity: Parity) -> list[str]:
     """Where ONNX Runtime put each node, for the backends that say (real DirectML)."""
     lines = []
-    for name, status in parity.report["backends"].items():
-        placed = status.get("placement")
+    for name, run in parity.backends.items():
+        placed = run.outcome.placement if run.outcome is not None else {}
         if not placed:
             continue
         counts = ", ".join(f"{value['nodes']} on {provider}" for provider, value in placed.items())
@@ -106,27 +178,25 @@ def _placement(parity: Parity) -> list[str]:
 
 def _divergence(parity: Parity) -> list[str]:
     """With --all-tensors: per backend, the first nodes whose outputs differ while their inputs agree."""
-    report = parity.report
-    if "divergence" not in report:
+    if parity.divergence is None:
         return []
-    lines = [f"All tensors: {report['all_tensors']['compared']} intermediate values compared too ("
-             f"{report['all_tensors']['note']})."]  # fmt: skip
-    for backend, found in report["divergence"].items():
+    lines = [f"All tensors: {parity.compared} intermediate values compared too ({divergence.NOTE})."]
+    for backend, found in parity.divergence.items():
         if not found:
             lines.append(f"{backend}: no node's outputs differ beyond tolerance while its inputs agree.")
             continue
         lines.append(f"{backend}: first nodes whose outputs differ while their inputs agree, in topological order:")
         for entry in found:
-            where = f", on {entry['placement']}" if "placement" in entry else ""
-            figures = f"max abs {_number(entry['max_abs'])}, max rel {_number(entry['max_rel'])}"
-            lines.append(f"  node {entry['node']!r} ({entry['op_type']}{where}): output {entry['output']!r}, "
-                         f"{figures}, {entry['mismatches']} mismatches")  # fmt: skip
+            where = f", on {entry.placement}" if entry.placement is not None else ""
+            figures = f"max abs {_number(entry.comparison.max_abs)}, max rel {_number(entry.comparison.max_rel)}"
+            lines.append(f"  node {entry.node!r} ({entry.op_type}{where}): output {entry.output!r}, "
+                         f"{figures}, {entry.comparison.mismatches} mismatches")  # fmt: skip
     return lines
 
 
-def _random(report: dict) -> list[str]:
+def _random(parity: Parity) -> list[str]:
     """A line on a model that draws random values, if it does: backends cannot agree there."""
-    drawing = report.get("random_nodes", [])
+    drawing = parity.random_nodes
     if not drawing:
         return []
     listed = ", ".join(drawing[:5]) + (f" and {len(drawing) - 5} more" if len(drawing) > 5 else "")
@@ -137,22 +207,20 @@ def _random(report: dict) -> list[str]:
             "before them with --all-tensors."]  # fmt: skip
 
 
-def _inputs(report: dict) -> str:
+def _inputs(feeds: Feeds) -> str:
     """One line: the inputs the backends ran on, and where they came from."""
-    listed = ", ".join(f"{name} {entry['dtype']} {dims_text(entry['shape'])} ({entry['source']})"
-                       for name, entry in report["inputs"].items())  # fmt: skip
-    seed = f", with --seed {report['seed']}" if report["seed"] is not None else ""
+    listed = ", ".join(f"{name} {array.dtype.name} {dims_text(array.shape)} ({_source(name, feeds)})"
+                       for name, array in feeds.arrays.items())  # fmt: skip
+    seed = f", with --seed {feeds.seed}" if feeds.generated and feeds.seed is not None else ""
     return f"Inputs: {listed or 'none'}{seed}."
 
 
-def _versions(report: dict) -> str:
+def _versions(parity: Parity) -> str:
     """One line: the versions each backend that could run ran on."""
-    parts = [f"onnx-gather {report['onnx_gather']}"]
-    for name, status in report["backends"].items():
-        if "versions" in status:
-            parts.append(
-                f"{name}: " + ", ".join(f"{package} {version}" for package, version in status["versions"].items())
-            )
+    parts = [f"onnx-gather {importlib.metadata.version('onnx-gather')}"]
+    for name, run in parity.backends.items():
+        if run.versions is not None:
+            parts.append(f"{name}: " + ", ".join(f"{package} {version}" for package, version in run.versions.items()))
     return f"Versions: {'; '.join(parts)}."
 
 
@@ -162,26 +230,30 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
             for row in (header, *rows)]  # fmt: skip
 
 
-def text(parity: Parity) -> str:
+def _tolerance(parity: Parity) -> str:
+    return f"atol {parity.tolerance.atol:g}, rtol {parity.tolerance.rtol:g}"
+
+
+def text(reported: Reported) -> str:
     """The report as a terminal table."""
-    report = parity.report
+    parity = reported.parity
     backend_rows, output_rows = _rows(parity)
-    lines = [f"{report['model']}  (reference {report['reference']}, atol {report['atol']:g}, rtol {report['rtol']:g})"]
+    lines = [f"{parity.model}  (reference {parity.reference}, {_tolerance(parity)})"]
     lines += ["  " + line for line in _table(backend_rows, ["backend", "status", "seconds", ""])]
     if output_rows:
         header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
         lines += [""] + ["  " + line for line in _table(output_rows, header)]
     lines += [
         "",
-        _inputs(report),
-        *_random(report),
+        _inputs(parity.feeds),
+        *_random(parity),
         *_placement(parity),
         *_divergence(parity),
         _out_of_bounds(parity),
         _summary(parity),
     ]
-    if "hint" in report:
-        lines.append(f"Hint: {report['hint']}.")
+    if reported.hint:
+        lines.append(f"Hint: {reported.hint}.")
     return "\n".join(lines)
 
 
@@ -200,14 +272,14 @@ def _markdown_table(rows: list[list[str]], header: list[str]) -> list[str]:
     return [line(header), "|" + "---|" * len(header), *(line(row) for row in rows)]
 
 
-def markdown(runs: list[Parity], refused: Mapping[Path, str] | None = None) -> str:
+def markdown(runs: Sequence[Reported], refused: Mapping[Path, str] | None = None) -> str:
     """One or several reports as Markdown; ``refused``: models that could not be loaded, with why."""
     sections = []
-    for parity in runs:
-        report = parity.report
+    for reported in runs:
+        parity = reported.parity
         backend_rows, output_rows = _rows(parity)
-        tolerances = f"atol {report['atol']:g}, rtol {report['rtol']:g}"
-        section = [f"## {_escape(report['model'])}", "", f"Reference **{report['reference']}**, {tolerances}.", ""]
+        section = [f"## {_escape(str(parity.model))}", "", f"Reference **{parity.reference}**, {_tolerance(parity)}.",
+                   ""]  # fmt: skip
         section += _markdown_table(backend_rows, ["backend", "status", "seconds", "reason"])
         if output_rows:
             header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
@@ -215,19 +287,16 @@ def markdown(runs: list[Parity], refused: Mapping[Path, str] | None = None) -> s
         divergence = _divergence(parity)
         section += ["", *map(_escape, _placement(parity)), *(["", *map(_escape, divergence)] if divergence else [])]
         section += ["", _escape(_out_of_bounds(parity)), "", f"**{_escape(_summary(parity))}**"]
-        if "hint" in report:
-            section += ["", _escape(f"Hint: {report['hint']}.")]
-        section += [
-            "",
-            _escape(_inputs(report)),
-            *(["", *map(_escape, _random(report))] if "random_nodes" in report else []),
-        ]
-        section += ["", _escape(_versions(report))]
+        if reported.hint:
+            section += ["", _escape(f"Hint: {reported.hint}.")]
+        random = _random(parity)
+        section += ["", _escape(_inputs(parity.feeds)), *(["", *map(_escape, random)] if random else [])]
+        section += ["", _escape(_versions(parity))]
         sections.append("\n".join(section))
     for path, reason in (refused or {}).items():
         sections.append(f"## {_escape(str(path))}\n\n**Refused:** {_escape(reason)}")
     total = len(runs) + len(refused or {})
     if total > 1:  # the overall summary the terminal prints too
-        passed = sum(run.report["passed"] for run in runs)
+        passed = sum(reported.parity.passed for reported in runs)
         sections.insert(0, f"**{passed} of {total} models passed.**")
     return "# Parity\n\n" + "\n\n".join(sections) + "\n"

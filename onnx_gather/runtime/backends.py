@@ -28,6 +28,7 @@ from onnx_gather.graphs.lower import to_onnx
 from onnx_gather.graphs.plumbing import bodies, unnamed
 from onnx_gather.runtime import ops, reference
 from onnx_gather.runtime.observe import Observation
+from onnx_gather.runtime.sessions import quiet_options
 
 
 @dataclass
@@ -50,19 +51,6 @@ class Outcome:
     outputs: dict[str, np.ndarray]
     out_of_bounds: dict[str, int] = field(default_factory=dict)
     placement: dict[str, dict] = field(default_factory=dict)
-
-
-def _quiet() -> onnxruntime.SessionOptions:
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 4  # a failed run is reported with its message; no log line besides
-    return options
-
-
-def _options(model: Model) -> onnxruntime.SessionOptions:
-    options = _quiet()
-    # A model handed over as bytes finds its external data here.
-    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model.path.parent))
-    return options
 
 
 def _for_onnxruntime(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -149,7 +137,7 @@ class PyOp(Backend):
         converted = traced(
             to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds))
         )
-        session = ops.InferenceSession(converted.SerializeToString(), _options(model))
+        session = ops.InferenceSession(converted.SerializeToString(), quiet_options(model.path.parent))
         with ops.count_out_of_bounds() as counts:
             outputs = session.run(None, _for_onnxruntime(feeds))
         # Every DML node in model order; one that never ran (an If branch not taken) met none.
@@ -165,7 +153,7 @@ class Cpu(Backend):
     description = "the model as given, ONNX Runtime's native CPU kernels"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
-        session = onnxruntime.InferenceSession(str(model.path), _quiet(), providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(str(model.path), quiet_options(), providers=["CPUExecutionProvider"])
         return Outcome(_named(model, session.run(None, _for_onnxruntime(feeds))))
 
 
@@ -176,7 +164,7 @@ class Lowered(Backend):
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         lowered = to_onnx(to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds)))
         session = onnxruntime.InferenceSession(
-            lowered.SerializeToString(), _options(model), providers=["CPUExecutionProvider"]
+            lowered.SerializeToString(), quiet_options(model.path.parent), providers=["CPUExecutionProvider"]
         )
         return Outcome(_named(model, session.run(None, _for_onnxruntime(feeds))))
 
@@ -217,7 +205,7 @@ class _Provider(Backend):
         return None
 
     def _session_options(self, model: Model) -> onnxruntime.SessionOptions:
-        return _quiet()
+        return quiet_options()
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         session = onnxruntime.InferenceSession(
@@ -260,7 +248,7 @@ class DirectMl(_Provider):
         return None
 
     def _session_options(self, model: Model) -> onnxruntime.SessionOptions:
-        options = _quiet()
+        options = quiet_options()
         options.enable_mem_pattern = False  # the DirectML provider requires both
         options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
         return options

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import onnx
 
@@ -13,6 +15,9 @@ from onnx_gather.graphs import model_io
 from onnx_gather.graphs.plumbing import unnamed
 from onnx_gather.graphs.types import value_types
 from onnx_gather.runtime.backends import Model
+
+if TYPE_CHECKING:  # parity imports this module
+    from onnx_gather.runtime.parity import Comparison
 
 NOTE = "marking every value as an output can change what a backend fuses, and so what it computes"
 
@@ -40,31 +45,32 @@ def _on_cpu(placement: Mapping[str, dict], label: str) -> bool:
     return any(entry.endswith(f"({label})") for entry in placement.get("CPUExecutionProvider", {}).get("names", []))
 
 
+@dataclass(frozen=True)
+class Divergence:
+    """A node whose output differs beyond tolerance on a backend while its inputs agree."""
+
+    node: str  # its name, or what reports call a node without one
+    op_type: str
+    output: str  # the first of its outputs that differs
+    comparison: Comparison
+    placement: str | None  # where real DirectML ran it: "DirectML" or "CPU"; None for other backends
+
+
 def first_divergences(
-    model: onnx.ModelProto, outputs: Mapping[str, Mapping[str, dict]], backend: str, placement: Mapping[str, dict],
-    limit: int = 5,
-) -> list[dict]:  # fmt: skip
+    model: onnx.ModelProto, outputs: Mapping[str, Mapping[str, Comparison]], backend: str,
+    placement: Mapping[str, dict], limit: int = 5,
+) -> list[Divergence]:  # fmt: skip
     """The first ``limit`` nodes, in topological order, with an output outside tolerance on ``backend`` while every
     input of theirs that was compared is within it (graph inputs and weights are the same everywhere)."""
-    within = {name: by[backend]["within_tolerance"] for name, by in outputs.items() if backend in by}
+    within = {name: by[backend].within_tolerance for name, by in outputs.items() if backend in by}
     found = []
     for position, node in enumerate(model.graph.node):
         bad = [name for name in node.output if within.get(name) is False]
         if not bad or not all(within.get(name, True) for name in node.input):
             continue
-        comparison = outputs[bad[0]][backend]
         label = node.name or unnamed(node, position)  # as the dml backend names it for ONNX Runtime
-        entry = {
-            "node": label,
-            "op_type": node.op_type,
-            "output": bad[0],
-            "max_abs": comparison["max_abs"],
-            "max_rel": comparison["max_rel"],
-            "mismatches": comparison["mismatches"],
-        }
-        if placement:
-            entry["placement"] = "CPU" if _on_cpu(placement, label) else "DirectML"
-        found.append(entry)
+        where = ("CPU" if _on_cpu(placement, label) else "DirectML") if placement else None
+        found.append(Divergence(label, node.op_type, bad[0], outputs[bad[0]][backend], where))
         if len(found) == limit:
             break
     return found

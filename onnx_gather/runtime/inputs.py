@@ -7,6 +7,7 @@ import os
 import re
 import zipfile
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,26 +25,41 @@ class InputError(UserError):
     """Inputs that cannot be loaded, parsed or generated; the message names the input."""
 
 
+@dataclass(frozen=True)
+class Feeds:
+    """The arrays a model runs on, by input name, and which of them were generated from ``seed`` (the others were
+    given)."""
+
+    arrays: Mapping[str, np.ndarray]
+    generated: frozenset[str] = frozenset()
+    seed: int | None = None
+
+    @property
+    def given(self) -> list[str]:
+        return [name for name in self.arrays if name not in self.generated]
+
+
 def dims_text(shape: Sequence[int]) -> str:
     """A shape as ``--shape`` takes it: ``1x16``; ``scalar`` for none."""
     return "x".join(map(str, shape)) or "scalar"
 
 
-def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
-    """``["ids:2x7", "mask:2x7"]`` -> ``{"ids": (2, 7), "mask": (2, 7)}``; ``"x:"`` is a scalar."""
-    shapes = {}
-    for spec in specs:
-        name, _, dims = spec.rpartition(":")
-        try:
-            shape = tuple(int(d) for d in dims.split("x")) if dims else ()
-        except ValueError:
-            shape = (-1,)
-        if not name or any(d < 0 for d in shape):
-            raise InputError(f"--shape {spec!r}: expected NAME:DIMS such as ids:2x7")
-        if name in shapes:
-            raise InputError(f"--shape names {name!r} twice ({dims_text(shapes[name])} and {dims or 'scalar'})")
-        shapes[name] = shape
-    return shapes
+def check_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """Refuse a ``--shape`` that names no input of ``model``, or whose rank or sizes contradict what it declares."""
+    values = {value.name: value for value in model_inputs(model)}
+    unknown = sorted(set(shapes) - set(values))
+    if unknown:
+        raise InputError(f"--shape names {unknown[0]!r}, which is not an input of the model")
+    for name, shape in shapes.items():
+        value_type = ValueType.of(values[name])
+        dims = value_type.dims if value_type is not None else None
+        if dims is None:
+            continue
+        if len(shape) != len(dims):
+            raise InputError(f"--shape {name}: {len(shape)} dimensions given, the model says {len(dims)}")
+        for axis, (given, declared) in enumerate(zip(shape, dims, strict=True)):
+            if isinstance(declared, int) and given != declared:
+                raise InputError(f"--shape {name}:{dims_text(shape)}: dimension {axis} is {declared} in the model")
 
 
 def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -54,16 +70,7 @@ def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 def _shape(value: onnx.ValueInfoProto, value_type: ValueType, shapes: Mapping[str, tuple[int, ...]]) -> tuple:
     if value.name in shapes:
-        shape = shapes[value.name]
-        if value_type.dims is not None and len(shape) != len(value_type.dims):
-            raise InputError(
-                f"--shape {value.name}: {len(shape)} dimensions given, the model says {len(value_type.dims)}"
-            )
-        for axis, (given, declared) in enumerate(zip(shape, value_type.dims or (), strict=False)):
-            if isinstance(declared, int) and given != declared:
-                raise InputError(f"--shape {value.name}:{dims_text(shape)}: dimension {axis} is {declared} "
-                                 "in the model")  # fmt: skip
-        return shape
+        return shapes[value.name]
     if value_type.dims is None:
         raise InputError(f"input {value.name!r} has no shape in the model: give one with --shape {value.name}:DIMS")
     return tuple(d if isinstance(d, int) else 1 for d in value_type.dims)
@@ -83,9 +90,7 @@ def generate(
     integers are drawn from ``int_range`` (low inclusive, high exclusive); booleans are fair coins.
     """
     shapes, given = shapes or {}, given or {}
-    unknown = set(shapes) - {v.name for v in model_inputs(model)}
-    if unknown:
-        raise InputError(f"--shape names {sorted(unknown)[0]!r}, which is not an input of the model")
+    check_shapes(model, shapes)
     _check_given(model, {name: (np.asarray(a).dtype, np.asarray(a).shape) for name, a in given.items()})
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -266,15 +271,3 @@ def save(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     model_io.write_bytes(path, buffer.getvalue())
-
-
-def parse_int_range(text: str) -> tuple[int, int]:
-    """``"0:4"`` -> ``(0, 4)``: generated integers are drawn from ``[low, high)``."""
-    low, _, high = text.partition(":")
-    try:
-        bounds = int(low), int(high)
-    except ValueError:
-        bounds = (0, 0)
-    if bounds[0] >= bounds[1]:
-        raise InputError(f"--int-range {text!r}: expected LOW:HIGH with LOW < HIGH, such as 0:4")
-    return bounds

@@ -17,6 +17,7 @@ from onnx import helper
 from onnx_gather.graphs.ranks import Observed
 from onnx_gather.graphs.types import ValueType
 from onnx_gather.runtime import inputs
+from onnx_gather.runtime.sessions import quiet_options
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,9 @@ class Observation:
         except inputs.InputError as error:
             return Observed(failure=f"no inputs to run it on: {error}")
         described = _describe(feeds, self.feeds)
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 4
-        if self.folder is not None:
-            options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(self.folder))
         try:
             session = onnxruntime.InferenceSession(
-                probe.SerializeToString(), options, providers=["CPUExecutionProvider"]
+                probe.SerializeToString(), quiet_options(self.folder), providers=["CPUExecutionProvider"]
             )
             arrays = session.run(names, feeds)
         except Exception as error:  # ONNX Runtime raises several types; its message says what failed

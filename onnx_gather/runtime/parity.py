@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
-from onnx_gather.core.contract import DML_OP_TYPES
-from onnx_gather.directml.process import DirectMlError, RunnerError
-from onnx_gather.graphs.lower import LoweringError
 from onnx_gather.graphs.plumbing import random_nodes
-from onnx_gather.runtime import backends as backends_module
 from onnx_gather.runtime import divergence
-from onnx_gather.runtime.backends import Model
-from onnx_gather.runtime.inputs import dims_text
+from onnx_gather.runtime.backends import Backend, Model, Outcome
+from onnx_gather.runtime.divergence import Divergence
+from onnx_gather.runtime.inputs import Feeds, dims_text
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far an output may be from the reference's: ``|actual - reference| <= atol + rtol * |reference|``."""
+
+    atol: float = 1e-5
+    rtol: float = 1e-5
 
 
 @dataclass(frozen=True)
@@ -31,12 +37,6 @@ class Comparison:
     mismatches: int  # positions outside the tolerance (all of them when the shapes or types differ)
     first_mismatch: list[int] | None
     note: str = ""  # what differs when the comparison cannot be made position by position
-
-    def as_report(self) -> dict:
-        report = asdict(self)
-        if not self.note:
-            del report["note"]  # else it says what differs: types, shapes
-        return report
 
 
 def _integer_difference(reference: np.ndarray, actual: np.ndarray) -> np.ndarray:
@@ -92,129 +92,107 @@ def one_line(error: BaseException, typed: bool = True) -> str:
     return f"{type(error).__name__}: {text}" if typed else text
 
 
-def failure_hint(error: BaseException, inputs_hint: str) -> str:
-    """What the user can do about a backend's failure: run DML ops with the pyop backend; give other inputs where
-    they can explain it (``inputs_hint``: generated integers out of an index's range, generated dynamic dims of 1);
-    nothing where the device is the problem, or the lowering (its error names the node and why)."""
-    if isinstance(error, backends_module.DeviceError | RunnerError | LoweringError):
-        return ""  # the device, the DirectML runner's end (out of memory, time limit), the lowering: not the inputs
-    if any(op_type in str(error) for op_type in DML_OP_TYPES):
-        return ("the model holds onnx-gather's DML ops, which only the pyop backend runs: use --backend pyop, or "
-                "`onnx-gather lower` it into standard ONNX first")  # fmt: skip
-    if isinstance(error, DirectMlError):
-        known = "DirectML failures known on Windows too are listed in onnx-gather's README, 'Known DirectML failures'"
-        return f"{inputs_hint}; {known}" if inputs_hint else known
-    return inputs_hint
+Status = Literal["ok", "error", "skipped"]
 
 
-def _run_all(
-    model: Model, feeds: Mapping[str, np.ndarray], names: Sequence[str], reference: str, device_id: int,
-    out_of_bounds: str, hint: Callable[[BaseException], str], starting: Callable[[str], object],
-) -> tuple[dict[str, dict], dict[str, backends_module.Outcome], list[str]]:  # fmt: skip
-    """Every backend named (the reference first): their statuses, what those that ran computed, and hints."""
-    statuses, outcomes, hints = {}, {}, []
-    for name in [reference, *[name for name in names if name != reference]]:
-        backend = backends_module.create(name, device_id, out_of_bounds)
-        reason = backend.unavailable()
-        if reason is not None:
-            statuses[name] = {"status": "skipped", "reason": reason, "seconds": None}
-            continue
-        starting(name)
-        start = time.perf_counter()
-        try:
-            outcomes[name] = backend.run(model, feeds)
-        except Exception as error:  # a backend that fails is reported, and the others still run
-            statuses[name] = {"status": "error", "reason": one_line(error), "seconds": None}
-            hints.append(failure_hint(error, hint(error)))
-        else:
-            statuses[name] = {"status": "ok", "reason": None, "seconds": round(time.perf_counter() - start, 4)}
-        statuses[name]["versions"] = backend.versions()
-        if name not in outcomes:
-            continue
-        if outcomes[name].placement:
-            statuses[name]["placement"] = outcomes[name].placement
-    return statuses, outcomes, hints
+@dataclass
+class BackendRun:
+    """What became of one backend: it ran (``ok``), failed (``error``, with the exception) or could not run here
+    (``skipped``, with why)."""
+
+    name: str
+    status: Status
+    reason: str | None = None  # why it was skipped, or its error on one line
+    seconds: float | None = None  # how long a run that succeeded took
+    versions: dict[str, str] | None = None  # what it ran on (None when skipped)
+    error: Exception | None = None  # the failure, for the caller to say what could avoid it
+    outcome: Outcome | None = None  # what it computed, when it ran
+
+
+def _run(backend: Backend, model: Model, feeds: Feeds, starting: Callable[[str], object]) -> BackendRun:
+    reason = backend.unavailable()
+    if reason is not None:
+        return BackendRun(backend.name, "skipped", reason)
+    starting(backend.name)
+    start = time.perf_counter()
+    try:
+        outcome = backend.run(model, feeds.arrays)
+    except Exception as error:  # a backend that fails is reported, and the others still run
+        return BackendRun(backend.name, "error", one_line(error), versions=backend.versions(), error=error)
+    seconds = round(time.perf_counter() - start, 4)
+    return BackendRun(backend.name, "ok", seconds=seconds, versions=backend.versions(), outcome=outcome)
 
 
 @dataclass
 class Parity:
-    """A parity run: the report (the JSON report's keys exactly) and, for the table, what differed in shape."""
+    """A parity run: each backend's fate and, per output of the model, each backend's comparison with the
+    reference's (with ``all_tensors``, per backend the first nodes whose outputs differ while their inputs agree)."""
 
-    report: dict
-    notes: dict[tuple[str, str], str]  # (output, backend) -> what differs where no position-wise comparison exists
-    outcomes: dict[str, backends_module.Outcome]  # what each backend that ran computed
+    model: Path
+    reference: str
+    tolerance: Tolerance
+    feeds: Feeds
+    backends: dict[str, BackendRun]  # the reference first
+    outputs: dict[str, dict[str, Comparison]]  # output -> backend -> comparison with the reference
+    out_of_bounds_mode: str
+    random_nodes: list[str] = field(default_factory=list)  # nodes that draw new values on every run
+    compared: int = 0  # intermediate values compared too (``all_tensors``)
+    divergence: dict[str, list[Divergence]] | None = None  # backend -> first divergences (``all_tensors``)
+
+    @property
+    def reference_ran(self) -> bool:
+        return self.backends[self.reference].status == "ok"
+
+    @property
+    def out_of_bounds(self) -> dict[str, int]:
+        """Out-of-bounds index values the reference met, by DML node (``pyop`` counts them)."""
+        outcome = self.backends[self.reference].outcome
+        return dict(outcome.out_of_bounds) if outcome is not None else {}
+
+    @property
+    def failures(self) -> list[Exception]:
+        """The errors of the backends that failed, in their order."""
+        return [run.error for run in self.backends.values() if run.error is not None]
+
+    @property
+    def passed(self) -> bool:
+        within = all(c.within_tolerance for by_backend in self.outputs.values() for c in by_backend.values())
+        return self.reference_ran and not self.failures and within
 
 
 def run_parity(
     model: Model,
-    feeds: Mapping[str, np.ndarray],
-    names: Sequence[str],
-    reference: str = "pyop",
-    atol: float = 1e-5,
-    rtol: float = 1e-5,
-    device_id: int = 0,
-    out_of_bounds: str = "directml",
-    hint: Callable[[BaseException], str] = lambda error: "",
+    feeds: Feeds,
+    backends: Sequence[Backend],
+    reference: Backend,
+    tolerance: Tolerance,
+    *,
     all_tensors: bool = False,
-    seed: int | None = None,
-    given: Collection[str] = (),
     starting: Callable[[str], object] = lambda name: None,
 ) -> Parity:
-    """Run ``model`` on the ``names`` backends (the reference first) and compare every output with the reference's.
-    ``hint`` says, for a backend's error, what other inputs could avoid it (generated integers beyond an index's
-    range, dynamic dims generated as 1); it goes into the report with ``failure_hint``. The report lists the
-    inputs: with a ``seed``, those not named in ``given`` as generated from it, else all as given. ``starting`` is
-    called with each backend's name as it starts (for progress).
-    ``all_tensors``: every intermediate value is compared too, and the report's ``divergence`` names, per backend,
-    the first nodes whose outputs differ while their inputs agree."""
+    """Run ``model`` on ``reference`` and then each of ``backends`` (built once by the caller; one named as the
+    reference is not run twice), and compare every output with the reference's. ``starting`` is told each backend's
+    name as it starts (for progress). ``all_tensors``: every intermediate value is compared too, and ``divergence``
+    names, per backend, the first nodes whose outputs differ while their inputs agree."""
+    order = [reference, *(backend for backend in backends if backend.name != reference.name)]
     with divergence.marked(model) if all_tensors else contextlib.nullcontext(model) as wide:
-        statuses, outcomes, hints = _run_all(wide, feeds, names, reference, device_id, out_of_bounds, hint, starting)
-    tensors: dict[str, dict] = {name: {} for name in wide.output_names}
-    expected = outcomes.get(reference)
-    notes: dict[tuple[str, str], str] = {}
-    if expected is not None:
-        for name, outcome in outcomes.items():
-            if name == reference:
-                continue
-            for output in wide.output_names:
-                comparison = compare(expected.outputs[output], outcome.outputs[output], atol, rtol)
-                tensors[output][name] = comparison.as_report()
-                if comparison.note:
-                    notes[(output, name)] = comparison.note
-    outputs = {name: tensors[name] for name in model.output_names}
-    generated = set(feeds) - set(given) if seed is not None else set()
-    passed = expected is not None and all(s["status"] != "error" for s in statuses.values())
-    passed = passed and all(c["within_tolerance"] for by_backend in outputs.values() for c in by_backend.values())
-    report = {
-        "model": str(model.path),
-        "reference": reference,
-        "atol": float(atol),
-        "rtol": float(rtol),
-        "inputs": {
-            name: {
-                "dtype": array.dtype.name,
-                "shape": list(array.shape),
-                "source": "generated" if name in generated else "given",
-            }
-            for name, array in feeds.items()
-        },
-        "seed": seed if generated else None,
-        "onnx_gather": importlib.metadata.version("onnx-gather"),
-        "backends": statuses,
-        "outputs": outputs,
-        "out_of_bounds": dict(expected.out_of_bounds) if expected is not None else {},
-        "out_of_bounds_mode": out_of_bounds,
-        "passed": bool(passed),
-    }
-    if any(hints):
-        report["hint"] = "; ".join(dict.fromkeys(h for h in hints if h))
-    drawing = random_nodes(model.proto)
-    if drawing:
-        report["random_nodes"] = drawing
+        runs = {backend.name: _run(backend, wide, feeds, starting) for backend in order}
+    expected = runs[reference.name].outcome
+    tensors: dict[str, dict[str, Comparison]] = {name: {} for name in wide.output_names}
+    for name, run in runs.items():
+        if expected is None or run.outcome is None or name == reference.name:
+            continue
+        for output in wide.output_names:
+            actual = run.outcome.outputs[output]
+            tensors[output][name] = compare(expected.outputs[output], actual, tolerance.atol, tolerance.rtol)
+    parity = Parity(
+        model.path, reference.name, tolerance, feeds, runs, {name: tensors[name] for name in model.output_names},
+        reference.out_of_bounds, random_nodes(model.proto),
+    )  # fmt: skip
     if all_tensors:
-        report["all_tensors"] = {"compared": len(tensors) - len(outputs), "note": divergence.NOTE}
-        report["divergence"] = {
-            name: divergence.first_divergences(model.proto, tensors, name, statuses[name].get("placement", {}))
-            for name in outcomes if name != reference
+        parity.compared = len(tensors) - len(model.output_names)
+        parity.divergence = {
+            name: divergence.first_divergences(model.proto, tensors, name, run.outcome.placement)
+            for name, run in runs.items() if run.outcome is not None and name != reference.name
         }  # fmt: skip
-    return Parity(report, notes, outcomes)
+    return parity

@@ -1,0 +1,21 @@
+"""What a command of the command line is: its name and help, the options it declares and its run, side by side
+(as Polygraphy's ``Tool`` classes are)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+class Command:
+    """One command: ``declare`` adds its options to its parser, ``run`` does it with the parsed options and returns
+    the exit code (0 success, 1 a check failed; bad input raises ``UserError``)."""
+
+    name = ""
+    help = ""
+    description = ""  # the command's own --help opens with it; "" for none
+
+    def declare(self, parser: argparse.ArgumentParser) -> None:
+        """Add the command's options to ``parser``."""
+
+    def run(self, args: argparse.Namespace) -> int:
+        raise NotImplementedError

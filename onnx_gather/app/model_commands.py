@@ -1,0 +1,143 @@
+"""The commands that work on a model without running it for its outputs: ``convert``, ``lower``, ``check``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from onnx_gather.app import options
+from onnx_gather.app.command import Command
+from onnx_gather.app.options import InputChoice
+from onnx_gather.core.words import counted
+from onnx_gather.graphs import model_io
+from onnx_gather.graphs.changes import Report
+from onnx_gather.graphs.check import check, summary
+from onnx_gather.graphs.convert import PROVIDER_FAILURES, convert
+from onnx_gather.graphs.lower import lower
+from onnx_gather.graphs.placement import FEATURE_LEVELS
+
+_RANK_RUN = (
+    "The inputs options are those of the run of ONNX Runtime that tells the ranks no shape inference can (made only "
+    "where one is needed)."
+)
+
+
+def _print_report(report: Report, verb: str, source: str, target: str) -> None:
+    print(f"{source} -> {target}")
+    ops = sorted(set(report.before) | set(report.after), key=lambda op: (-report.before[op], op))
+    width = max([len(op) for op in ops] + [2])
+    print(f"  {'op':<{width}} {'before':>7} {'after':>7}")
+    for op in ops:
+        if report.before[op] != report.after[op]:
+            print(f"  {op:<{width}} {report.before[op]:>7} {report.after[op]:>7}")
+    unchanged = sum(1 for op in ops if report.before[op] == report.after[op])
+    print(f"  ({unchanged} other op types unchanged; {sum(report.before.values())} nodes before, "
+          f"{sum(report.after.values())} after)")  # fmt: skip
+    total = len(report.changed) + len(report.left)
+    print(f"{verb} {len(report.changed)} of {counted(total, 'gather')}.")
+    for changed in report.changed:
+        for remark in (changed.note, changed.ranks):
+            if remark:
+                print(f"  node {changed.node!r}: {remark}")
+    for note in report.notes:
+        print(f"  {note}")
+    for left in report.left:
+        print(f"  left as it was: {left.describe()}")
+
+
+def _dimension_count(text: str) -> str | int:
+    if text == "auto":
+        return text
+    if text.isdigit() and 1 <= int(text) <= 8:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r}: expected auto or 1 to 8 (DirectML tensors have 1 to 8 dimensions)")
+
+
+class Convert(Command):
+    name = "convert"
+    help = "standard Gather, GatherElements and GatherND into DML custom ops"
+    description = f"Convert {help}. {_RANK_RUN}"
+
+    def declare(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("model", help="the ONNX model to convert (never modified)")
+        options.add_output_option(parser, "converted")
+        parser.add_argument(
+            "--dimension-count", default="auto", type=_dimension_count,
+            help="N for every DML node: auto (the least each needs, the default) or 1 to 8",
+        )  # fmt: skip
+        options.add_out_of_bounds_option(parser)
+        parser.add_argument("--strict", action="store_true", help="exit 1 if any gather stays standard")
+        parser.add_argument(
+            "--keep-cpu-gathers", nargs="?", const="4.1", choices=FEATURE_LEVELS, metavar="LEVEL",
+            help="leave standard the gathers ONNX Runtime's DirectML provider keeps on its CPU provider on a device "
+            "of feature level LEVEL (default 4.1): shape computations, gathers of constants it folds, BFLOAT16 data, "
+            "and types the device lacks",
+        )  # fmt: skip
+        parser.add_argument(
+            "--provider-failures", default="raise", choices=PROVIDER_FAILURES,
+            help="a gather ONNX Runtime's DirectML provider fails (`check` says fails): raise, an error naming it "
+            "(the default), or onnx: convert it all the same, to compute ONNX's values (GatherElements data sliced to "
+            "its indices first)",
+        )  # fmt: skip
+        options.add_input_options(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        model, choice = model_io.load(args.model), InputChoice.of(args)
+        options.check_outputs({"-o/--output": args.output}, options.read_files(args.model, model, choice.inputs))
+        observation = choice.observation(choice.given(model), Path(args.model).parent)
+        result, report = convert(
+            model, args.dimension_count, args.out_of_bounds, observation, args.keep_cpu_gathers,
+            provider_failures=args.provider_failures,
+        )  # fmt: skip
+        with options.writing("-o/--output", args.output):
+            model_io.save(result, args.output, args.model)
+        _print_report(report, "Converted", args.model, args.output)
+        return 1 if args.strict and report.left else 0
+
+
+class Lower(Command):
+    name = "lower"
+    help = "DML custom ops back into standard ONNX"
+
+    def declare(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("model", help="the ONNX model to lower (never modified)")
+        options.add_output_option(parser, "lowered")
+
+    def run(self, args: argparse.Namespace) -> int:
+        model = model_io.load(args.model)
+        options.check_outputs({"-o/--output": args.output}, options.read_files(args.model, model))
+        result, report = lower(model)
+        with options.writing("-o/--output", args.output):
+            model_io.save(result, args.output, args.model)
+        _print_report(report, "Lowered", args.model, args.output)
+        before, after = sum(report.before.values()), sum(report.after.values())
+        reading = sum(1 for change in report.changed if change.reason.startswith("out_of_bounds=directml"))
+        if reading and after > before:
+            print(f"out_of_bounds=directml puts DirectML's reading of out-of-bounds indices beside the gathers that "
+                  f"may meet them: {after - before:+,} nodes here. The cheaper modes add 1 to 3 nodes a gather: "
+                  "convert with --out-of-bounds clamp, zero or error.")  # fmt: skip
+        return 1 if report.left else 0
+
+
+class Check(Command):
+    name = "check"
+    help = "would DirectML at a feature level accept every gather?"
+    description = f"Say, per gather, what ONNX Runtime's DirectML provider would do with it. {_RANK_RUN}"
+
+    def declare(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("model", help="the ONNX model to check")
+        parser.add_argument(
+            "--feature-level", choices=FEATURE_LEVELS, default="4.1",
+            help="the device's DirectML feature level (default 4.1)",
+        )  # fmt: skip
+        options.add_input_options(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        model, choice = model_io.load(args.model), InputChoice.of(args)
+        verdicts = check(model, args.feature_level, choice.observation(choice.given(model), Path(args.model).parent))
+        for verdict in verdicts:
+            print(f"{verdict.status:<8} node {verdict.node!r} ({verdict.op_type}, {verdict.where}): {verdict.reason}")
+            if verdict.ranks:
+                print(f"         ranks: {verdict.ranks}")
+        print(summary(verdicts, args.feature_level))
+        return 0 if all(v.status in ("DirectML", "CPU", "unknown") for v in verdicts) else 1

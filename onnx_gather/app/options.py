@@ -1,0 +1,173 @@
+"""Option groups several commands share, each declared once here and parsed once into typed values: the inputs of
+a run (``--inputs``, ``--shape``, ``--seed``, ``--int-range``), the tolerances, how to run (``--out-of-bounds``,
+``--device-id``, ``--max-elements``) and the outputs (checked before any work, written naming their flag)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from onnx_gather.app.parser import UsageError, number
+from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
+from onnx_gather.graphs import model_io
+from onnx_gather.runtime import inputs, ops
+from onnx_gather.runtime.inputs import Feeds
+from onnx_gather.runtime.observe import Observation
+from onnx_gather.runtime.parity import Tolerance
+
+
+def _shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``--shape``: ``"ids:2x7"`` -> ``("ids", (2, 7))``; ``"x:"`` is a scalar."""
+    name, _, dims = text.rpartition(":")
+    try:
+        shape = tuple(int(d) for d in dims.split("x")) if dims else ()
+    except ValueError:
+        shape = (-1,)
+    if not name or any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME:DIMS such as ids:2x7")
+    return name, shape
+
+
+class _Shapes(argparse.Action):
+    """``--shape NAME:DIMS``, repeated: one shape per input name, a name given twice refused."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, value: object,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        name, shape = value
+        shapes = dict(getattr(namespace, self.dest))
+        if name in shapes:
+            raise argparse.ArgumentError(self, f"names {name!r} twice ({inputs.dims_text(shapes[name])} and "
+                                               f"{inputs.dims_text(shape)})")  # fmt: skip
+        shapes[name] = shape
+        setattr(namespace, self.dest, shapes)
+
+
+def _int_range(text: str) -> tuple[int, int]:
+    """``--int-range``: ``"0:4"`` -> ``(0, 4)``, generated integers drawn from ``[low, high)``."""
+    low, _, high = text.partition(":")
+    try:
+        bounds = int(low), int(high)
+    except ValueError:
+        bounds = (0, 0)
+    if bounds[0] >= bounds[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected LOW:HIGH with LOW < HIGH, such as 0:4 or -90:160")
+    return bounds
+
+
+def add_input_options(parser: argparse.ArgumentParser) -> None:
+    """``--inputs``, ``--shape``, ``--seed``, ``--int-range``: the same in every command that runs a model."""
+    group = parser.add_argument_group("inputs")
+    group.add_argument("--inputs", type=Path, help="an .npz file with the inputs (those missing are generated)")
+    group.add_argument(
+        "--shape", type=_shape, action=_Shapes, default={}, metavar="NAME:DIMS",
+        help="the shape of a generated input, e.g. token_ids:2x7 (dynamic dims default to 1); repeat for others",
+    )  # fmt: skip
+    group.add_argument(
+        "--seed", type=number(int, 0, "an integer of 0 or more"), default=0,
+        help="seed of the generated inputs (default 0)",
+    )  # fmt: skip
+    group.add_argument(
+        "--int-range", type=_int_range, default=(0, 4), metavar="LOW:HIGH",
+        help="generated integers come from [LOW, HIGH), e.g. -90:160 (default 0:4)",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class InputChoice:
+    """The inputs options as parsed: what a model runs on."""
+
+    inputs: Path | None = None
+    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    seed: int = 0
+    int_range: tuple[int, int] = (0, 4)
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> InputChoice:
+        return cls(args.inputs, args.shape, args.seed, args.int_range)
+
+    def given(self, model: onnx.ModelProto, max_elements: int | None = None) -> dict[str, np.ndarray]:
+        """The arrays of ``--inputs``, checked against ``model``, as ``--shape`` is."""
+        inputs.check_shapes(model, self.shapes)
+        return inputs.load(self.inputs, model, max_elements) if self.inputs else {}
+
+    def feeds(self, model: onnx.ModelProto, given: Mapping[str, np.ndarray], max_elements: int) -> Feeds:
+        """``given``, and the other inputs of ``model`` generated."""
+        arrays = inputs.generate(model, self.shapes, self.seed, self.int_range, given, max_elements)
+        return Feeds(arrays, frozenset(arrays) - set(given), self.seed)
+
+    def observation(self, given: Mapping[str, np.ndarray], folder: Path) -> Observation:
+        """The run that tells the ranks no shape inference can, on these inputs."""
+        return Observation(given, self.shapes, self.seed, self.int_range, folder)
+
+
+def add_out_of_bounds_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out-of-bounds", choices=OUT_OF_BOUNDS_MODES, default=OUT_OF_BOUNDS_MODES[0],
+        help="what an out-of-bounds index does in DML form: directml (what real DirectML reads, the default), "
+        "clamp (WebNN), zero (OpenVINO's Gather), error (ONNX Runtime's CPU kernels); see `onnx-gather docs semantics`",
+    )  # fmt: skip
+
+
+def add_backend_options(parser: argparse.ArgumentParser) -> None:
+    """How backends run: ``--out-of-bounds``, ``--device-id``, ``--max-elements``, with the inputs options."""
+    add_out_of_bounds_option(parser)
+    add_input_options(parser)
+    parser.add_argument("--device-id", type=int, default=0, help="the GPU for the cuda and dml backends")
+    parser.add_argument(
+        "--max-elements", type=number(int, 1, "an integer of 1 or more"), default=2**31,
+        help="refuse a generated input or a DML op output larger than this many elements (default 2^31)",
+    )  # fmt: skip
+
+
+def limit_outputs(args: argparse.Namespace) -> int:
+    """``--max-elements``, set as the custom ops' limit too; returns it."""
+    ops.set_max_output_elements(args.max_elements)
+    return args.max_elements
+
+
+def add_tolerance_options(parser: argparse.ArgumentParser) -> None:
+    tolerance = number(float, 0, "a number of 0 or more")
+    parser.add_argument("--atol", type=tolerance, default=Tolerance.atol, help="absolute tolerance (default 1e-5)")
+    parser.add_argument("--rtol", type=tolerance, default=Tolerance.rtol, help="relative tolerance (default 1e-5)")
+
+
+def tolerance(args: argparse.Namespace) -> Tolerance:
+    return Tolerance(args.atol, args.rtol)
+
+
+def add_output_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("-o", "--output", required=True, help=f"where to write the {what} model")
+
+
+def read_files(model_path: str | Path, model: onnx.ModelProto, inputs_file: Path | None = None) -> list[Path]:
+    """The files a command reads: the model, its external data files, the --inputs file."""
+    return [Path(model_path), *model_io.data_files(model, model_path), *([inputs_file] if inputs_file else [])]
+
+
+def check_outputs(outputs: Mapping[str, str | None], reads: Sequence[Path]) -> None:
+    """Refuse, before any work, an output (flag -> path; None: not asked for) that cannot be written or is one of
+    the files the command ``reads``, or two outputs that are the same file."""
+    given: dict[str, str] = {}
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        model_io.check_output(path, flag, list(reads))
+        for other, other_path in given.items():
+            if model_io.same_file(Path(path), Path(other_path)):
+                raise UsageError(f"{flag} {path}: is also the {other} file; give each its own path")
+        given[flag] = path
+
+
+@contextlib.contextmanager
+def writing(flag: str, path: str) -> Iterator[None]:
+    """An error writing an output (a full disk, a quota) as bad input naming the flag and the file."""
+    try:
+        yield
+    except OSError as error:
+        raise model_io.OutputError(f"{flag} {path}: cannot write it: {error.strerror or error}") from error

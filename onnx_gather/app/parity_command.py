@@ -1,0 +1,148 @@
+"""``onnx-gather parity``: models on several backends, every output compared with the reference's; the terminal
+table, the JSON and the Markdown reports written here, from the typed results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from onnx_gather.app import options, report
+from onnx_gather.app.command import Command
+from onnx_gather.app.hints import parity_hint
+from onnx_gather.app.options import InputChoice
+from onnx_gather.app.parser import UsageError
+from onnx_gather.app.progress import Progress
+from onnx_gather.app.report import Reported
+from onnx_gather.graphs import model_io
+from onnx_gather.runtime import backends, inputs
+from onnx_gather.runtime.parity import run_parity
+
+
+def _backend_names(text: str) -> list[str]:
+    """``--backends``: comma-separated names of backends, at least one, each known."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: name at least one backend ({', '.join(backends.BACKENDS)})")
+    unknown = [name for name in names if name not in backends.BACKENDS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown backend {unknown[0]!r} (expected one of: "
+                                         f"{', '.join(backends.BACKENDS)})")  # fmt: skip
+    return names
+
+
+def _model_paths(names: list[str]) -> list[Path]:
+    paths = []
+    for name in names:
+        path = Path(name)
+        found = sorted(path.rglob("*.onnx")) if path.is_dir() else [path]
+        if not found:
+            raise UsageError(f"{path}: a folder with no .onnx model in it")
+        paths += found
+    return paths
+
+
+def _load_models(paths: list[Path]) -> tuple[list[backends.Model], dict[Path, str]]:
+    """The models that load, and why each other one was refused; a single model that does not load is bad input."""
+    models, refused = [], {}
+    for path in paths:
+        try:
+            models.append(backends.Model(path, model_io.load(path)))
+        except model_io.ModelError as error:
+            if len(paths) == 1:
+                raise
+            refused[path] = str(error)
+    return models, refused
+
+
+class Parity(Command):
+    name = "parity"
+    help = "run models on several backends and compare their outputs"
+
+    def declare(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("models", nargs="+", metavar="MODEL", help="model files, or folders of them")
+        parser.add_argument(
+            "--backends", type=_backend_names, default=list(backends.DEFAULT_BACKENDS),
+            help=f"comma-separated, of: {', '.join(backends.BACKENDS)} (default: all but reference; those that "
+            "cannot run here are reported as skipped)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--reference", default="pyop", choices=backends.BACKENDS,
+            help="the backend the others are compared with (default pyop: DirectML's semantics)",
+        )  # fmt: skip
+        options.add_tolerance_options(parser)
+        parser.add_argument("--save-inputs", help="save the inputs used to this .npz file (one model only)")
+        parser.add_argument("--report", help="write the JSON report here")
+        parser.add_argument("--markdown", help="write the report as Markdown here")
+        parser.add_argument(
+            "--all-tensors", action="store_true",
+            help="compare every intermediate value too, and name the first nodes whose outputs differ while their "
+            "inputs agree (marking values as outputs can change what a backend fuses)",
+        )  # fmt: skip
+        options.add_backend_options(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        choice, max_elements = InputChoice.of(args), options.limit_outputs(args)
+        names = dict.fromkeys((args.reference, *args.backends))  # each once
+        built = {name: backends.create(name, args.device_id, args.out_of_bounds) for name in names}
+        paths = _model_paths(args.models)
+        if len(paths) > 1 and (choice.inputs or args.save_inputs):
+            raise UsageError("--inputs and --save-inputs take a single model")
+        models, refused = _load_models(paths)
+        reads = [*refused, *([choice.inputs] if choice.inputs else [])]
+        for model in models:
+            reads += options.read_files(model.path, model.proto)
+        outputs = {"--report": args.report, "--markdown": args.markdown, "--save-inputs": args.save_inputs}
+        options.check_outputs(outputs, reads)
+        runs = []
+        progress = Progress(len(models), sys.stderr)
+        for model in models:
+            try:
+                feeds = choice.feeds(model.proto, choice.given(model.proto, max_elements), max_elements)
+            except inputs.InputError as error:  # in a folder, one model's inputs do not stop the others
+                if len(paths) == 1:
+                    raise
+                refused[model.path] = str(error)
+                progress.model_done()
+                continue
+            if args.save_inputs:
+                with options.writing("--save-inputs", args.save_inputs):
+                    inputs.save(args.save_inputs, feeds.arrays)
+            parity = run_parity(
+                model, feeds, [built[name] for name in args.backends], built[args.reference], options.tolerance(args),
+                all_tensors=args.all_tensors, starting=lambda name, path=model.path: progress.step(f"{path}: {name}"),
+            )  # fmt: skip
+            runs.append(Reported(parity, parity_hint(parity, model.proto, choice)))
+            progress.model_done()
+            if len(paths) > 1:  # a folder's models are reported as each ends; the verdict on them all after the files
+                print(report.text(runs[-1]) + "\n")
+        progress.finish()
+        passed = all(run.parity.passed for run in runs) and not refused
+        self._write_files(args, runs, refused, passed, len(paths))
+        if len(paths) == 1:  # its verdict only once its files are written
+            print(report.text(runs[0]) + "\n")
+        for path, reason in refused.items():
+            print(f"{path}: refused: {reason}\n")
+        if len(paths) > 1:
+            print(f"{sum(run.parity.passed for run in runs)} of {len(paths)} models passed.")
+            for run in runs:
+                print(f"  {'passed' if run.parity.passed else 'FAILED'}  {run.parity.model}")
+            for path in refused:
+                print(f"  refused {path}")
+        return 0 if passed else 1
+
+    @staticmethod
+    def _write_files(
+        args: argparse.Namespace, runs: list[Reported], refused: dict[Path, str], passed: bool, models: int
+    ) -> None:
+        """The --report and --markdown files of a parity run, written before its verdict is printed."""
+        if args.report:
+            documents = [report.document(run) for run in runs]
+            documents += [{"model": str(path), "refused": reason, "passed": False} for path, reason in refused.items()]
+            document = documents[0] if models == 1 else {"models": documents, "passed": passed}
+            with options.writing("--report", args.report):
+                model_io.write_bytes(args.report, json.dumps(document, indent=2).encode())
+        if args.markdown:
+            with options.writing("--markdown", args.markdown):
+                model_io.write_bytes(args.markdown, report.markdown(runs, refused).encode())
