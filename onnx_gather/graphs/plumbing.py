@@ -175,6 +175,14 @@ def _free_names(graph: onnx.GraphProto, uses: Sequence[set[str]]) -> set[str]:
     return used - defined - {""}
 
 
+def implicit_inputs(node: onnx.NodeProto) -> set[str]:
+    """The names ``node``'s subgraphs take from the graph that holds it, at any depth."""
+    taken: set[str] = set()
+    for _, graph in nested(node):
+        taken |= _free_names(graph, [set(inner.input) | implicit_inputs(inner) for inner in graph.node])
+    return taken
+
+
 def _order(body: Body, uses: list[set[str]]) -> Order:
     """Kahn's algorithm, taking the ready node listed first each time."""
     nodes = body.nodes
