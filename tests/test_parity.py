@@ -25,46 +25,47 @@ from onnx_gather.app.options import InputChoice
 from onnx_gather.app.report import comparison_entry
 from onnx_gather.core import semantics
 from onnx_gather.runtime import backends, reference
+from onnx_gather.runtime.comparison import Tolerance, compare
 from onnx_gather.runtime.inputs import Feeds
-from onnx_gather.runtime.parity import Tolerance, compare, one_line, run_parity
+from onnx_gather.runtime.parity import one_line, run_parity
 
 
 def test_compare_bit_identical():
-    c = compare(np.array([1.5, -0.0]), np.array([1.5, -0.0]), 0, 0)
+    c = compare(np.array([1.5, -0.0]), np.array([1.5, -0.0]), Tolerance(0, 0))
     assert (c.equal, c.within_tolerance, c.mismatches, c.first_mismatch) == (True, True, 0, None)
 
 
 def test_compare_minus_zero_is_within_tolerance_but_not_equal():
-    c = compare(np.array([0.0]), np.array([-0.0]), 0, 0)
+    c = compare(np.array([0.0]), np.array([-0.0]), Tolerance(0, 0))
     assert (c.equal, c.within_tolerance, c.max_abs) == (False, True, 0.0)
 
 
 def test_compare_tolerances_and_first_mismatch():
     reference = np.array([[1.0, 100.0], [0.0, 5.0]], np.float32)
     actual = np.array([[1.0, 100.5], [0.0, 5.25]], np.float32)
-    c = compare(reference, actual, atol=0.0, rtol=0.01)
+    c = compare(reference, actual, Tolerance(atol=0.0, rtol=0.01))
     assert (c.within_tolerance, c.mismatches, c.first_mismatch) == (False, 1, [1, 1])
     assert c.max_abs == 0.5 and c.max_rel == 0.05
 
 
 def test_compare_nans_meet_nans_and_infinities_must_match():
-    c = compare(np.array([np.nan, np.inf, 1.0]), np.array([np.nan, -np.inf, 1.0]), 1, 1)
+    c = compare(np.array([np.nan, np.inf, 1.0]), np.array([np.nan, -np.inf, 1.0]), Tolerance(1, 1))
     assert (c.within_tolerance, c.mismatches, c.first_mismatch, c.max_abs) == (False, 1, [1], 0.0)
 
 
 def test_compare_64_bit_integers_exactly():
     big = np.iinfo(np.int64).max
-    c = compare(np.array([big, -big - 1], np.int64), np.array([big - 1, big], np.int64), 0, 0)
+    c = compare(np.array([big, -big - 1], np.int64), np.array([big - 1, big], np.int64), Tolerance(0, 0))
     assert (c.mismatches, c.max_abs) == (2, float(2**64 - 1))
 
 
 def test_compare_shapes_that_differ():
-    c = compare(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), 0, 0)
+    c = compare(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), Tolerance(0, 0))
     assert (c.within_tolerance, c.mismatches, c.first_mismatch) == (False, 6, None)
     assert c.note == "float32 3x2 where the reference has float32 2x3"
     entry = comparison_entry(c)
     assert entry["note"] == c.note and entry["max_abs"] is None  # the JSON says what differs
-    assert "note" not in comparison_entry(compare(np.zeros(2), np.zeros(2), 0, 0))
+    assert "note" not in comparison_entry(compare(np.zeros(2), np.zeros(2), Tolerance(0, 0)))
 
 
 KEYS = [
@@ -134,7 +135,7 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
         assert list(by_backend) == ["cpu", "lowered", "openvino"]
         for comparison in by_backend.values():
             assert comparison == {"equal": True, "within_tolerance": True, "max_abs": 0.0, "max_rel": 0.0,
-                                  "mismatches": 0, "first_mismatch": None}  # fmt: skip
+                                  "mismatches": 0, "first_mismatch": None, "atol": 0.0, "rtol": 0.0}  # fmt: skip
     assert report["out_of_bounds"] == {"lookup": 0, "pick": 0}
     assert report["passed"] is True
 
@@ -167,8 +168,10 @@ def test_a_mismatch_exits_1_with_its_position(tmp_path, capsys):
     assert main(arguments) == 1
     comparison = json.loads((tmp_path / "r.json").read_text())["outputs"]["rows"]["openvino"]
     assert comparison == {"equal": False, "within_tolerance": False, "max_abs": 11.0, "max_rel": 1.0,
-                          "mismatches": 2, "first_mismatch": [1, 0]}  # fmt: skip
-    assert "rows    openvino  DIFFERENT      11       1        2           (1, 0)" in capsys.readouterr().out
+                          "mismatches": 2, "first_mismatch": [1, 0], "atol": 1e-5, "rtol": 1e-5}  # fmt: skip
+    assert "rows    openvino  DIFFERENT      11       1        2           (1, 0)          1e-05 / 1e-05" in (
+        capsys.readouterr().out
+    )
 
 
 def test_saved_inputs_replay_the_same_report(tmp_path):
@@ -258,16 +261,19 @@ def test_a_folder_with_a_model_that_cannot_be_loaded_reports_it_as_refused_and_r
 
 def test_compare_strings_and_booleans_for_equality_never_as_numbers():
     words = np.array([["a", "b"], ["c", "d"]], dtype=object)
-    same = compare(words, words.copy(), 1e-5, 1e-5)
+    same = compare(words, words.copy(), Tolerance(1e-5, 1e-5))
     assert same.equal and same.within_tolerance and same.mismatches == 0 and same.max_abs is None
     other = np.array([["a", "b"], ["c", "x"]], dtype=object)
-    differ = compare(words, other, 1e-5, 1e-5)
+    differ = compare(words, other, Tolerance(1e-5, 1e-5))
     assert (differ.equal, differ.within_tolerance, differ.mismatches) == (False, False, 1)
     assert differ.first_mismatch == [1, 1]
-    assert compare(words, other.astype(str), 1e-5, 1e-5).first_mismatch == [1, 1]  # strings held as numpy unicode
+    assert compare(words, other.astype(str), Tolerance(1e-5, 1e-5)).first_mismatch == [
+        1,
+        1,
+    ]  # strings held as numpy unicode
     flags = np.array([True, False, True])
-    assert compare(flags, flags.copy(), 0, 0).equal
-    flipped = compare(flags, np.array([True, True, True]), 1.0, 1.0)  # no tolerance makes False equal True
+    assert compare(flags, flags.copy(), Tolerance(0, 0)).equal
+    flipped = compare(flags, np.array([True, True, True]), Tolerance(1.0, 1.0))  # no tolerance makes False equal True
     assert (flipped.within_tolerance, flipped.mismatches, flipped.first_mismatch) == (False, 1, [1])
 
 
@@ -634,8 +640,8 @@ def test_run_parity_returns_typed_results_and_the_caller_words_the_hint(tmp_path
     cpu = parity.backends["cpu"]
     assert isinstance(cpu.error, Exception) and cpu.outcome is None and cpu.reason == one_line(cpu.error)
     assert parity.failures == [cpu.error] and parity.passed is False
-    assert parity.outputs["rows"]["lowered"] == compare(*(parity.backends[n].outcome.outputs["rows"]
-                                                          for n in ("pyop", "lowered")), 0.0, 0.0)  # fmt: skip
+    rows = [parity.backends[name].outcome.outputs["rows"] for name in ("pyop", "lowered")]
+    assert parity.outputs["rows"]["lowered"] == compare(*rows, Tolerance(0.0, 0.0))
     assert parity.out_of_bounds == {"lookup": 1, "pick": 0} and parity.out_of_bounds_mode == "directml"
     document = json.loads(json.dumps(comparison_entry(parity.outputs["rows"]["lowered"])))
     assert document["equal"] is True

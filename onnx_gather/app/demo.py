@@ -16,8 +16,9 @@ from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import convert
 from onnx_gather.runtime import backends
 from onnx_gather.runtime.backends import Backend, Model
+from onnx_gather.runtime.comparison import Tolerance
 from onnx_gather.runtime.inputs import Feeds
-from onnx_gather.runtime.parity import Parity, Tolerance, run_parity
+from onnx_gather.runtime.parity import Parity, run_parity
 
 
 def sample_model_path() -> str:

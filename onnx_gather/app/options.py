@@ -17,9 +17,9 @@ from onnx_gather.app.parser import UsageError, number
 from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
 from onnx_gather.graphs import model_io
 from onnx_gather.runtime import inputs, ops
+from onnx_gather.runtime.comparison import OTHER_TOLERANCE, TYPE_TOLERANCES, Tolerance
 from onnx_gather.runtime.inputs import Feeds
 from onnx_gather.runtime.observe import Observation
-from onnx_gather.runtime.parity import Tolerance
 
 
 def _shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -133,8 +133,10 @@ def limit_outputs(args: argparse.Namespace) -> int:
 
 def add_tolerance_options(parser: argparse.ArgumentParser) -> None:
     tolerance = number(float, 0, "a number of 0 or more")
-    parser.add_argument("--atol", type=tolerance, default=Tolerance.atol, help="absolute tolerance (default 1e-5)")
-    parser.add_argument("--rtol", type=tolerance, default=Tolerance.rtol, help="relative tolerance (default 1e-5)")
+    for flag, position, what in (("--atol", 0, "absolute"), ("--rtol", 1, "relative")):
+        by_type = ", ".join(f"{name.upper()} {pair[position]:g}" for name, pair in TYPE_TOLERANCES.items())
+        parser.add_argument(flag, type=tolerance, help=f"{what} tolerance, for every output (default: by the output's "
+                            f"type: {by_type}, others {OTHER_TOLERANCE[position]:g})")  # fmt: skip
 
 
 def tolerance(args: argparse.Namespace) -> Tolerance:

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from onnx_gather.runtime import divergence
+from onnx_gather.runtime.comparison import Comparison
 from onnx_gather.runtime.divergence import Divergence
 from onnx_gather.runtime.inputs import Feeds, dims_text
-from onnx_gather.runtime.parity import BackendRun, Comparison, Parity
+from onnx_gather.runtime.parity import BackendRun, Parity
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ def document(reported: Reported) -> dict:
     report = {
         "model": str(parity.model),
         "reference": parity.reference,
-        "atol": float(parity.tolerance.atol),
-        "rtol": float(parity.tolerance.rtol),
+        "atol": parity.tolerance.atol,  # as given; null: each output's type's (its comparisons say which)
+        "rtol": parity.tolerance.rtol,
         "inputs": {name: _input(name, array, feeds) for name, array in feeds.arrays.items()},
         "seed": feeds.seed if feeds.generated else None,
         "onnx_gather": importlib.metadata.version("onnx-gather"),
@@ -84,7 +85,7 @@ def document(reported: Reported) -> dict:
     if parity.random_nodes:
         report["random_nodes"] = parity.random_nodes
     if parity.divergence is not None:
-        report["all_tensors"] = {"compared": parity.compared, "note": divergence.NOTE}
+        report["all_tensors"] = {"compared": parity.compared, "absent": parity.absent, "note": divergence.NOTE}
         report["divergence"] = {name: list(map(_divergence_entry, found)) for name, found in parity.divergence.items()}
     return report
 
@@ -117,6 +118,7 @@ def _rows(parity: Parity) -> tuple[list[list[str]], list[list[str]]]:
             output_rows.append([
                 output, name, _verdict(comparison), _number(comparison.max_abs), _number(comparison.max_rel),
                 str(comparison.mismatches), "" if first is None else str(tuple(first)),
+                f"{comparison.atol:g} / {comparison.rtol:g}",
             ])  # fmt: skip
     return backend_rows, output_rows
 
@@ -181,6 +183,9 @@ def _divergence(parity: Parity) -> list[str]:
     if parity.divergence is None:
         return []
     lines = [f"All tensors: {parity.compared} intermediate values compared too ({divergence.NOTE})."]
+    for backend, absent in parity.absent.items():
+        reasons = "; ".join(sorted(set(absent.values())))
+        lines.append(f"{backend} could not return {len(absent)} of them, left out: {', '.join(absent)} ({reasons})")
     for backend, found in parity.divergence.items():
         if not found:
             lines.append(f"{backend}: no node's outputs differ beyond tolerance while its inputs agree.")
@@ -230,18 +235,14 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
             for row in (header, *rows)]  # fmt: skip
 
 
-def _tolerance(parity: Parity) -> str:
-    return f"atol {parity.tolerance.atol:g}, rtol {parity.tolerance.rtol:g}"
-
-
 def text(reported: Reported) -> str:
     """The report as a terminal table."""
     parity = reported.parity
     backend_rows, output_rows = _rows(parity)
-    lines = [f"{parity.model}  (reference {parity.reference}, {_tolerance(parity)})"]
+    lines = [f"{parity.model}  (reference {parity.reference}, {parity.tolerance.describe()})"]
     lines += ["  " + line for line in _table(backend_rows, ["backend", "status", "seconds", ""])]
     if output_rows:
-        header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
+        header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch", "atol / rtol"]
         lines += [""] + ["  " + line for line in _table(output_rows, header)]
     lines += [
         "",
@@ -278,11 +279,20 @@ def markdown(runs: Sequence[Reported], refused: Mapping[Path, str] | None = None
     for reported in runs:
         parity = reported.parity
         backend_rows, output_rows = _rows(parity)
-        section = [f"## {_escape(str(parity.model))}", "", f"Reference **{parity.reference}**, {_tolerance(parity)}.",
-                   ""]  # fmt: skip
+        tolerance = parity.tolerance.describe()
+        section = [f"## {_escape(str(parity.model))}", "", f"Reference **{parity.reference}**, {tolerance}.", ""]
         section += _markdown_table(backend_rows, ["backend", "status", "seconds", "reason"])
         if output_rows:
-            header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch"]
+            header = [
+                "output",
+                "backend",
+                "verdict",
+                "max abs",
+                "max rel",
+                "mismatches",
+                "first mismatch",
+                "atol / rtol",
+            ]
             section += ["", *_markdown_table(output_rows, header)]
         divergence = _divergence(parity)
         section += ["", *map(_escape, _placement(parity)), *(["", *map(_escape, divergence)] if divergence else [])]

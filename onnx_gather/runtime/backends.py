@@ -22,6 +22,7 @@ from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
 from onnx_gather.directml import layout as directml_layout
 from onnx_gather.directml import worker
+from onnx_gather.directml.process import DirectMlError
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import to_dml
 from onnx_gather.graphs.lower import to_onnx
@@ -37,6 +38,9 @@ class Model:
 
     path: Path
     proto: onnx.ModelProto
+    # Values made outputs only to be compared (``parity --all-tensors``): a backend that cannot return one says so
+    # (``Outcome.absent``) instead of failing the run.
+    marked: frozenset[str] = frozenset()
 
     @property
     def output_names(self) -> list[str]:
@@ -51,6 +55,7 @@ class Outcome:
     outputs: dict[str, np.ndarray]
     out_of_bounds: dict[str, int] = field(default_factory=dict)
     placement: dict[str, dict] = field(default_factory=dict)
+    absent: dict[str, str] = field(default_factory=dict)  # marked values it could not return, with why
 
 
 def _for_onnxruntime(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -262,11 +267,16 @@ class DirectMl(_Provider):
         with _named_nodes(model) as path:  # ONNX Runtime's placement log names nodes by their names
             loaded = runner.load(path, fallback=True)
         try:
-            outputs = runner.run(loaded, feeds)
+            outputs = runner.run(loaded, feeds, absent=bool(model.marked))
         finally:
             runner.free(loaded)
+        absent = [name for name in model.output_names if name not in outputs]
+        needed = [name for name in absent if name not in model.marked]
+        if needed:
+            raise DirectMlError(f"output {needed[0]!r}: {worker.ABSENT}")
         placement = {p: {"nodes": count, "names": loaded.placement.get(p, [])} for p, count in loaded.placed.items()}
-        return Outcome({name: outputs[name] for name in model.output_names}, placement=placement)
+        present = {name: outputs[name] for name in model.output_names if name in outputs}
+        return Outcome(present, placement=placement, absent=dict.fromkeys(absent, worker.ABSENT))
 
     def versions(self) -> dict[str, str]:
         if self.native:

@@ -7,25 +7,22 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import onnx
 
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.plumbing import unnamed
 from onnx_gather.graphs.types import value_types
-from onnx_gather.runtime.backends import Model
-
-if TYPE_CHECKING:  # parity imports this module
-    from onnx_gather.runtime.parity import Comparison
+from onnx_gather.runtime.backends import Model, Outcome
+from onnx_gather.runtime.comparison import Comparison
 
 NOTE = "marking every value as an output can change what a backend fuses, and so what it computes"
 
 
 @contextlib.contextmanager
 def marked(model: Model) -> Iterator[Model]:
-    """``model`` with every typed value its main graph's nodes make added to its outputs, in a file beside the
-    original (whose external data it shares), removed afterwards."""
+    """``model`` with every typed value its main graph's nodes make added to its outputs (``Model.marked``), in a
+    file beside the original (whose external data it shares), removed afterwards."""
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
     types = value_types(proto).get(0, {})
@@ -37,7 +34,8 @@ def marked(model: Model) -> Iterator[Model]:
                 proto.graph.output.append(value_type.value_info(name))
                 present.add(name)
     with model_io.temporary_copy(proto, model.path) as path:
-        yield Model(path, proto)
+        added = frozenset(value.name for value in proto.graph.output) - set(model.output_names)
+        yield Model(path, proto, added)
 
 
 def _on_cpu(placement: Mapping[str, dict], label: str) -> bool:
@@ -57,12 +55,15 @@ class Divergence:
 
 
 def first_divergences(
-    model: onnx.ModelProto, outputs: Mapping[str, Mapping[str, Comparison]], backend: str,
-    placement: Mapping[str, dict], limit: int = 5,
+    model: onnx.ModelProto, outputs: Mapping[str, Mapping[str, Comparison]], backend: str, ran: Outcome,
+    limit: int = 5,
 ) -> list[Divergence]:  # fmt: skip
-    """The first ``limit`` nodes, in topological order, with an output outside tolerance on ``backend`` while every
-    input of theirs that was compared is within it (graph inputs and weights are the same everywhere)."""
-    within = {name: by[backend].within_tolerance for name, by in outputs.items() if backend in by}
+    """The first ``limit`` nodes, in topological order, with an output outside tolerance on ``backend`` (which
+    computed ``ran``) while every input of theirs that was compared is within it (graph inputs and weights are the
+    same everywhere); a node with an input the backend could not return is not judged."""
+    within: dict[str, bool | None] = dict.fromkeys(ran.absent)
+    within.update({name: by[backend].within_tolerance for name, by in outputs.items() if backend in by})
+    placement = ran.placement
     found = []
     for position, node in enumerate(model.graph.node):
         bad = [name for name in node.output if within.get(name) is False]

@@ -9,79 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
-
 from onnx_gather.graphs.plumbing import random_nodes
 from onnx_gather.runtime import divergence
 from onnx_gather.runtime.backends import Backend, Model, Outcome
+from onnx_gather.runtime.comparison import Comparison, Tolerance, compare
 from onnx_gather.runtime.divergence import Divergence
-from onnx_gather.runtime.inputs import Feeds, dims_text
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How far an output may be from the reference's: ``|actual - reference| <= atol + rtol * |reference|``."""
-
-    atol: float = 1e-5
-    rtol: float = 1e-5
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One output of one backend against the reference's."""
-
-    equal: bool  # same type, shape and bytes
-    within_tolerance: bool  # |actual - reference| <= atol + rtol * |reference| everywhere, NaN meeting NaN
-    max_abs: float | None  # over the positions where both are finite; None for STRING and BOOL outputs
-    max_rel: float | None  # the same, relative to a nonzero reference
-    mismatches: int  # positions outside the tolerance (all of them when the shapes or types differ)
-    first_mismatch: list[int] | None
-    note: str = ""  # what differs when the comparison cannot be made position by position
-
-
-def _integer_difference(reference: np.ndarray, actual: np.ndarray) -> np.ndarray:
-    """``|actual - reference|`` exactly, as UINT64 (wrapping arithmetic: 64-bit integers never overflow here)."""
-    wide = np.uint64 if reference.dtype == np.uint64 else np.int64
-    ref, act = reference.astype(wide), actual.astype(wide)
-    ref_bits, act_bits = ref.view(np.uint64), act.view(np.uint64)
-    return np.where(act >= ref, act_bits - ref_bits, ref_bits - act_bits)
-
-
-def compare(reference: np.ndarray, actual: np.ndarray, atol: float, rtol: float) -> Comparison:
-    """Compare ``actual`` with ``reference`` position by position."""
-    textual = reference.dtype.kind in "OUS" and actual.dtype.kind in "OUS"  # runtimes hold strings differently
-    if reference.shape != actual.shape or (reference.dtype != actual.dtype and not textual):
-        note = (
-            f"{actual.dtype.name} {dims_text(actual.shape)} where the reference has {reference.dtype.name} "
-            f"{dims_text(reference.shape)}"
-        )
-        return Comparison(False, False, None, None, max(reference.size, actual.size), None, note)
-    if reference.dtype.kind not in "fiu":  # STRING and BOOL: equal or not, never numbers
-        bad = np.argwhere(reference.astype(object) != actual.astype(object))
-        first = [int(i) for i in bad[0]] if len(bad) else None
-        return Comparison(not len(bad), not len(bad), None, None, len(bad), first)
-    magnitude = np.abs(reference.astype(np.float64))
-    if reference.dtype.kind == "f":
-        ref, act = reference.astype(np.float64), actual.astype(np.float64)
-        finite = np.isfinite(ref) & np.isfinite(act)
-        difference = np.abs(np.subtract(act, ref, out=np.zeros_like(ref), where=finite))
-        close = np.where(finite, difference <= atol + rtol * magnitude, (ref == act) | (np.isnan(ref) & np.isnan(act)))
-    else:
-        exact = _integer_difference(reference, actual)
-        finite = np.ones(reference.shape, bool)
-        difference = exact.astype(np.float64)
-        close = (exact == 0) | (difference <= atol + rtol * magnitude)
-    nonzero = finite & (magnitude != 0)
-    relative = np.where(nonzero, difference / np.where(nonzero, magnitude, 1.0), 0.0)
-    bad = np.argwhere(~close)
-    return Comparison(
-        equal=reference.tobytes() == actual.tobytes(),
-        within_tolerance=bool(close.all()),
-        max_abs=float(difference.max()) if difference.size else 0.0,
-        max_rel=float(relative.max()) if relative.size else 0.0,
-        mismatches=len(bad),
-        first_mismatch=[int(i) for i in bad[0]] if len(bad) else None,
-    )
+from onnx_gather.runtime.inputs import Feeds
 
 
 def one_line(error: BaseException, typed: bool = True) -> str:
@@ -150,6 +83,11 @@ class Parity:
         return dict(outcome.out_of_bounds) if outcome is not None else {}
 
     @property
+    def absent(self) -> dict[str, dict[str, str]]:
+        """Per backend, the marked values (``all_tensors``) it could not return, with why."""
+        return {name: run.outcome.absent for name, run in self.backends.items() if run.outcome and run.outcome.absent}
+
+    @property
     def failures(self) -> list[Exception]:
         """The errors of the backends that failed, in their order."""
         return [run.error for run in self.backends.values() if run.error is not None]
@@ -183,8 +121,8 @@ def run_parity(
         if expected is None or run.outcome is None or name == reference.name:
             continue
         for output in wide.output_names:
-            actual = run.outcome.outputs[output]
-            tensors[output][name] = compare(expected.outputs[output], actual, tolerance.atol, tolerance.rtol)
+            if output in expected.outputs and output in run.outcome.outputs:  # else a marked value it did not return
+                tensors[output][name] = compare(expected.outputs[output], run.outcome.outputs[output], tolerance)
     parity = Parity(
         model.path, reference.name, tolerance, feeds, runs, {name: tensors[name] for name in model.output_names},
         reference.out_of_bounds, random_nodes(model.proto),
@@ -192,7 +130,7 @@ def run_parity(
     if all_tensors:
         parity.compared = len(tensors) - len(model.output_names)
         parity.divergence = {
-            name: divergence.first_divergences(model.proto, tensors, name, run.outcome.placement)
+            name: divergence.first_divergences(model.proto, tensors, name, run.outcome)
             for name, run in runs.items() if run.outcome is not None and name != reference.name
         }  # fmt: skip
     return parity

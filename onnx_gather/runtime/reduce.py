@@ -25,7 +25,8 @@ from onnx_gather.graphs.extract import window
 from onnx_gather.graphs.plumbing import sort_topologically
 from onnx_gather.runtime import divergence
 from onnx_gather.runtime.backends import Backend, Model
-from onnx_gather.runtime.parity import compare, one_line
+from onnx_gather.runtime.comparison import Tolerance, compare
+from onnx_gather.runtime.parity import one_line
 
 
 @dataclass(frozen=True)
@@ -83,13 +84,13 @@ class Reducer:
 
     def __init__(
         self, model: Model, feeds: Mapping[str, np.ndarray], backend: Backend, reference: Backend,
-        tolerance: Callable[[np.ndarray, np.ndarray], bool], progress: Callable[[str], object],
+        tolerance: Tolerance, progress: Callable[[str], object],
     ) -> None:  # fmt: skip
         proto = onnx.ModelProto()
         proto.CopyFrom(model.proto)
         sort_topologically(proto)
         self.model = Model(model.path, proto)
-        self.backend, self.within, self.progress = backend, tolerance, progress
+        self.backend, self.tolerance, self.progress = backend, tolerance, progress
         with divergence.marked(self.model) as marked:
             self.values = {**feeds, **reference.run(marked, feeds).outputs}
         self.runs = 0
@@ -103,7 +104,11 @@ class Reducer:
                 outputs = self.backend.run(Model(path, proto), feeds).outputs
         except Exception as error:  # what the backend fails with is the symptom looked for
             return Symptom(type(error).__name__, one_line(error))
-        bad = [name for name, value in outputs.items() if not self.within(self.values[name], value)]
+        bad = [
+            name
+            for name, value in outputs.items()
+            if not compare(np.asarray(self.values[name]), np.asarray(value), self.tolerance).within_tolerance
+        ]
         return Symptom(None, "outputs outside tolerance: " + ", ".join(bad)) if bad else None
 
     def reduce(self) -> Reduction:
@@ -135,8 +140,3 @@ class Reducer:
             reduced, {v.name: np.asarray(self.values[v.name]) for v in reduced.graph.input}, symptom,
             [f"{nodes[p].op_type} {nodes[p].name!r}" for p in kept], self.runs,
         )  # fmt: skip
-
-
-def within(atol: float, rtol: float) -> Callable[[np.ndarray, np.ndarray], bool]:
-    """A reference and an actual value agree within these tolerances (parity's comparison)."""
-    return lambda reference, actual: compare(np.asarray(reference), np.asarray(actual), atol, rtol).within_tolerance
