@@ -11,6 +11,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
+from onnx_gather.app.cli import main
 from onnx_gather.graphs.extract import constant_values, window
 from onnx_gather.runtime.reduce import shrink
 
@@ -124,11 +125,79 @@ def test_an_out_of_bounds_gather_deep_in_a_chain_is_found_on_the_lowered_graph(t
     assert [i.name for i in found.model.graph.input] == ["i"] and found.feeds["i"].tolist() == [26, 27, 28, 31]
 
 
-def test_directmls_pow_of_zero_to_the_zero_deep_in_a_chain_is_found_on_real_directml(tmp_path):
+def test_directmls_pow_of_zero_to_the_zero_deep_in_a_chain_is_found_on_real_directml(tmp_path, capsys):
     require_directml()
     power = h.make_node("Pow", ["v", "zero"], ["p"], name="power")
-    model = _chain(40, power, 25, {"zero": np.zeros(4, np.float32)})
+    onnx.save(_chain(40, power, 25, {"zero": np.zeros(4, np.float32)}), tmp_path / "chain.onnx")
     # x + 26 = 0 in the first element: ONNX Runtime's CPU kernel gives 0 ** 0 = 1, DirectML 0
-    found = _reduce(tmp_path, model, {"x": np.array([-26, 1, 2, 3], np.float32)}, "dml", "cpu")
-    assert found.nodes == ["Pow 'power'"]
-    assert found.symptom.detail == "outputs outside tolerance: p"
+    np.savez(tmp_path / "in.npz", x=np.array([-26, 1, 2, 3], np.float32))
+    out = tmp_path / "small.onnx"
+    arguments = ["reduce", str(tmp_path / "chain.onnx"), "--backend", "dml", "--reference", "cpu",
+                 "--inputs", str(tmp_path / "in.npz"), "-o", str(out)]  # fmt: skip
+    assert main(arguments) == 0
+    printed = capsys.readouterr().out
+    assert [node.name for node in onnx.load(out).graph.node] == ["power"]
+    assert (
+        "41 nodes cut down to 1 that still show it on dml" in printed and "dml: outputs outside tolerance: p" in printed
+    )
+    command = printed.splitlines()[-1].split()
+    assert main(command[1:]) == 1  # the command printed shows it on real DirectML
+    assert "p       dml      DIFFERENT" in capsys.readouterr().out
+
+
+def _gather_chain(tmp_path):
+    """A 42-node chain whose one Gather reads row 31 of a 30-row table for the inputs given."""
+    lookup = h.make_node("Gather", ["table", "i"], ["g"], name="lookup", axis=0)
+    model = _chain(40, h.make_node("Cast", ["v"], ["i"], name="cast", to=T.INT64), 25,
+                   {"table": np.arange(60, dtype=np.float32).reshape(30, 2)})  # fmt: skip
+    model.graph.node.insert(27, lookup)
+    model.graph.node[28].input[0] = "g"
+    onnx.save(model, tmp_path / "chain.onnx")
+    np.savez(tmp_path / "in.npz", x=np.array([0, 1, 2, 5], np.float32))
+    return tmp_path / "chain.onnx", tmp_path / "in.npz"
+
+
+def test_reduce_writes_the_window_its_inputs_and_the_command_that_shows_it(tmp_path, capsys):
+    # OpenVINO's Gather reads zeros for an out-of-bounds index, DirectML's semantics the tensor's last element
+    path, given = _gather_chain(tmp_path)
+    out = tmp_path / "small.onnx"
+    assert main(["reduce", str(path), "--backend", "openvino", "--inputs", str(given), "-o", str(out)]) == 0
+    printed = capsys.readouterr()
+    reduced = onnx.load(out)
+    assert 1 <= len(reduced.graph.node) <= 3 and "lookup" in [node.name for node in reduced.graph.node]
+    onnx.checker.check_model(reduced, full_check=True)
+    assert f"42 nodes cut down to {len(reduced.graph.node)} that still show it on openvino" in printed.out
+    assert "reduce: the whole model (42 nodes): outputs outside tolerance" in printed.err
+    command = printed.out.splitlines()[-1].split()
+    assert command[:2] == ["onnx-gather", "parity"] and command[2:] == [
+        str(out), "--inputs", str(tmp_path / "small.npz"), "--backends", "openvino", "--reference", "pyop"]  # fmt: skip
+    assert main(command[1:]) == 1  # the command printed shows the difference
+    assert "DIFFERENT" in capsys.readouterr().out
+
+
+def test_reduce_says_when_there_is_nothing_to_reduce(tmp_path, capsys):
+    path, given = _gather_chain(tmp_path)
+    out = tmp_path / "small.onnx"
+    assert main(["reduce", str(path), "--backend", "lowered", "--inputs", str(given), "-o", str(out)]) == 1
+    assert "lowered agrees with pyop on every output" in capsys.readouterr().out and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--backend", "pyop"], "--backend and --reference both name pyop"),
+        (["--backend", "cpu", "-o", "{model}"], "chain.onnx: is the input"),
+        (["--backend", "cpu", "-o", "{folder}/in.onnx"], "in.npz: is the input"),  # its inputs file: the --inputs
+        (["--backend", "cpu", "--reference", "cpu"], "both name cpu"),
+    ],
+)
+def test_reduce_refuses_bad_requests_in_one_line(tmp_path, capsys, extra, message):
+    path, given = _gather_chain(tmp_path)
+    arguments = ["reduce", str(path), "--inputs", str(given), *[a.format(model=path, folder=tmp_path) for a in extra]]
+    if "-o" not in arguments:
+        arguments += ["-o", str(tmp_path / "small.onnx")]
+    before = path.read_bytes()
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert message in error and len(error.strip().splitlines()) == 1
+    assert path.read_bytes() == before

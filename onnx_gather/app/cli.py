@@ -15,6 +15,7 @@ from onnx_gather.app.model_commands import Check, Convert, Lower
 from onnx_gather.app.parity_command import Parity
 from onnx_gather.app.parser import build_parser
 from onnx_gather.app.progress import Progress
+from onnx_gather.app.reduce_command import Reduce
 from onnx_gather.app.run_command import Run
 from onnx_gather.core.errors import UserError
 from onnx_gather.directml import install
@@ -65,7 +66,17 @@ class SetupDirectml(Command):
             return 2
 
 
-COMMANDS: tuple[Command, ...] = (Demo(), Docs(), SetupDirectml(), Convert(), Lower(), Check(), Run(), Parity())
+COMMANDS: tuple[Command, ...] = (
+    Demo(),
+    Docs(),
+    SetupDirectml(),
+    Convert(),
+    Lower(),
+    Check(),
+    Run(),
+    Parity(),
+    Reduce(),
+)
 _BY_NAME = {command.name: command for command in COMMANDS}
 
 

@@ -127,7 +127,8 @@ class Reducer:
                 return False
             result = found is not None and found.same_kind(whole)
             verdict = "shows it" if result else "does not"
-            self.progress(f"  {len(keep)} nodes from #{min(keep)}: {verdict} ({time.perf_counter() - start:.1f} s)")
+            nodes = f"{len(keep)} node{'s' if len(keep) > 1 else ''}"
+            self.progress(f"  {nodes} from #{min(keep)}: {verdict} ({time.perf_counter() - start:.1f} s)")
             return result
 
         kept = shrink(len(nodes), shows)

@@ -1,0 +1,97 @@
+"""``onnx-gather reduce``: a model that differs (or fails) on one backend against a reference, cut down to the few
+nodes that still show it, written with its inputs and the command line that shows it."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from onnx_gather.app import options
+from onnx_gather.app.command import Command
+from onnx_gather.app.options import InputChoice
+from onnx_gather.app.parser import UsageError
+from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
+from onnx_gather.graphs import model_io
+from onnx_gather.runtime import backends, inputs
+from onnx_gather.runtime.parity import one_line
+from onnx_gather.runtime.reduce import NoDifference, Reducer
+
+
+class Reduce(Command):
+    name = "reduce"
+    help = "cut a model down to the few nodes where a backend still differs from, or fails against, the reference"
+    description = (
+        "Runs the reference once with every value marked as an output, then windows of the model's main graph on "
+        "the backend, each fed what the reference computed: the shortest prefix that still differs (or fails the "
+        "same way), the latest start, then each node left out in turn. Writes the window as -o OUT.onnx, its inputs "
+        "as OUT.npz, and prints the parity command that shows the difference. Exit 0 with a reduced model, 1 when "
+        "the backend does not differ in the first place."
+    )
+
+    def declare(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("model", help="the ONNX model that differs or fails")
+        parser.add_argument("--backend", required=True, choices=backends.BACKENDS, help="where it differs or fails")
+        parser.add_argument(
+            "--reference", default="pyop", choices=backends.BACKENDS,
+            help="the backend it is compared with, which must run the model (default pyop: DirectML's semantics)",
+        )  # fmt: skip
+        options.add_tolerance_options(parser)
+        options.add_output_option(parser, "reduced")
+        options.add_backend_options(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        if args.backend == args.reference:
+            raise UsageError(f"--backend and --reference both name {args.backend}: compare it with another")
+        model, choice = backends.Model(Path(args.model), model_io.load(args.model)), InputChoice.of(args)
+        output = Path(args.output)
+        feeds_file = output.with_suffix(".npz")
+        options.check_outputs({"-o": args.output, f"-o's inputs file {feeds_file}": str(feeds_file)},
+                              options.read_files(args.model, model.proto, choice.inputs))  # fmt: skip
+        max_elements = options.limit_outputs(args)
+        built = {name: backends.create(name, args.device_id, args.out_of_bounds)
+                 for name in dict.fromkeys((args.backend, args.reference))}  # fmt: skip
+        for name, backend in built.items():
+            reason = backend.unavailable()
+            if reason is not None:
+                raise UsageError(f"backend {name} cannot run here: {reason}")
+        feeds = choice.feeds(model.proto, choice.given(model.proto, max_elements), max_elements)
+
+        def progress(line: str) -> None:
+            print(f"reduce: {line}", file=sys.stderr, flush=True)
+
+        tolerance = options.tolerance(args)
+        try:
+            reducer = Reducer(model, feeds.arrays, built[args.backend], built[args.reference], tolerance, progress)
+        except Exception as error:  # the reference must run the whole model: its values feed every window
+            raise UsageError(f"the reference {args.reference} fails on {args.model}: {one_line(error)}; give "
+                             "another --reference") from error  # fmt: skip
+        try:
+            reduction = reducer.reduce()
+        except NoDifference:
+            print(f"{args.model}: {args.backend} agrees with {args.reference} on every output ({tolerance.describe()})"
+                  ": nothing to reduce.")  # fmt: skip
+            return 1
+        with options.writing("-o", args.output):
+            model_io.save(reduction.model, output, model.path)
+        with options.writing("-o", str(feeds_file)):
+            inputs.save(feeds_file, reduction.feeds)
+        count = len(model.proto.graph.node)
+        print(f"{args.model}: {count} nodes cut down to {len(reduction.nodes)} that still show it on {args.backend} "
+              f"({reduction.runs} runs): {', '.join(reduction.nodes)}")  # fmt: skip
+        print(f"  {args.backend}: {reduction.symptom.detail}")
+        print(f"Written: {output} and its inputs {feeds_file} (the values {args.reference} computed there).")
+        print("Show it with:\n  " + shlex.join(_parity_command(args, output, feeds_file)))
+        return 0
+
+
+def _parity_command(args: argparse.Namespace, output: Path, feeds_file: Path) -> list[str]:
+    command = ["onnx-gather", "parity", str(output), "--inputs", str(feeds_file), "--backends", args.backend,
+               "--reference", args.reference]  # fmt: skip
+    if args.out_of_bounds != OUT_OF_BOUNDS_MODES[0]:
+        command += ["--out-of-bounds", args.out_of_bounds]
+    for flag, value in (("--atol", args.atol), ("--rtol", args.rtol)):
+        if value is not None:
+            command += [flag, f"{value:g}"]
+    return command
