@@ -201,3 +201,12 @@ def test_reduce_refuses_bad_requests_in_one_line(tmp_path, capsys, extra, messag
     error = capsys.readouterr().err
     assert message in error and len(error.strip().splitlines()) == 1
     assert path.read_bytes() == before
+
+
+def test_a_backend_that_fails_is_cut_down_to_the_node_it_fails_at(tmp_path, capsys):
+    # ONNX Runtime's CPU kernels refuse the out-of-bounds index where DirectML's semantics read memory
+    path, given = _gather_chain(tmp_path)
+    out = tmp_path / "small.onnx"
+    assert main(["reduce", str(path), "--backend", "cpu", "--inputs", str(given), "-o", str(out)]) == 0
+    assert [node.name for node in onnx.load(out).graph.node] == ["lookup"]
+    assert "cpu: InvalidArgument: " in capsys.readouterr().out
