@@ -221,6 +221,22 @@ def test_unknown_rank_stays_standard_with_the_reason():
     assert_all_identical(run_model(onnx_gather.to_onnx(converted), {"x": x, "i": i}), [x[i]])
 
 
+def test_a_run_that_tells_ranks_warns_of_symbolic_dims_it_made_1():
+    model = _model(
+        [h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=0)],
+        [
+            h.make_value_info("x", h.make_tensor_type_proto(T.FLOAT, None)),
+            h.make_tensor_value_info("i", T.INT64, ["n"]),
+        ],
+        [h.make_value_info("y", h.make_tensor_type_proto(T.FLOAT, None))],
+    )
+    _, report = convert(model, observation=Observation(shapes={"x": (5, 3)}))
+    assert report.changed[0].ranks == (
+        "data 'x' (rank) observed in a run of ONNX Runtime on x 5x3 (generated), i 1 (generated) (warning: dynamic "
+        "dims were generated as 1 (i [n] as 1): give real sizes with --shape i:<n>)"
+    )
+
+
 def test_a_rank_an_if_decides_is_not_taken_from_one_run():
     # The data is a 1-D or 2-D tensor by turns: the branch decides its rank.
     one, two = (h.make_graph([h.make_node("Identity", [source], [f"{source}_out"])], f"b_{source}", [],

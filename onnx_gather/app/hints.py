@@ -15,12 +15,10 @@ from onnx_gather.runtime.parity import Parity
 
 
 def _inputs_hint(error: BaseException, model: onnx.ModelProto, feeds: Feeds, choice: InputChoice) -> str:
-    """What other inputs could do: a generated integer input that reached an index out of range, else which dynamic
-    dims were generated as 1 (a likely cause of a failed run), else ""."""
+    """What other inputs could do: a generated integer input that reached an index out of range, else ""
+    (dynamic dims generated as 1 are warned of before the run: ``Feeds.warning``)."""
     generated = [value.name for value in inputs.model_inputs(model) if value.name in feeds.generated]
-    return inputs.index_hint(model, str(error), generated, choice.int_range) or inputs.dynamic_hint(
-        model, choice.shapes, feeds.given
-    )
+    return inputs.index_hint(model, str(error), generated, choice.int_range)
 
 
 def failure_hint(error: BaseException, model: onnx.ModelProto, feeds: Feeds, choice: InputChoice) -> str:

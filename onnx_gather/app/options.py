@@ -99,7 +99,10 @@ class InputChoice:
     def feeds(self, model: onnx.ModelProto, given: Mapping[str, np.ndarray], max_elements: int) -> Feeds:
         """``given``, and the other inputs of ``model`` generated."""
         arrays = inputs.generate(model, self.shapes, self.seed, self.int_range, given, max_elements)
-        return Feeds(arrays, frozenset(arrays) - set(given), self.seed)
+        generated = {name: array for name, array in arrays.items() if name not in given}
+        how = inputs.drawn(generated, self.int_range)
+        warning = inputs.dynamic_hint(model, self.shapes, list(given))
+        return Feeds(arrays, frozenset(generated), self.seed, how, warning)
 
     def observation(self, given: Mapping[str, np.ndarray], folder: Path) -> Observation:
         """The run that tells the ranks no shape inference can, on these inputs."""

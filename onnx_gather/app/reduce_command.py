@@ -57,6 +57,8 @@ class Reduce(Command):
             if reason is not None:
                 raise UsageError(f"backend {name} cannot run here: {reason}")
         feeds = choice.feeds(model.proto, choice.given(model.proto, max_elements), max_elements)
+        if feeds.warning:
+            print(f"onnx-gather: warning: {feeds.warning}", file=sys.stderr)
 
         def progress(line: str) -> None:
             print(f"reduce: {line}", file=sys.stderr, flush=True)

@@ -56,11 +56,24 @@ def _divergence_entry(found: Divergence) -> dict:
 
 
 def _input(name: str, array: np.ndarray, feeds: Feeds) -> dict:
-    return {"dtype": array.dtype.name, "shape": list(array.shape), "source": _source(name, feeds)}
+    entry = {"dtype": array.dtype.name, "shape": list(array.shape), "source": _source(name, feeds)}
+    if name in feeds.drawn:
+        entry["drawn"] = feeds.drawn[name]
+    return entry
 
 
 def _source(name: str, feeds: Feeds) -> str:
     return "generated" if name in feeds.generated else "given"
+
+
+def inputs_lines(feeds: Feeds) -> list[str]:
+    """The inputs a model ran on, where they came from and how generated ones were drawn; and the warning on
+    dynamic dims generated as 1, where there are such."""
+    listed = ", ".join(f"{name} {array.dtype.name} {dims_text(array.shape)} ({_source(name, feeds)}"
+                       + (f": {feeds.drawn[name]}" if name in feeds.drawn else "") + ")"
+                       for name, array in feeds.arrays.items())  # fmt: skip
+    seed = f", with --seed {feeds.seed}" if feeds.generated and feeds.seed is not None else ""
+    return [f"Inputs: {listed or 'none'}{seed}.", *([f"Warning: {feeds.warning}."] if feeds.warning else [])]
 
 
 def document(reported: Reported) -> dict:
@@ -82,6 +95,8 @@ def document(reported: Reported) -> dict:
     }
     if reported.hint:
         report["hint"] = reported.hint
+    if feeds.warning:
+        report["warning"] = feeds.warning
     if parity.random_nodes:
         report["random_nodes"] = parity.random_nodes
     if parity.divergence is not None:
@@ -212,14 +227,6 @@ def _random(parity: Parity) -> list[str]:
             "before them with --all-tensors."]  # fmt: skip
 
 
-def _inputs(feeds: Feeds) -> str:
-    """One line: the inputs the backends ran on, and where they came from."""
-    listed = ", ".join(f"{name} {array.dtype.name} {dims_text(array.shape)} ({_source(name, feeds)})"
-                       for name, array in feeds.arrays.items())  # fmt: skip
-    seed = f", with --seed {feeds.seed}" if feeds.generated and feeds.seed is not None else ""
-    return f"Inputs: {listed or 'none'}{seed}."
-
-
 def _versions(parity: Parity) -> str:
     """One line: the versions each backend that could run ran on."""
     parts = [f"onnx-gather {importlib.metadata.version('onnx-gather')}"]
@@ -246,7 +253,7 @@ def text(reported: Reported) -> str:
         lines += [""] + ["  " + line for line in _table(output_rows, header)]
     lines += [
         "",
-        _inputs(parity.feeds),
+        *inputs_lines(parity.feeds),
         *_random(parity),
         *_placement(parity),
         *_divergence(parity),
@@ -300,7 +307,7 @@ def markdown(runs: Sequence[Reported], refused: Mapping[Path, str] | None = None
         if reported.hint:
             section += ["", _escape(f"Hint: {reported.hint}.")]
         random = _random(parity)
-        section += ["", _escape(_inputs(parity.feeds)), *(["", *map(_escape, random)] if random else [])]
+        section += ["", *map(_escape, inputs_lines(parity.feeds)), *(["", *map(_escape, random)] if random else [])]
         section += ["", _escape(_versions(parity))]
         sections.append("\n".join(section))
     for path, reason in (refused or {}).items():

@@ -48,6 +48,8 @@ class Run(Command):
         if reason is not None:
             raise UsageError(f"backend {args.backend} cannot run here: {reason}")
         feeds = choice.feeds(model.proto, choice.given(model.proto, max_elements), max_elements)
+        if feeds.warning:
+            print(f"onnx-gather: warning: {feeds.warning}", file=sys.stderr)
         progress = Progress(1, sys.stderr)
         progress.step(f"{args.model}: {args.backend}")
         try:
@@ -64,7 +66,8 @@ class Run(Command):
             progress.clear()  # also when interrupted
         print(f"{args.model} on {args.backend}: {backend.description}")
         for name, array in feeds.arrays.items():
-            print("  input  " + _describe(name, array))
+            source = f"generated: {feeds.drawn[name]}" if name in feeds.drawn else "given"
+            print(f"  input  {_describe(name, array)}  ({source})")
         for name, array in outcome.outputs.items():
             print("  output " + _describe(name, array))
         for node, count in outcome.out_of_bounds.items():

@@ -7,7 +7,7 @@ import os
 import re
 import zipfile
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,10 +33,19 @@ class Feeds:
     arrays: Mapping[str, np.ndarray]
     generated: frozenset[str] = frozenset()
     seed: int | None = None
+    drawn: Mapping[str, str] = field(default_factory=dict)  # how each generated input was drawn (``drawn``)
+    warning: str = ""  # the generated inputs whose dynamic dims were made 1 (``dynamic_hint``), "" for none
 
     @property
     def given(self) -> list[str]:
         return [name for name in self.arrays if name not in self.generated]
+
+
+def drawn(arrays: Mapping[str, np.ndarray], int_range: tuple[int, int]) -> dict[str, str]:
+    """How ``generate`` drew each of ``arrays``: in words, for reports."""
+    kinds = {"f": "standard normal", "b": "fair coins"}
+    low, high = int_range
+    return {name: kinds.get(a.dtype.kind, f"integers in [{low}, {high})") for name, a in arrays.items()}
 
 
 def dims_text(shape: Sequence[int]) -> str:

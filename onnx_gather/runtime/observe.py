@@ -42,6 +42,8 @@ class Observation:
         except inputs.InputError as error:
             return Observed(failure=f"no inputs to run it on: {error}")
         described = _describe(feeds, self.feeds)
+        warning = inputs.dynamic_hint(model, self.shapes, list(self.feeds))
+        described += f" (warning: {warning})" if warning else ""
         try:
             session = onnxruntime.InferenceSession(
                 probe.SerializeToString(), quiet_options(self.folder), providers=["CPUExecutionProvider"]
@@ -49,8 +51,7 @@ class Observation:
             arrays = session.run(names, feeds)
         except Exception as error:  # ONNX Runtime raises several types; its message says what failed
             message = " ".join(str(error).split())
-            hint = inputs.dynamic_hint(model, self.shapes, list(self.feeds))
-            failure = f"a run of ONNX Runtime on {described} failed: {message}" + (f"; {hint}" if hint else "")
+            failure = f"a run of ONNX Runtime on {described} failed: {message}"
             return Observed(inputs=described, failure=failure)
         types = {
             name: ValueType(helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.shape(a))
