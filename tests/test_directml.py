@@ -467,7 +467,7 @@ def test_the_runner_has_a_memory_limit_and_says_when_directml_runs_out_of_it(mon
 def test_a_descriptor_heap_costs_what_it_holds(stack, monkeypatch):
     # vkd3d 1.14 as released gives a shader-visible descriptor heap's Vulkan descriptor sets the layouts of the
     # device's largest heap, and lavapipe allocates a set whole for its layout: this model's one heap cost about
-    # 490 MiB (the runner's peak: 692 MiB; 202 MiB with d3d12/heap-sized-set-layouts.patch, as measured).
+    # 490 MiB (the runner's peak: 691 MiB; 201 MiB with d3d12/heap-sized-set-layouts.patch, as measured).
     require_directml()
     monkeypatch.setenv(layout.D3D12_VARIABLE, stack)
     monkeypatch.setenv(memory.VARIABLE, "0.3")
