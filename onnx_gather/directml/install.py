@@ -9,9 +9,9 @@ Steps, each skipped when already done (a second run changes nothing):
    ``protocol.h``), and ``d3d12.dll``: vkd3d 1.14 with DXIL (shader model 6) switched on, from the Wine 10 source of
    Debian 13, downloaded with apt (a private apt configuration with a deb-src line for trixie: nothing of trixie is
    installed) and checked against its SHA-256, built by the package's ``d3d12/build.sh`` with our D3D12 entry points
-   and one fix; and from the same source, with two more patches, a second ``d3d12.dll`` whose device has native
-   16-bit shader ops (shader model 6.2, as most GPUs), in ``native16/`` beside hard links to the other DLLs and the
-   programs.
+   and two fixes (meta commands enumerated; a shader-visible descriptor heap's Vulkan descriptor sets of the heap's
+   own size); and from the same source, with two more patches, a second ``d3d12.dll`` whose device has native 16-bit
+   shader ops (shader model 6.2, as most GPUs), in ``native16/`` beside hard links to the other DLLs and the programs.
 4. A Wine prefix (``wineboot -i``).
 
 Everything but the system packages goes to the cache folder (``Layout``); each part is built beside its
@@ -234,7 +234,8 @@ def install_binaries(layout: Layout, out: TextIO) -> dict[str, object]:
         "onnxruntime": ORT_DIRECTML_VERSION,
         "directml": _version_resource(layout.bin / "DirectML.dll"),
         **{f"{name}_source_sha256": source_hash(name) for name in PROGRAMS},
-        "d3d12": "vkd3d 1.14 (Debian's Wine 10 source) with DXIL",
+        "d3d12": "vkd3d 1.14 (Debian's Wine 10 source) with DXIL, descriptor heaps' Vulkan descriptor sets of each "
+        "heap's size (d3d12/enumerate-meta-commands.patch, d3d12/heap-sized-set-layouts.patch)",
         "d3d12_native16": "vkd3d 1.14 with DXIL, native 16-bit shader ops and shader model 6.2 claimed, structured "
         "buffers of byte stride 2 as 16-bit texel buffers (d3d12/native-16-bit.patch, d3d12/structured-stride-2.patch)",
         "d3d12_source_sha256": d3d12_hash(),

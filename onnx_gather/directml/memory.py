@@ -1,6 +1,6 @@
 """A memory limit for the DirectML runner: a memory cgroup of its own, so that whatever a model does under Wine
-(a Direct3D 12 descriptor heap costs 1.5 GB of zeroed memory over lavapipe), the kernel ends the runner, not the
-machine's other processes, and the error can say so."""
+(on Wine's own Direct3D 12 each descriptor heap costs 1.5 GB of zeroed memory over lavapipe), the kernel ends the
+runner, not the machine's other processes, and the error can say so."""
 
 from __future__ import annotations
 

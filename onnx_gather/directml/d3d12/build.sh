@@ -5,8 +5,9 @@
 # ops (shader model 6.2), on which DirectML runs its DXIL kernels for 16-bit gathers.
 # Run by `onnx-gather setup-directml`, which checks the tarball's SHA-256 first. Needs gcc-mingw-w64-x86-64, flex,
 # bison, wine64-tools (widl) and libvulkan-dev. The files beside this script are ours: the D3D12 entry points
-# (d3d12_main.c, d3d12.def), one fix (enumerate-meta-commands.patch), the two patches of the native 16-bit device and
-# three small headers (include/).
+# (d3d12_main.c, d3d12.def), two fixes (enumerate-meta-commands.patch; heap-sized-set-layouts.patch: a shader-visible
+# descriptor heap's Vulkan descriptor sets of the heap's own size, as lavapipe allocates a set whole for its layout),
+# the two patches of the native 16-bit device and three small headers (include/).
 set -euo pipefail
 TARBALL=$1 B=$2 OUT=$3 OUT16=$4
 FILES=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +19,7 @@ mkdir -p "$B/gen" "$B/obj" "$B/vk" "$B/wineinc/wine"
 tar -xJf "$TARBALL" -C "$B" wine-10.0/libs/vkd3d wine-10.0/include
 V=$B/wine-10.0/libs/vkd3d S=$B/wine-10.0/libs/vkd3d/libs/vkd3d-shader
 rm "$V/config.h"  # its PATH_MAX clashes with mingw's: include/config.h stands in
-patch -d "$V" -p1 --quiet < "$FILES/enumerate-meta-commands.patch"
+for p in enumerate-meta-commands heap-sized-set-layouts; do patch -d "$V" -p1 --quiet < "$FILES/$p.patch"; done
 
 # The D3D12 and DXGI headers from Wine 10's .idl files; the Khronos Vulkan headers alone (not /usr/include).
 for f in d3d12 d3d12sdklayers d3d12shader d3dcommon dxgi dxgicommon dxgiformat dxgitype; do
