@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ import onnx
 from onnx_gather.app.parser import UsageError, number
 from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
 from onnx_gather.graphs import model_io
-from onnx_gather.runtime import inputs, ops
+from onnx_gather.runtime import backends, inputs, ops
 from onnx_gather.runtime.comparison import OTHER_TOLERANCE, TYPE_TOLERANCES, Tolerance
 from onnx_gather.runtime.inputs import Feeds
 from onnx_gather.runtime.observe import Observation
@@ -126,6 +127,24 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
         "--max-elements", type=number(int, 1, "an integer of 1 or more"), default=2**31,
         help="refuse a generated input or a DML op output larger than this many elements (default 2^31)",
     )  # fmt: skip
+
+
+def usable_backends(args: argparse.Namespace, names: Sequence[str]) -> dict[str, backends.Backend]:
+    """The backends ``names`` (each once), built with the backend options; one that cannot run here is bad input."""
+    built = {name: backends.create(name, args.device_id, args.out_of_bounds) for name in dict.fromkeys(names)}
+    for name, backend in built.items():
+        reason = backend.unavailable()
+        if reason is not None:
+            raise UsageError(f"backend {name} cannot run here: {reason}")
+    return built
+
+
+def warned_feeds(choice: InputChoice, model: onnx.ModelProto, max_elements: int) -> Feeds:
+    """The inputs of one model run, with the warning on dynamic dims generated as 1 said on stderr first."""
+    feeds = choice.feeds(model, choice.given(model, max_elements), max_elements)
+    if feeds.warning:
+        print(f"onnx-gather: warning: {feeds.warning}", file=sys.stderr)
+    return feeds
 
 
 def limit_outputs(args: argparse.Namespace) -> int:

@@ -50,15 +50,8 @@ class Reduce(Command):
         options.check_outputs({"-o": args.output, f"-o's inputs file {feeds_file}": str(feeds_file)},
                               options.read_files(args.model, model.proto, choice.inputs))  # fmt: skip
         max_elements = options.limit_outputs(args)
-        built = {name: backends.create(name, args.device_id, args.out_of_bounds)
-                 for name in dict.fromkeys((args.backend, args.reference))}  # fmt: skip
-        for name, backend in built.items():
-            reason = backend.unavailable()
-            if reason is not None:
-                raise UsageError(f"backend {name} cannot run here: {reason}")
-        feeds = choice.feeds(model.proto, choice.given(model.proto, max_elements), max_elements)
-        if feeds.warning:
-            print(f"onnx-gather: warning: {feeds.warning}", file=sys.stderr)
+        built = options.usable_backends(args, [args.backend, args.reference])
+        feeds = options.warned_feeds(choice, model.proto, max_elements)
 
         def progress(line: str) -> None:
             print(f"reduce: {line}", file=sys.stderr, flush=True)

@@ -13,7 +13,6 @@ from onnx_gather.app import options
 from onnx_gather.app.command import Command
 from onnx_gather.app.hints import failure_hint
 from onnx_gather.app.options import InputChoice
-from onnx_gather.app.parser import UsageError
 from onnx_gather.app.progress import Progress
 from onnx_gather.graphs import model_io
 from onnx_gather.runtime import backends, inputs
@@ -43,13 +42,8 @@ class Run(Command):
         model, choice = backends.Model(Path(args.model), model_io.load(args.model)), InputChoice.of(args)
         options.check_outputs({"--outputs": args.outputs}, options.read_files(args.model, model.proto, choice.inputs))
         max_elements = options.limit_outputs(args)
-        backend = backends.create(args.backend, args.device_id, args.out_of_bounds)
-        reason = backend.unavailable()
-        if reason is not None:
-            raise UsageError(f"backend {args.backend} cannot run here: {reason}")
-        feeds = choice.feeds(model.proto, choice.given(model.proto, max_elements), max_elements)
-        if feeds.warning:
-            print(f"onnx-gather: warning: {feeds.warning}", file=sys.stderr)
+        backend = options.usable_backends(args, [args.backend])[args.backend]
+        feeds = options.warned_feeds(choice, model.proto, max_elements)
         progress = Progress(1, sys.stderr)
         progress.step(f"{args.model}: {args.backend}")
         try:
