@@ -43,6 +43,10 @@ from onnx_gather.directml.process import DirectMlError, RunnerError
 from onnx_gather.directml.worker import Runner
 from onnx_gather.graphs.check import check
 from onnx_gather.graphs.convert import convert
+from onnx_gather.runtime import backends
+from onnx_gather.runtime.comparison import Tolerance
+from onnx_gather.runtime.inputs import Feeds
+from onnx_gather.runtime.parity import run_parity
 
 SEED = 20261122
 
@@ -227,6 +231,50 @@ def test_a_value_the_provider_fuses_away_is_named_or_left_out_and_the_others_com
         directml.free(loaded)
     assert sorted(outputs) == ["square", "y"]
     assert outputs["y"].tolist() == [0, 0, 2, 4] and outputs["square"].tolist() == [4, 1, 1, 4]
+
+
+def _empty_model(tmp_path, consumed: bool) -> Path:
+    """y = Neg(x), z = Neg(e) (empty when e is), s = Shape(x); with ``consumed``, z is no output but feeds w."""
+    nodes = [h.make_node("Neg", ["x"], ["y"], "neg_x"), h.make_node("Neg", ["e"], ["z"], "neg_e"),
+             h.make_node("Shape", ["x"], ["s"], "shape")]  # fmt: skip
+    outputs = ["y", "z", "s"]
+    if consumed:
+        nodes.append(h.make_node("Concat", ["z", "x"], ["w"], "concat", axis=0))
+        outputs = ["y", "w", "s"]
+    types = {"y": (T.FLOAT, [3]), "z": (T.FLOAT, ["n"]), "w": (T.FLOAT, ["m"]), "s": (T.INT64, [1])}
+    graph = h.make_graph(
+        nodes, "empty", [h.make_tensor_value_info("x", T.FLOAT, [3]), h.make_tensor_value_info("e", T.FLOAT, ["n"])],
+        [h.make_tensor_value_info(name, *types[name]) for name in outputs],
+    )  # fmt: skip
+    path = tmp_path / "empty.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+EMPTY_FEEDS = {"x": np.array([1, 2, 3], np.float32), "e": np.zeros(0, np.float32)}
+
+
+def test_an_empty_output_is_noted_as_spoiling_the_others(tmp_path):
+    # docs/semantics.md 9: ONNX Runtime's DirectML provider leaves y unwritten (tools/empty_output.py measures it)
+    require_directml()
+    path = _empty_model(tmp_path, consumed=False)
+    outcome = backends.create("dml").run(backends.Model(path, onnx.load(path)), EMPTY_FEEDS)
+    assert outcome.outputs["z"].shape == (0,) and outcome.outputs["s"].tolist() == [3]
+    assert outcome.notes == ["output 'z' is empty, and ONNX Runtime's DirectML provider then leaves the other outputs "
+                             "it copies back from the device unwritten: they hold leftover memory (docs/semantics.md, "
+                             "section 9)"]  # fmt: skip
+
+
+def test_all_tensors_runs_again_without_the_marked_values_that_came_back_empty(tmp_path):
+    require_directml()
+    path = _empty_model(tmp_path, consumed=True)
+    model = backends.Model(path, onnx.load(path))
+    parity = run_parity(model, Feeds(EMPTY_FEEDS), [backends.create("dml")], backends.create("cpu"), Tolerance(),
+                        all_tensors=True)  # fmt: skip
+    dml = parity.backends["dml"].outcome
+    assert dml.outputs["z"].shape == (0,) and not dml.notes  # z, marked, came back empty: the run was made again
+    assert dml.outputs["y"].tolist() == [-1, -2, -3] and dml.outputs["w"].tolist() == [1, 2, 3]
+    assert parity.passed and parity.compared == 1
 
 
 def test_an_error_inside_the_with_block_still_ends_everything():

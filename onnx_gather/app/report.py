@@ -43,7 +43,14 @@ def _backend(run: BackendRun) -> dict:
         entry["versions"] = run.versions
     if run.outcome is not None and run.outcome.placement:
         entry["placement"] = run.outcome.placement
+    if run.outcome is not None and run.outcome.notes:
+        entry["notes"] = run.outcome.notes
     return entry
+
+
+def _notes(parity: Parity) -> list[str]:
+    """What makes some outputs of a backend unreliable, backend by backend."""
+    return [f"{name}: {note}." for name, run in parity.backends.items() if run.outcome for note in run.outcome.notes]
 
 
 def _divergence_entry(found: Divergence) -> dict:
@@ -256,6 +263,7 @@ def text(reported: Reported) -> str:
         *inputs_lines(parity.feeds),
         *_random(parity),
         *_placement(parity),
+        *_notes(parity),
         *_divergence(parity),
         _out_of_bounds(parity),
         _summary(parity),
@@ -302,7 +310,8 @@ def markdown(runs: Sequence[Reported], refused: Mapping[Path, str] | None = None
             ]
             section += ["", *_markdown_table(output_rows, header)]
         divergence = _divergence(parity)
-        section += ["", *map(_escape, _placement(parity)), *(["", *map(_escape, divergence)] if divergence else [])]
+        section += ["", *map(_escape, [*_placement(parity), *_notes(parity)])]
+        section += ["", *map(_escape, divergence)] if divergence else []
         section += ["", _escape(_out_of_bounds(parity)), "", f"**{_escape(_summary(parity))}**"]
         if reported.hint:
             section += ["", _escape(f"Hint: {reported.hint}.")]

@@ -56,6 +56,7 @@ class Outcome:
     out_of_bounds: dict[str, int] = field(default_factory=dict)
     placement: dict[str, dict] = field(default_factory=dict)
     absent: dict[str, str] = field(default_factory=dict)  # marked values it could not return, with why
+    notes: list[str] = field(default_factory=list)  # what makes some of its outputs unreliable, in words
 
 
 def _for_onnxruntime(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -259,6 +260,25 @@ class DirectMl(_Provider):
         return options
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        """The outputs as ONNX Runtime's DirectML provider returns them. Where one comes back empty, the provider
+        leaves the others it copies back from the device unwritten (docs/semantics.md, section 9): marked values
+        that came back empty are left out of a second run, and an empty output of the model's own is noted."""
+        outcome = self._run(model, feeds)
+        empty = [name for name, array in outcome.outputs.items() if array.size == 0]
+        if any(name in model.marked for name in empty):
+            with _without(model, [name for name in empty if name in model.marked]) as narrower:
+                again = self._run(narrower, feeds)
+            outputs = {name: again.outputs.get(name, outcome.outputs.get(name)) for name in model.output_names}
+            outcome = Outcome({name: array for name, array in outputs.items() if array is not None},
+                              placement=again.placement, absent=again.absent)  # fmt: skip
+        own = [name for name in empty if name not in model.marked]
+        if own:
+            outcome.notes.append(f"output {own[0]!r} is empty, and ONNX Runtime's DirectML provider then leaves the "
+                                 "other outputs it copies back from the device unwritten: they hold leftover memory "
+                                 "(docs/semantics.md, section 9)")  # fmt: skip
+        return outcome
+
+    def _run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         if self.native:
             return super().run(model, feeds)
         if self.device_id != 0:
@@ -282,6 +302,18 @@ class DirectMl(_Provider):
         if self.native:
             return super().versions()
         return directml_layout.Layout.default().versions()
+
+
+@contextlib.contextmanager
+def _without(model: Model, names: list[str]) -> Iterator[Model]:
+    """``model`` without the outputs ``names``, in a file beside it."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    kept = [value for value in proto.graph.output if value.name not in names]
+    del proto.graph.output[:]
+    proto.graph.output.extend(kept)
+    with model_io.temporary_copy(proto, model.path) as path:
+        yield Model(path, proto, model.marked - set(names))
 
 
 @contextlib.contextmanager
