@@ -36,12 +36,12 @@ from onnx import helper as h
 
 import onnx_gather
 from onnx_gather.app import cli
-from onnx_gather.conformance import provider as conformance
-from onnx_gather.directml import install, layout, leftovers, memory
+from onnx_gather.conformance import provider_door as conformance
+from onnx_gather.directml import install, layout, leftovers, memory_limit
 from onnx_gather.directml.process import DirectMlError, RunnerError
 from onnx_gather.directml.worker import Runner
-from onnx_gather.graphs.check import check
 from onnx_gather.graphs.convert import convert
+from onnx_gather.graphs.placement.check import check
 
 SEED = 20261122
 
@@ -466,7 +466,7 @@ def test_the_kernels_directml_compiles_for_the_gathers_are_reported(tmp_path, mo
 
 def test_the_runner_has_a_memory_limit_and_says_when_directml_runs_out_of_it(monkeypatch):
     require_directml()
-    monkeypatch.setenv(memory.VARIABLE, "0.3")
+    monkeypatch.setenv(memory_limit.VARIABLE, "0.3")
     runner = Runner()
     runner.start()
     name = runner._folder.name  # its memory cgroup's name

@@ -24,7 +24,7 @@ from onnx_gather.directml import layout as directml_layout
 from onnx_gather.directml import worker
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import to_dml
-from onnx_gather.graphs.lower import to_onnx
+from onnx_gather.graphs.lowering.lower import to_onnx
 from onnx_gather.graphs.plumbing import bodies, unnamed
 from onnx_gather.runtime import ops, reference
 from onnx_gather.runtime.observe import Observation

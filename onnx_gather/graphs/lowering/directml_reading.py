@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import TensorProto, helper
 
-from onnx_gather.graphs.directml_memory import (
+from onnx_gather.graphs.emit import Emitter
+from onnx_gather.graphs.lowering.dml_memory import (
     Data,
     NativeGather,
     Tensor,
@@ -35,7 +36,6 @@ from onnx_gather.graphs.directml_memory import (
     read,
     read_rows,
 )
-from onnx_gather.graphs.emit import Emitter
 
 MIN_OPSET = 11  # Range, NonZero, ScatterND, ScatterElements, If with outer-scope values, Mod
 
