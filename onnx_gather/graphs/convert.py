@@ -37,7 +37,7 @@ from onnx_gather.graphs.plumbing import Body, bodies, sort_topologically
 from onnx_gather.graphs.ranks import Observer
 from onnx_gather.graphs.types import ValueType
 
-# An end past any size: Slice clamps it, so the slice keeps the whole axis (lower_through recognises it).
+# An end past any size: Slice clamps it, so the slice keeps the whole axis (lowering.through recognises it).
 WHOLE_AXIS = 2**62
 
 

@@ -252,7 +252,7 @@ def _to_cpu(graph: _Graph, node: onnx.NodeProto, kernel: Kernel, in_cpu_memory: 
 
 def place_nodes(model: onnx.ModelProto) -> dict[str, list[Placed]]:
     """Every node of ``model``'s graphs (in topological order, as ``model_io.load`` leaves them), by ``Body.where``
-    and position: where the DirectML provider puts it, the data types of the device aside (``placement``)."""
+    and position: where the DirectML provider puts it, the data types of the device aside (``gather``)."""
     types = value_types(model, propagate=True)  # ONNX Runtime knows the size of what it folds
     placed: dict[str, list[Placed]] = {}
     main = bodies(model)[0]
