@@ -23,7 +23,7 @@ _WHERE = {
     "DOMAIN": "onnx_gather.core.contract",
     "GatherError": "onnx_gather.core.semantics",
     "InferenceSession": "onnx_gather.runtime.ops",
-    "LoweringError": "onnx_gather.graphs.lower",
+    "LoweringError": "onnx_gather.graphs.lowering.lower",
     "Observation": "onnx_gather.runtime.observe",
     "dml_gather": "onnx_gather.core.semantics",
     "dml_gather_elements": "onnx_gather.core.semantics",
@@ -31,7 +31,7 @@ _WHERE = {
     "register_schemas": "onnx_gather.core.contract",
     "session_options": "onnx_gather.runtime.ops",
     "to_dml": "onnx_gather.graphs.convert",
-    "to_onnx": "onnx_gather.graphs.lower",
+    "to_onnx": "onnx_gather.graphs.lowering.lower",
 }
 __all__ = sorted(_WHERE)
 

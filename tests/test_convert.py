@@ -13,11 +13,11 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import onnx_gather
-from onnx_gather.conformance import provider as conformance
+from onnx_gather.conformance import provider_door as conformance
 from onnx_gather.core import semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.graphs.convert import convert
-from onnx_gather.graphs.lower import lower
+from onnx_gather.graphs.lowering.lower import lower
 from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime.observe import Observation
 

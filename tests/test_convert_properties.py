@@ -20,7 +20,7 @@ from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.semantics import GatherError, gather_output_sizes, plain_gather
 from onnx_gather.graphs.convert import convert
 from onnx_gather.graphs.emit import single_node_model
-from onnx_gather.graphs.lower import lower
+from onnx_gather.graphs.lowering.lower import lower
 
 # No deadline and no too-slow health check: how fast examples come depends on the machine, not on the code.
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

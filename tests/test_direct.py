@@ -25,7 +25,7 @@ from conftest import (
 )
 
 from onnx_gather.app import cli
-from onnx_gather.conformance import direct as direct_conformance
+from onnx_gather.conformance import direct_door as direct_conformance
 from onnx_gather.core import predict
 from onnx_gather.core.contract import DIRECTML_DTYPES, NUMPY_NAMES
 from onnx_gather.core.descs import Case, Outcome, TensorDesc, from_buffer, to_buffer

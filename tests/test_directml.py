@@ -37,12 +37,12 @@ from onnx import numpy_helper
 
 import onnx_gather
 from onnx_gather.app import cli
-from onnx_gather.conformance import provider as conformance
-from onnx_gather.directml import install, layout, leftovers, memory
+from onnx_gather.conformance import provider_door as conformance
+from onnx_gather.directml import install, layout, leftovers, memory_limit
 from onnx_gather.directml.process import DirectMlError, RunnerError
 from onnx_gather.directml.worker import Runner
-from onnx_gather.graphs.check import check
 from onnx_gather.graphs.convert import convert
+from onnx_gather.graphs.placement.check import check
 from onnx_gather.runtime import backends
 from onnx_gather.runtime.comparison import Tolerance
 from onnx_gather.runtime.inputs import Feeds
@@ -526,7 +526,7 @@ def test_the_kernels_directml_compiles_for_the_gathers_are_reported(tmp_path, mo
 
 def test_the_runner_has_a_memory_limit_and_says_when_directml_runs_out_of_it(monkeypatch):
     require_directml()
-    monkeypatch.setenv(memory.VARIABLE, "0.3")
+    monkeypatch.setenv(memory_limit.VARIABLE, "0.3")
     runner = Runner()
     runner.start()  # Wine and an idle runner: about 140 MiB
     name = runner._folder.name  # its memory cgroup's name
@@ -544,7 +544,7 @@ def test_a_descriptor_heap_costs_what_it_holds(stack, monkeypatch):
     # 490 MiB (the runner's peak: 691 MiB; 201 MiB with d3d12/heap-sized-set-layouts.patch, as measured).
     require_directml()
     monkeypatch.setenv(layout.D3D12_VARIABLE, stack)
-    monkeypatch.setenv(memory.VARIABLE, "0.3")
+    monkeypatch.setenv(memory_limit.VARIABLE, "0.3")
     with Runner() as runner:
         outputs = runner.run(runner.load(_gather_model()), FEEDS)
     assert outputs["y0"].tolist() == [11, 10, 15]

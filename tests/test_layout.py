@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,16 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "onnx_gather"
 # Lowest first: a module may import its own layer and those before it.
 LAYERS = ("core", "graphs", "directml", "runtime", "conformance", "app")
-MODULES = sorted(p for p in PACKAGE.glob("*/*.py") if p.parent.name in LAYERS)
+# Every module at any depth under a layer; its layer is the first part of its path below the package.
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] in LAYERS)
+
+
+def _layer(path: Path) -> str:
+    return path.relative_to(PACKAGE).parts[0]
+
+
+def _id(path: Path) -> str:
+    return path.relative_to(PACKAGE).as_posix()
 
 
 def _imported(path: Path) -> set[str]:
@@ -30,16 +40,39 @@ def test_every_module_is_in_a_layer():
     # The packages in the source tree: the layers (models/ and docs/ are packaged from the repository's root).
     packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert packages == set(LAYERS)
+    # Below a layer, every folder of modules is a package (a subpackage such as graphs/lowering), so it is packaged.
+    folders = {p.parent for p in MODULES}
+    assert not [_id(f) for f in folders if not (f / "__init__.py").exists()]
+    # Every .py file under the package is a module of a layer or the package's own two.
+    assert set(PACKAGE.rglob("*.py")) == {*MODULES, PACKAGE / "__init__.py", PACKAGE / "__main__.py"}
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_module_names_are_unique():
+    """No two modules share a base name (``__init__.py`` aside), so a name says which module it is."""
+    names = [p.name for p in MODULES if p.name != "__init__.py"]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_every_package_is_packaged():
+    """pyproject.toml lists every package of the source tree, subpackages too, so ``pip install .`` installs them."""
+    listed = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    found = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert sorted(found - set(listed)) == []
+
+
+def test_subpackages_are_checked():
+    """The walk reaches subpackages: graphs/lowering and graphs/placement are modules of the graphs layer."""
+    assert {_id(p) for p in MODULES} >= {"graphs/lowering/lower.py", "graphs/placement/nodes.py"}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_id)
 def test_imports_run_downwards_only(path):
-    layer = LAYERS.index(path.parent.name)
+    layer = LAYERS.index(_layer(path))
     upward = sorted(name for name in _imported(path)
                     if name.split(".")[1] in LAYERS and LAYERS.index(name.split(".")[1]) > layer)  # fmt: skip
-    assert not upward, f"{path.parent.name}/{path.name} imports a higher layer: {upward}"
+    assert not upward, f"{_id(path)} imports a higher layer: {upward}"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", MODULES, ids=_id)
 def test_modules_stay_small(path):
     assert len(path.read_text().splitlines()) <= 400

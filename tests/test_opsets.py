@@ -17,7 +17,7 @@ import onnx_gather
 from onnx_gather.app.cli import main
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
-from onnx_gather.graphs.lower import LoweringError, lower
+from onnx_gather.graphs.lowering.lower import LoweringError, lower
 from onnx_gather.graphs.plumbing import bodies
 
 RNG = np.random.default_rng(11)

@@ -23,7 +23,7 @@ import pytest
 from conftest import SUMMARIES, assert_identical, require_directml
 from peers import directml, typed
 
-from onnx_gather.graphs.check import check
+from onnx_gather.graphs.placement.check import check
 from onnx_gather.runtime import backends
 
 CASES = peers.load()

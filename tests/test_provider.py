@@ -1,4 +1,4 @@
-"""Where ONNX Runtime's DirectML provider places gathers (onnx_gather.graphs.provider), and check and
+"""Where ONNX Runtime's DirectML provider places gathers (onnx_gather.graphs.placement.nodes), and check and
 convert built on it; held against the placement real DirectML reports where it is set up
 (tests/test_real_models.py does the same on every third-party model of the tests)."""
 
@@ -14,9 +14,9 @@ from onnx import numpy_helper
 
 from onnx_gather.app.cli import main
 from onnx_gather.directml import worker
-from onnx_gather.graphs import provider
-from onnx_gather.graphs.check import check
 from onnx_gather.graphs.convert import convert
+from onnx_gather.graphs.placement.check import check
+from onnx_gather.graphs.placement.nodes import FOLDED, NO_KERNEL, REASONS, Placed, place_nodes
 from onnx_gather.runtime import backends
 
 
@@ -59,7 +59,7 @@ def test_a_shape_computation_and_a_gather_of_constants_run_on_the_cpu_the_lookup
     verdicts = {v.node: v for v in check(_model())}
     assert verdicts["batch_size"].status == "CPU" and verdicts["batch_size"].reason.startswith("a shape computation")
     assert verdicts["constant_pick"].status == "CPU"
-    assert verdicts["constant_pick"].reason == provider.REASONS[provider.FOLDED]
+    assert verdicts["constant_pick"].reason == REASONS[FOLDED]
     assert verdicts["embedding"].status == "DirectML"
 
 
@@ -82,7 +82,7 @@ SIZES = [(T.FLOAT, "CPU"), (T.FLOAT16, "DirectML")]
 @pytest.mark.parametrize(("data", "where"), SIZES)
 def test_float16_keeps_a_node_off_the_cpu_provider(data, where):
     # FLOAT16 keeps the Add on DirectML; the Cast reads INT64, so it goes to the CPU provider either way.
-    assert [p.provider for p in provider.place(_sizes(data))["graph 'sizes'"]] == ["DirectML", "CPU", where]
+    assert [p.provider for p in place_nodes(_sizes(data))["graph 'sizes'"]] == ["DirectML", "CPU", where]
 
 
 @pytest.mark.parametrize(("data", "where"), SIZES)
@@ -103,7 +103,7 @@ def test_the_provider_has_no_kernel_for_string_data():
         [h.make_tensor_value_info("picked", T.STRING, [2])],
     )  # fmt: skip
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
-    assert provider.place(model)["graph 'strings'"] == [provider.Placed("CPU", provider.NO_KERNEL)]
+    assert place_nodes(model)["graph 'strings'"] == [Placed("CPU", NO_KERNEL)]
     assert check(model)[0].status == "CPU"  # with the reason check gives STRING gathers
 
 

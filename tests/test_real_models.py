@@ -30,10 +30,11 @@ import onnx_gather
 from onnx_gather.app import cli
 from onnx_gather.directml import worker
 from onnx_gather.directml.process import DirectMlError
-from onnx_gather.graphs import model_io, provider
-from onnx_gather.graphs.check import check
+from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import convert
-from onnx_gather.graphs.lower import lower
+from onnx_gather.graphs.lowering.lower import lower
+from onnx_gather.graphs.placement.check import check
+from onnx_gather.graphs.placement.nodes import FOLDED, REASONS
 from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime import backends
 from onnx_gather.runtime.inputs import Feeds
@@ -301,7 +302,7 @@ def test_check_places_every_gather_where_real_directml_puts_it(package, file):
     counts = {"DirectML": 0, "CPU": 0, "folded": 0}
     for verdict in verdicts:
         assert verdict.status in ("DirectML", "CPU"), verdict
-        if verdict.reason == provider.REASONS[provider.FOLDED]:
+        if verdict.reason == REASONS[FOLDED]:
             assert verdict.node not in real, verdict  # computed when the session is created: no node runs it
             counts["folded"] += 1
             continue

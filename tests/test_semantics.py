@@ -297,8 +297,9 @@ def test_the_core_imports_no_runtime():
     from pathlib import Path
 
     package = Path(__file__).resolve().parent.parent / "onnx_gather"
-    modules = sorted(f"onnx_gather.{p.parent.name}.{p.stem}" for layer in ("core", "graphs", "directml")
-                     for p in (package / layer).glob("*.py") if p.stem != "__init__")  # fmt: skip
+    modules = sorted(".".join(p.relative_to(package.parent).with_suffix("").parts)
+                     for layer in ("core", "graphs", "directml")
+                     for p in (package / layer).rglob("*.py") if p.stem != "__init__")  # fmt: skip
     code = (
         f"import sys, onnx_gather; import {', '.join(modules)}; "
         "from onnx_gather.graphs.emit import single_node_model; import numpy as np; "

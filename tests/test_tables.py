@@ -137,6 +137,6 @@ def test_a_table_op_whose_table_no_session_holds_fails_naming_it(caplog):
 
 def test_out_of_bounds_indices_are_counted_per_node_on_a_table():
     session = onnx_gather.InferenceSession(backends.traced(onnx_gather.to_dml(_lookup())))
-    with ops.count_out_of_bounds() as counts:
+    with ops.counting_out_of_bounds() as counts:
         session.run(None, {"ids": np.array([[50, 1, -51]], np.int64)})
     assert dict(counts) == {"Gather_0": 2}

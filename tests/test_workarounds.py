@@ -36,8 +36,8 @@ BEYOND_INT32 = np.array([2**32 - 8, -(2**32) - 3, 5, -6, 2**40], np.int64)  # si
 
 @pytest.mark.parametrize("mode", ["clamp", "zero", "directml"])
 def test_int64_indices_beyond_int32_are_clamped_exactly(mode):
-    # lower_native.fix_indices clamps INT64 indices through DOUBLE (ONNX Runtime 1.31's INT64 Clip left
-    # Clip(2^32 - 8, -6, 5) at 2^32 - 8); directml_memory.minimum uses Less and Where (its INT64 Min gave 4294967288
+    # lowering.native.fix_indices clamps INT64 indices through DOUBLE (ONNX Runtime 1.31's INT64 Clip left
+    # Clip(2^32 - 8, -6, 5) at 2^32 - 8); lowering.dml_memory.minimum uses Less and Where (its INT64 Min gave 4294967288
     # for Min(4294967288, 255)). Both values read past the int32 range here.
     data = np.arange(6, dtype=np.float32) + 10
     model = _lowered("GatherElements", TensorProto.FLOAT, [6], TensorProto.INT64, [5], axis=0)
@@ -47,7 +47,7 @@ def test_int64_indices_beyond_int32_are_clamped_exactly(mode):
 
 @pytest.mark.parametrize("mode", ["clamp", "zero"])
 def test_gather_nd_tuples_beyond_int32_and_no_tuples(mode):
-    # lower_native.fix_tuples: Min and Max through DOUBLE (ONNX Runtime 1.31's INT64 Min and Max were wrong beyond
+    # lowering.native.fix_tuples: Min and Max through DOUBLE (ONNX Runtime 1.31's INT64 Min and Max were wrong beyond
     # the int32 range), and an Or over the coordinates where a ReduceMax over no tuples had the wrong shape.
     data = np.arange(12, dtype=np.float32).reshape(3, 4)
     model = _lowered("GatherND", TensorProto.FLOAT, [3, 4], TensorProto.INT64, ["n", 2])
@@ -59,7 +59,7 @@ def test_gather_nd_tuples_beyond_int32_and_no_tuples(mode):
 
 
 def test_bfloat16_element_counts_do_not_use_size():
-    # directml_memory.Tensor.count multiplies the dims: ONNX Runtime has no Size kernel for BFLOAT16.
+    # lowering.dml_memory.Tensor.count multiplies the dims: ONNX Runtime has no Size kernel for BFLOAT16.
     graph = h.make_graph([h.make_node("Size", ["a"], ["n"])], "g", [h.make_tensor_value_info("a", TensorProto.BFLOAT16,
                          [2])], [h.make_tensor_value_info("n", TensorProto.INT64, None)])  # fmt: skip
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)

@@ -21,7 +21,7 @@ import onnx
 import onnxruntime
 
 import onnx_gather
-from onnx_gather.conformance import provider as conformance
+from onnx_gather.conformance import provider_door as conformance
 from onnx_gather.core import contract
 from onnx_gather.core.form import dml_form
 from onnx_gather.graphs.emit import single_node_model

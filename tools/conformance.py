@@ -21,8 +21,8 @@ from collections import Counter
 
 import numpy as np
 
-from onnx_gather.conformance import direct as direct_conformance
-from onnx_gather.conformance import provider as conformance
+from onnx_gather.conformance import direct_door as direct_conformance
+from onnx_gather.conformance import provider_door as conformance
 from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
 from onnx_gather.directml import random_descs
 from onnx_gather.directml.direct import DirectRunner

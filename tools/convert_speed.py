@@ -26,7 +26,7 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 from onnx_gather.graphs.convert import convert
-from onnx_gather.graphs.lower import lower
+from onnx_gather.graphs.lowering.lower import lower
 from onnx_gather.graphs.plumbing import bodies
 
 

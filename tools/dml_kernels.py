@@ -1,12 +1,12 @@
-"""Write onnx_gather/graphs/dml_kernels.json: the kernels ONNX Runtime's DirectML provider registers, read from
-its source.
+"""Write onnx_gather/graphs/placement/dml_kernels.json: the kernels ONNX Runtime's DirectML provider registers,
+read from its source.
 
     python tools/dml_kernels.py OperatorRegistration.cpp OperatorVersions.h SOURCE-NAME
 
 The two files are onnxruntime/core/providers/dml/DmlExecutionProvider/src/Operators/OperatorRegistration.cpp and
 onnxruntime/core/providers/dml/OperatorAuthorHelper/OperatorVersions.h of one ONNX Runtime commit (SOURCE-NAME says
 which; it is recorded in the table).
-``onnx_gather.graphs.provider`` reads the table to place nodes as the provider does.
+``onnx_gather.graphs.placement.nodes`` reads the table to place nodes as the provider does.
 
 Per registration: the domain, the operator, the ONNX since-version it starts at (the provider registers each without
 an end version), its type constraints (ONNX element type names per constraint name) and the inputs it takes in CPU
@@ -22,7 +22,7 @@ import re
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "onnx_gather" / "graphs" / "dml_kernels.json"
+OUT = Path(__file__).resolve().parents[1] / "onnx_gather" / "graphs" / "placement" / "dml_kernels.json"
 # DirectML's flag names -> ONNX element type names.
 TYPE_NAMES = {
     "Float32": "float", "UInt4": "uint4", "Int4": "int4", "UInt8": "uint8", "Int8": "int8", "UInt16": "uint16",

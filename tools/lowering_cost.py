@@ -22,7 +22,7 @@ import onnxruntime
 
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import convert
-from onnx_gather.graphs.lower import lower
+from onnx_gather.graphs.lowering.lower import lower
 from onnx_gather.graphs.plumbing import bodies
 
 THIRD_PARTY = Path(__file__).resolve().parent.parent / "tests" / "third_party"

@@ -7,7 +7,7 @@ import onnx
 from onnx_gather.app.options import InputChoice
 from onnx_gather.core.contract import DML_OP_TYPES
 from onnx_gather.directml.process import DirectMlError, RunnerError
-from onnx_gather.graphs.lower import LoweringError
+from onnx_gather.graphs.lowering.lower import LoweringError
 from onnx_gather.runtime import inputs
 from onnx_gather.runtime.backends import DeviceError
 from onnx_gather.runtime.inputs import Feeds

@@ -11,10 +11,10 @@ from onnx_gather.app.options import InputChoice
 from onnx_gather.core.words import counted
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.changes import Report
-from onnx_gather.graphs.check import check, summary
 from onnx_gather.graphs.convert import PROVIDER_FAILURES, convert
-from onnx_gather.graphs.lower import lower
-from onnx_gather.graphs.placement import FEATURE_LEVELS
+from onnx_gather.graphs.lowering.lower import lower
+from onnx_gather.graphs.placement.check import check, summary
+from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
 
 _RANK_RUN = (
     "The inputs options are those of the run of ONNX Runtime that tells the ranks no shape inference can (made only "

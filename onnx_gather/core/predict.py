@@ -4,7 +4,7 @@ as measured on DirectML 1.15.4 called directly (docs/semantics.md section 7 stat
 
 ``predict(case)`` is the outcome DirectML gives: the refusal at operator creation (``REFUSED``), or the whole output
 buffer, the bytes DirectML leaves alone keeping the case's fill. ``NotPredicted`` says where no rule was found.
-This module imports no runtime; ``onnx_gather.conformance.direct`` holds it against DirectML itself.
+This module imports no runtime; ``onnx_gather.conformance.direct_door`` holds it against DirectML itself.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import signal
 import time
 from pathlib import Path
 
-from onnx_gather.directml.memory import groups, remove_group
+from onnx_gather.directml.memory_limit import groups, remove_group
 
 PREFIX = "onnx-gather-dml-"
 _NAME = re.compile(rf"^{PREFIX}(\d+)-(\d+)-[A-Za-z0-9_]+$")

@@ -23,8 +23,8 @@ from pathlib import Path
 from onnx_gather.core.errors import UserError
 from onnx_gather.directml import leftovers
 from onnx_gather.directml.layout import SETUP_COMMAND, WINE, WINESERVER, Layout, wine_environment
-from onnx_gather.directml.memory import MemoryLimit
-from onnx_gather.directml.memory import default_bytes as memory_limit_bytes
+from onnx_gather.directml.memory_limit import MemoryLimit
+from onnx_gather.directml.memory_limit import default_bytes as memory_limit_bytes
 
 START_SECONDS = 120.0
 REQUEST_SECONDS = 600.0

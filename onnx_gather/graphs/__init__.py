@@ -1,4 +1,4 @@
 """ONNX graphs, without running them: loading and validating models, ranks, standard gathers into the DML form
-(``convert``) and back (``lower``, ``lower_directml``), and where ONNX Runtime's DirectML provider places each
-gather (``placement``, ``provider``, ``check``). Imports ``core`` only; no runtime is loaded at import.
+(``convert``) and back (the ``lowering`` subpackage), and where ONNX Runtime's DirectML provider places each gather
+and node (the ``placement`` subpackage). Imports ``core`` only; no runtime is loaded at import.
 """

@@ -14,9 +14,9 @@ from onnx import TensorProto, helper
 from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
 from onnx_gather.core.form import DmlForm, FormError, dml_form, output_rank
-from onnx_gather.graphs import provider
 from onnx_gather.graphs.changes import NodeChange
-from onnx_gather.graphs.placement import FEATURE_LEVELS, FeatureLevel, place
+from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, FeatureLevel, place_gather
+from onnx_gather.graphs.placement.nodes import REASONS, place_nodes
 from onnx_gather.graphs.plumbing import Body, Names, bodies
 from onnx_gather.graphs.ranks import Observer, branch_dependence, symbolic_types
 from onnx_gather.graphs.types import ValueType, value_types
@@ -59,7 +59,7 @@ class Analysis:
         self.dimension_count = dimension_count
         self.keep_on_cpu = keep_on_cpu
         # Where the provider puts each node, for the gathers it runs with its CPU kernels: shape computations, folded.
-        self.placed = provider.place(model) if keep_on_cpu is not None else {}
+        self.placed = place_nodes(model) if keep_on_cpu is not None else {}
         self.types = value_types(model)
         self.unknown: dict[str, str] = {}  # value -> why its rank stays unknown
         self.observed: dict[str, str] = {}  # value -> what of its shape symbolic inference or one run told
@@ -139,11 +139,11 @@ class Analysis:
         plan = _examine(body, types, node, self.dimension_count, self.unknown, self.carrying)
         placed = self.placed[body.where][index] if body.where in self.placed else None
         fails = ""
-        if placed is not None and placed.why in provider.REASONS:
-            plan = f"kept standard, as the DirectML provider keeps it: {provider.REASONS[placed.why]}"
+        if placed is not None and placed.why in REASONS:
+            plan = f"kept standard, as the DirectML provider keeps it: {REASONS[placed.why]}"
         elif isinstance(plan, GatherPlan):
             level = self.keep_on_cpu or FEATURE_LEVELS[HIGHEST_LEVEL]
-            placement = place(node.op_type, plan.data, plan.indices, plan.axis, level, plan.out_rank, plan.batch)
+            placement = place_gather(node.op_type, plan.data, plan.indices, plan.axis, level, plan.out_rank, plan.batch)
             if placement.provider == "CPU" and self.keep_on_cpu is not None:
                 plan = f"kept standard, as the DirectML provider keeps it: {placement.reason}"
             elif placement.provider == "fails":

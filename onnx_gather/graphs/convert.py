@@ -32,12 +32,12 @@ from onnx_gather.core.errors import UserError
 from onnx_gather.graphs.analysis import Analysis, GatherPlan, parse_dimension_count
 from onnx_gather.graphs.changes import Report, count_ops
 from onnx_gather.graphs.emit import Emitter
-from onnx_gather.graphs.placement import FEATURE_LEVELS
+from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
 from onnx_gather.graphs.plumbing import Body, bodies, sort_topologically
 from onnx_gather.graphs.ranks import Observer
 from onnx_gather.graphs.types import ValueType
 
-# An end past any size: Slice clamps it, so the slice keeps the whole axis (lower_through recognises it).
+# An end past any size: Slice clamps it, so the slice keeps the whole axis (lowering.through recognises it).
 WHOLE_AXIS = 2**62
 
 

@@ -14,7 +14,7 @@ import onnx
 from onnx import TensorProto, helper, version_converter
 
 from onnx_gather.core.errors import UserError
-from onnx_gather.graphs.lower_directml import MIN_OPSET
+from onnx_gather.graphs.lowering.directml_reading import MIN_OPSET
 from onnx_gather.graphs.plumbing import graphs
 from onnx_gather.graphs.types import ValueType
 

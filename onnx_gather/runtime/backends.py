@@ -25,7 +25,7 @@ from onnx_gather.directml import worker
 from onnx_gather.directml.process import DirectMlError
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import to_dml
-from onnx_gather.graphs.lower import to_onnx
+from onnx_gather.graphs.lowering.lower import to_onnx
 from onnx_gather.graphs.plumbing import bodies, unnamed
 from onnx_gather.runtime import ops, reference
 from onnx_gather.runtime.observe import Observation
@@ -144,7 +144,7 @@ class PyOp(Backend):
             to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds))
         )
         session = ops.InferenceSession(converted.SerializeToString(), quiet_options(model.path.parent))
-        with ops.count_out_of_bounds() as counts:
+        with ops.counting_out_of_bounds() as counts:
             outputs = session.run(None, _for_onnxruntime(feeds))
         # Every DML node in model order; one that never ran (an If branch not taken) met none.
         nodes = [n.name for body in bodies(converted) for n in body.nodes if n.op_type in ops.TRACED.values()]

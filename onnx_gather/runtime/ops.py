@@ -132,7 +132,7 @@ class _RunState(threading.local):
 
     def __init__(self) -> None:
         self.errors: list[BaseException] | None = None
-        self.out_of_bounds: Counter | None = None  # per node, while ``count_out_of_bounds`` is active
+        self.out_of_bounds: Counter | None = None  # per node, while ``counting_out_of_bounds`` is active
 
 
 _state = _RunState()
@@ -200,7 +200,7 @@ def _define() -> None:
 
 
 @contextlib.contextmanager
-def count_out_of_bounds() -> Iterator[Counter]:
+def counting_out_of_bounds() -> Iterator[Counter]:
     """While active, the traced ops count the out-of-bounds index values they meet, per node name."""
     outer, _state.out_of_bounds = _state.out_of_bounds, Counter()
     try:

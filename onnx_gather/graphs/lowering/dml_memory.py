@@ -1,7 +1,7 @@
 """DirectML's memory in standard ONNX: the gather being lowered (``NativeGather``), the data's sizes and constants
 (``Data``, ``Tensor``), and what DirectML reads for an out-of-bounds index: the coordinate from the index's low
 32 bits (``words``), the linear offset in wrapping 32-bit arithmetic, clamped to the tensor's memory rounded up to
-4 bytes, whose padding reads 0 (``read``, ``read_rows``; docs/semantics.md section 4.3)."""
+4 bytes, whose padding reads 0 (``read_at``, ``read_rows``; docs/semantics.md section 4.3)."""
 
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ def axis_words(
     )
 
 
-def read(emit: Emitter, tensor: Tensor, gather: NativeGather, outer: str, words: str, inner: str) -> str:
+def read_at(emit: Emitter, tensor: Tensor, gather: NativeGather, outer: str, words: str, inner: str) -> str:
     """What DirectML reads at outer position ``outer``, axis coordinate ``words`` and inner position ``inner``
     (broadcast together, then flattened; section 4.3, steps 3 to 5). The data has at least one element."""
     row = emit.node("Add", [emit.node("Mul", [outer, tensor.size], "p_size"), words], "row")

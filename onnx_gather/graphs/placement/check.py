@@ -1,5 +1,5 @@
 """``onnx-gather check``: what ONNX Runtime's DirectML provider would do with each gather, and whether DirectML at a
-feature level accepts it (docs/semantics.md sections 5 and 6; the rules are in ``onnx_gather.graphs.placement``)."""
+feature level accepts it (docs/semantics.md sections 5 and 6; the rules are in ``placement.gather``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,17 @@ import onnx
 from onnx_gather.core import contract
 from onnx_gather.core.contract import GATHER_OPS
 from onnx_gather.core.words import counted
-from onnx_gather.graphs import provider
 from onnx_gather.graphs.analysis import Analysis
 from onnx_gather.graphs.changes import NodeChange
-from onnx_gather.graphs.placement import FEATURE_LEVELS, dml_operator, dml_type_name, judge, needed_level, place
+from onnx_gather.graphs.placement.gather import (
+    FEATURE_LEVELS,
+    dml_operator,
+    dml_type_name,
+    judge,
+    needed_level,
+    place_gather,
+)
+from onnx_gather.graphs.placement.nodes import REASONS, Placed, place_nodes
 from onnx_gather.graphs.plumbing import bodies, orders, sort_topologically, unnamed
 from onnx_gather.graphs.ranks import Observer
 
@@ -42,7 +49,7 @@ def _describe(op_type: str, n: int, data_type: int, index_type: int, batch: int 
     return f"{dml} with {counted(n, 'dimension')}, {types} ({needs})"
 
 
-def _standard(change: NodeChange, level_name: str, placed: provider.Placed | None) -> Verdict:
+def _standard(change: NodeChange, level_name: str, placed: Placed | None) -> Verdict:
     """A standard gather, which DML form expresses (``change.result``) or not (``graphs.analysis``), and where the
     provider's graph partitioning puts it (``placed``)."""
 
@@ -50,14 +57,16 @@ def _standard(change: NodeChange, level_name: str, placed: provider.Placed | Non
         name = change.node or f"{change.op_type} #{change.position}"
         return Verdict(change.where, name, change.op_type, status, reason, change.ranks)
 
-    if placed is not None and placed.why in provider.REASONS:
-        return verdict("CPU", provider.REASONS[placed.why])
+    if placed is not None and placed.why in REASONS:
+        return verdict("CPU", REASONS[placed.why])
     if change.data is None or change.indices is None:
         return verdict("unknown", f"the provider decides when it runs: {change.reason}")
     level = FEATURE_LEVELS[level_name]
     if change.out_rank is None:  # a GatherND whose index tuples have no known length
         return verdict("unknown", f"the provider decides when it runs: {change.reason}")
-    placement = place(change.op_type, change.data, change.indices, change.axis, level, change.out_rank, change.batch)
+    placement = place_gather(
+        change.op_type, change.data, change.indices, change.axis, level, change.out_rank, change.batch
+    )
     if placement.provider != "DirectML":
         return verdict(placement.provider, placement.reason)
     if not change.result:
@@ -82,7 +91,7 @@ def check(
     level = FEATURE_LEVELS[feature_level]
     model = _sorted(model)
     analysis = Analysis(model, observation=observation)  # what to_dml would do, decided without converting
-    placed = provider.place(model)
+    placed = place_nodes(model)
     verdicts = []
     for body in bodies(model):
         types = analysis.types.get(body.scope, {})

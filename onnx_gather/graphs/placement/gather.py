@@ -96,7 +96,7 @@ class Placement:
     reason: str
 
 
-def place(
+def place_gather(
     op_type: str, data: ValueType, indices: ValueType, axis: int, level: FeatureLevel, out_rank: int, batch: int = 0
 ) -> Placement:
     """Where the provider, on a device of feature ``level``, puts ``op_type`` of ``data`` at ``indices`` (known ranks;

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import TensorProto, helper
 
-from onnx_gather.graphs.directml_memory import (
+from onnx_gather.graphs.emit import Emitter
+from onnx_gather.graphs.lowering.dml_memory import (
     Data,
     NativeGather,
     Tensor,
@@ -32,10 +33,9 @@ from onnx_gather.graphs.directml_memory import (
     branch,
     gather_shape,
     position,
-    read,
+    read_at,
     read_rows,
 )
-from onnx_gather.graphs.emit import Emitter
 
 MIN_OPSET = 11  # Range, NonZero, ScatterND, ScatterElements, If with outer-scope values, Mod
 
@@ -82,14 +82,14 @@ def _repair(emit: Emitter, tensor: Tensor, gather: NativeGather, v: str, outside
     if elements:  # single elements, at their coordinates in the indices (the data's sizes off the axis)
         shape = tensor.data.sizes(emit, 0, rank, "data_sizes")
         outer, inner = position(emit, at, shape, range(axis)), position(emit, at, shape, range(axis + 1, rank))
-        values = read(emit, tensor, gather, outer, words, inner)
+        values = read_at(emit, tensor, gather, outer, words, inner)
         coordinates = emit.node("Transpose", [at], "outside_coordinates")  # (M, rank)
         return emit.node("ScatterND", [native, coordinates, values], "directml")
     # Slices: every outer and inner position of each out-of-bounds index, (P, M, S), put back along the axis.
     outer = all_positions(emit, tensor, tensor.data.known(0, axis), lambda: tensor.outer, [-1, 1, 1], "p")
     inner = all_positions(emit, tensor, tensor.data.known(axis + 1, rank), lambda: tensor.inner, [1, 1, -1], "s")
     words = emit.node("Reshape", [words, emit.constant([1, -1, 1], np.int64, "words_shape")], "words_3d")
-    values = read(emit, tensor, gather, outer, words, inner)
+    values = read_at(emit, tensor, gather, outer, words, inner)
     before, after = tensor.data.known(0, axis), tensor.data.known(axis + 1, rank)
     if before is not None and after is not None:
         spread = emit.constant([*before, -1, *after], np.int64, "spread")

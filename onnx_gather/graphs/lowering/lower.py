@@ -31,8 +31,8 @@ from onnx_gather.core.form import DmlForm, FormError, dml_form
 from onnx_gather.core.words import counted
 from onnx_gather.graphs.changes import NodeChange, Report, count_ops
 from onnx_gather.graphs.emit import Emitter, Initializers, prune_initializers
-from onnx_gather.graphs.lower_directml import NativeGather, directml_reading
-from onnx_gather.graphs.lower_native import (
+from onnx_gather.graphs.lowering.directml_reading import NativeGather, directml_reading
+from onnx_gather.graphs.lowering.native import (
     fix_indices,
     fix_tuples,
     indices_in_bounds,
@@ -40,7 +40,7 @@ from onnx_gather.graphs.lower_native import (
     native_indices,
     zero_where,
 )
-from onnx_gather.graphs.lower_through import Surroundings, complete, look_through
+from onnx_gather.graphs.lowering.through import Surroundings, complete, look_through
 from onnx_gather.graphs.opsets import OpsetError, needed_opset, raise_opset
 from onnx_gather.graphs.plumbing import Body, DefUse, Names, bodies, sort_topologically, use_counts
 from onnx_gather.graphs.types import ValueType, value_types

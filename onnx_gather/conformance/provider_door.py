@@ -22,7 +22,7 @@ from onnx_gather.core import contract, semantics
 from onnx_gather.core.form import FormError, dml_form
 from onnx_gather.directml.worker import Runner
 from onnx_gather.graphs.convert import to_dml
-from onnx_gather.graphs.lower import to_onnx
+from onnx_gather.graphs.lowering.lower import to_onnx
 from onnx_gather.runtime.ops import InferenceSession
 
 # The 12 data types of the harness, as DirectML's tables name them: DirectML's 11 and BOOL.

@@ -11,9 +11,9 @@ ONNX Runtime decides in three steps, mirrored here graph by graph (subgraphs are
    for, a node goes to the CPU provider when each of its inputs is in CPU memory, a graph input or an initializer of
    at most 100 elements, none is FLOAT16 or BFLOAT16, and none is an input the provider's kernel takes in CPU memory
    anyway (a Reshape's shape). These are the small shape computations.
-3. The provider takes every other node it has a kernel for (``onnx_gather/graphs/dml_kernels.json``, read
+3. The provider takes every other node it has a kernel for (``onnx_gather/graphs/placement/dml_kernels.json``, read
    from its registration table by ``tools/dml_kernels.py``) and whose data types the device has
-   (``onnx_gather.graphs.placement``); the CPU provider the rest.
+   (``onnx_gather.graphs.placement.gather``); the CPU provider the rest.
 
 Checked against the placement real DirectML reports (tests/test_real_models.py): every gather of the third-party
 models of the tests, and every node that ONNX Runtime's later fusions leave under its own name.
@@ -67,7 +67,7 @@ class Kernel:
 
 @functools.cache
 def _kernels() -> tuple[dict[tuple[str, str], list[Kernel]], dict[str, frozenset[int]], str]:
-    table = json.loads(resources.files("onnx_gather.graphs").joinpath("dml_kernels.json").read_text())
+    table = json.loads(resources.files("onnx_gather.graphs.placement").joinpath("dml_kernels.json").read_text())
     kernels: dict[tuple[str, str], list[Kernel]] = {}
     for domain, op, since, constraints, cpu_inputs in table["kernels"]:
         types = {name: frozenset(_TYPE_CODES[t] for t in names) for name, names in constraints.items()}
@@ -250,9 +250,9 @@ def _to_cpu(graph: _Graph, node: onnx.NodeProto, kernel: Kernel, in_cpu_memory: 
     return True
 
 
-def place(model: onnx.ModelProto) -> dict[str, list[Placed]]:
+def place_nodes(model: onnx.ModelProto) -> dict[str, list[Placed]]:
     """Every node of ``model``'s graphs (in topological order, as ``model_io.load`` leaves them), by ``Body.where``
-    and position: where the DirectML provider puts it, the data types of the device aside (``placement``)."""
+    and position: where the DirectML provider puts it, the data types of the device aside (``gather``)."""
     types = value_types(model, propagate=True)  # ONNX Runtime knows the size of what it folds
     placed: dict[str, list[Placed]] = {}
     main = bodies(model)[0]
