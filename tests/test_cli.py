@@ -362,7 +362,7 @@ def test_an_os_error_naming_no_file_names_the_command(tmp_path, capsys, monkeypa
     def full(self, args):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(model_commands.Check, "run", full)
+    monkeypatch.setattr(model_commands.CheckCommand, "run", full)
     assert main(["check", str(sample_model_path())]) == 2
     assert capsys.readouterr().err == (
         "onnx-gather: error: check: No space left on device (on a file the system did not name; --debug shows where)\n"

@@ -419,7 +419,7 @@ def test_lowered_int64_indices_beyond_the_int32_range_follow_the_semantics(mode)
     # ONNX Runtime 1.31's INT64 Clip leaves 2^32 - 8 unclamped: the lowering must not rely on it.
     data = np.arange(10, 16, dtype=np.float32)
     indices = np.array([2**32 - 8, 2**31 + 7, -(2**31) - 7, 2**40, 1] * 20)
-    case = conformance.Case("Gather", data, indices, 0)
+    case = conformance.GatherCase("Gather", data, indices, 0)
     (lowered,) = conformance.run_lowered([case], mode)
     assert_identical(lowered, onnx_gather.dml_gather(data, indices, 0, 1, mode))
 
@@ -447,7 +447,7 @@ def test_lowered_directml_reading_in_every_opset_it_supports(opset, op, shape, i
     lowered = onnx_gather.to_onnx(onnx_gather.to_dml(model))
     assert "::If" in _ops(lowered)
     (actual,) = run_model(lowered, {"x": data, "i": indices})
-    expected = conformance.expected(conformance.Case(op, data, indices, axis))
+    expected = conformance.expected(conformance.GatherCase(op, data, indices, axis))
     assert_identical(actual, expected)
     if data.size == 0:
         assert not actual.any()

@@ -28,7 +28,7 @@ from onnx_gather.app import cli
 from onnx_gather.conformance import direct_door as direct_conformance
 from onnx_gather.core import predict
 from onnx_gather.core.contract import DIRECTML_DTYPES, NUMPY_NAMES
-from onnx_gather.core.descs import Case, Outcome, TensorDesc, from_buffer, to_buffer
+from onnx_gather.core.descs import Case, DescOutcome, TensorDesc, from_buffer, to_buffer
 from onnx_gather.directml import install, layout, random_descs
 from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.directml.process import RunnerError
@@ -51,7 +51,7 @@ def _case(operator: str, attributes: dict, data, indices, output_sizes, output: 
                 to_buffer(indices_desc, indices), fill)  # fmt: skip
 
 
-def _output(outcome: Outcome, case: Case) -> list:
+def _output(outcome: DescOutcome, case: Case) -> list:
     assert outcome.refused is None, f"DirectML refused the case: {outcome.refused}"
     return from_buffer(case.output, outcome.output).tolist()
 
@@ -82,7 +82,7 @@ def test_dml_gather_refuses_its_documented_example_3_as_printed_and_gives_it_wit
     printed = _case("GATHER", {"axis": 1, "index_dimensions": 2}, [[1, 2], [3, 4], [5, 6]], [[1, 0]], (3, 2))
     padded = _case("GATHER", {"axis": 2, "index_dimensions": 2}, [[[1, 2], [3, 4], [5, 6]]], [[[1, 0]]], (3, 1, 2))
     outcomes = direct.run([printed, padded])
-    assert outcomes[0] == Outcome("create 0x80070057", None)
+    assert outcomes[0] == DescOutcome("create 0x80070057", None)
     assert _output(outcomes[1], padded) == [[[2, 1]], [[4, 3]], [[6, 5]]]
 
 
@@ -110,7 +110,7 @@ def test_a_desc_directml_refuses_comes_back_as_its_stage_and_hresult_and_the_nex
     too_small = _case("GATHER", attributes, *example_1, (5,), TensorDesc("FLOAT32", (5,), None, 16))  # 20 needed
     good = _case("GATHER", attributes, *example_1, (5,))
     outcomes = direct.run([wrong_sizes, too_small, good])
-    assert outcomes[:2] == [Outcome("create 0x80070057", None)] * 2
+    assert outcomes[:2] == [DescOutcome("create 0x80070057", None)] * 2
     assert _output(outcomes[2], good) == [14, 12, 14, 11, 13]
 
 
@@ -211,8 +211,8 @@ def test_conformance_every_random_desc_is_predicted_bit_for_bit_and_the_custom_o
     # prediction's, bit for bit, and the custom ops compute every case laid out as ONNX Runtime's provider lays
     # tensors out. "Not predicted" descs (no rule found; docs/semantics.md section 7 lists them) are counted apart.
     cases = random_descs.random_cases(CONFORMANCE_SEED, CONFORMANCE_COUNT)
-    run = direct_conformance.run(direct, cases)
-    table = direct_conformance.table(run)
+    run = direct_conformance.run_cases(direct, cases)
+    table = direct_conformance.results_table(run)
     kinds = {(r.case.operator, r.kind) for r in run.results}
     assert {(o, k) for o in direct_conformance.OPERATORS for k in ("refused", "in range", "out of bounds")} <= kinds
     assert {len(r.case.input.sizes) for r in run.results if r.kind != "refused"} == set(range(1, 9))
@@ -244,7 +244,7 @@ def test_16_bit_descs_are_predicted_bit_for_bit_on_the_dxbc_and_on_the_dxil_kern
     cases = random_descs.random_cases(CONFORMANCE_SEED + 1, 800, SIXTEEN_BIT)
     with DirectRunner() as runner:
         own = shaders(dumps)
-        run = direct_conformance.run(runner, cases)
+        run = direct_conformance.run_cases(runner, cases)
     gathers = {kind: names - own[kind] for kind, names in shaders(dumps).items()}
     kind = KERNEL_OF_16_BIT_DATA[stack]
     assert {k for k, names in gathers.items() if names} == {kind}, gathers
@@ -255,7 +255,7 @@ def test_16_bit_descs_are_predicted_bit_for_bit_on_the_dxbc_and_on_the_dxil_kern
     SUMMARIES.append(
         f"16-bit descs through DirectML called directly on {stack}: {len(cases)} ({run.seconds:.1f} s on DirectML), "
         f"{len(gathers[kind])} {kind.upper()} gather kernels, {unpredicted} not predicted:\n"
-        + direct_conformance.table(run)
+        + direct_conformance.results_table(run)
     )
     assert unpredicted < len(cases) // 50
     bad = run.disagreements

@@ -300,9 +300,9 @@ def test_every_case_in_range_and_out_of_bounds_is_bit_identical_on_directml_the_
 ):
     # Half the cases hold out-of-bounds indices; a tenth int64 values beyond the int32 range (counted apart: GPUs
     # whose shaders have 64-bit integers may read those differently).
-    cases = conformance.random_cases(SEED, 2400, out_of_bounds=0.4, beyond_int32=0.1)
+    cases = conformance.random_gather_cases(SEED, 2400, out_of_bounds=0.4, beyond_int32=0.1)
     start = time.perf_counter()
-    run = conformance.run(directml, cases)
+    run = conformance.run_cases(directml, cases)
     seconds = time.perf_counter() - start
     covered = {(o.case.op, conformance.type_name(o.case.data.dtype), o.case.indices.dtype.name) for o in run.outcomes}
     assert len(covered) == 2 * 12 * 2, "every op, data type and index type"
@@ -316,7 +316,7 @@ def test_every_case_in_range_and_out_of_bounds_is_bit_identical_on_directml_the_
     SUMMARIES.append(
         f"Conformance, seed {SEED}, out_of_bounds=directml: {len(cases)} cases on real DirectML "
         f"({run.directml_seconds:.1f} s there, {1000 * run.directml_seconds / len(cases):.1f} s per 1,000 cases; "
-        f"{seconds:.1f} s with the custom ops and the lowered graph), 0 excluded\n" + conformance.table(run)
+        f"{seconds:.1f} s with the custom ops and the lowered graph), 0 excluded\n" + conformance.results_table(run)
     )
     _assert_all_bit_identical(run)
 
@@ -324,8 +324,8 @@ def test_every_case_in_range_and_out_of_bounds_is_bit_identical_on_directml_the_
 def test_every_gather_nd_case_is_bit_identical_on_directml_the_semantics_ops_and_lowering(directml):
     # DML_GATHER_ND1 as ONNX Runtime's DirectML provider makes it of ONNX GatherND: batch_dims 0 to 2, every tuple
     # length, the 12 data types; ONNX's GatherND takes INT64 indices only.
-    cases = conformance.random_cases(SEED + 3, 600, out_of_bounds=0.4, beyond_int32=0.1, nd=True)
-    run = conformance.run(directml, cases)
+    cases = conformance.random_gather_cases(SEED + 3, 600, out_of_bounds=0.4, beyond_int32=0.1, nd=True)
+    run = conformance.run_cases(directml, cases)
     assert {conformance.type_name(o.case.data.dtype) for o in run.outcomes} == set(conformance.DATA_TYPES)
     assert {o.case.batch for o in run.outcomes} == {0, 1, 2}
     assert {o.case.indices.shape[-1] for o in run.outcomes} == set(range(1, 7))
@@ -335,7 +335,7 @@ def test_every_gather_nd_case_is_bit_identical_on_directml_the_semantics_ops_and
     assert sum(o.case.beyond_int32 for o in run.outcomes) == 60
     SUMMARIES.append(
         f"GatherND conformance, seed {SEED + 3}, out_of_bounds=directml: {len(cases)} cases on real DirectML "
-        f"({run.directml_seconds:.1f} s there), 0 excluded\n" + conformance.table(run)
+        f"({run.directml_seconds:.1f} s there), 0 excluded\n" + conformance.results_table(run)
     )
     _assert_all_bit_identical(run)
 
@@ -349,8 +349,8 @@ def test_16_bit_gathers_are_bit_identical_to_the_semantics_on_the_dxbc_and_on_th
     require_directml()
     monkeypatch.setenv(layout.D3D12_VARIABLE, stack)
     dumps = dump_shaders(monkeypatch, tmp_path / "shaders")
-    cases = conformance.random_cases(SEED + 4, 450, out_of_bounds=0.4, beyond_int32=0.1, data_types=SIXTEEN_BIT)
-    cases += conformance.random_cases(SEED + 5, 150, out_of_bounds=0.4, beyond_int32=0.1, nd=True,
+    cases = conformance.random_gather_cases(SEED + 4, 450, out_of_bounds=0.4, beyond_int32=0.1, data_types=SIXTEEN_BIT)
+    cases += conformance.random_gather_cases(SEED + 5, 150, out_of_bounds=0.4, beyond_int32=0.1, nd=True,
                                       data_types=SIXTEEN_BIT)  # fmt: skip
     start = time.perf_counter()
     with Runner() as runner:
@@ -372,7 +372,7 @@ def test_16_bit_gathers_are_bit_identical_to_the_semantics_on_the_dxbc_and_on_th
 
 
 def test_the_stand_in_modes_differ_from_directml_out_of_bounds(directml):
-    cases = conformance.random_cases(SEED + 1, 250, out_of_bounds=1.0)
+    cases = conformance.random_gather_cases(SEED + 1, 250, out_of_bounds=1.0)
     results = conformance.run_directml(directml, cases)
     for mode in ("clamp", "zero"):
         pairs = zip(cases, results, strict=True)
@@ -381,7 +381,7 @@ def test_the_stand_in_modes_differ_from_directml_out_of_bounds(directml):
 
 
 def test_directml_is_deterministic(directml):
-    cases = conformance.random_cases(SEED + 2, 100, out_of_bounds=0.5)
+    cases = conformance.random_gather_cases(SEED + 2, 100, out_of_bounds=0.5)
     first = conformance.run_directml(directml, cases)
     second = conformance.run_directml(directml, cases)
     for a, b in zip(first, second, strict=True):
@@ -512,9 +512,11 @@ def test_the_kernels_directml_compiles_for_the_gathers_are_reported(tmp_path, mo
     # vkd3d dumps every shader it compiles, named by its source kind: DXBC (shader model 5) or DXIL (6).
     require_directml()
     dumps = dump_shaders(monkeypatch, tmp_path / "shaders")
-    cases = conformance.random_cases(SEED, 240, out_of_bounds=0.4) + conformance.random_cases(SEED, 60, nd=True)
+    cases = conformance.random_gather_cases(SEED, 240, out_of_bounds=0.4) + conformance.random_gather_cases(
+        SEED, 60, nd=True
+    )
     with Runner() as runner:
-        run = conformance.run(runner, cases)
+        run = conformance.run_cases(runner, cases)
     _assert_all_bit_identical(run)
     kinds = {kind: len(names) for kind, names in shaders(dumps).items()}
     assert sum(kinds.values()) > 0, "vkd3d compiled no shader: the dump folder is not where Wine writes"

@@ -51,7 +51,7 @@ class Cache:
     def check(self) -> tuple[int, list[str]]:
         """``setup-directml --check``'s exit code and lines."""
         out = io.StringIO()
-        code = install.check(self.layout, out)
+        code = install.check_setup(self.layout, out)
         return code, out.getvalue().splitlines()
 
 

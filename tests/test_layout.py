@@ -53,6 +53,31 @@ def test_module_names_are_unique():
     assert sorted({n for n in names if names.count(n) > 1}) == []
 
 
+# Public names defined in more than one module because they mean the same thing there: the rule in numpy (core) and
+# the same rule built as ONNX nodes (the lowering); the two conformance doors' parallel API; the console script's
+# entry point, which calls the command line's.
+SAME_MEANING = {
+    "fix_indices": {"core/semantics.py", "graphs/lowering/native.py"},
+    "axis_words": {"core/reading.py", "graphs/lowering/dml_memory.py"},
+    "read_rows": {"core/reading.py", "graphs/lowering/dml_memory.py"},
+    "Run": {"conformance/provider_door.py", "conformance/direct_door.py"},
+    "run_cases": {"conformance/provider_door.py", "conformance/direct_door.py"},
+    "results_table": {"conformance/provider_door.py", "conformance/direct_door.py"},
+    "main": {"app/cli.py", "app/entry.py"},
+}
+
+
+def test_public_names_are_unique_in_meaning():
+    """A public function or class name is defined in one module, but where it means the same thing (SAME_MEANING)."""
+    defined: dict[str, set[str]] = {}
+    for path in MODULES:
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.name.startswith("_"):
+                defined.setdefault(node.name, set()).add(path.relative_to(PACKAGE).as_posix())
+    shared = {name: places for name, places in defined.items() if len(places) > 1}
+    assert shared == SAME_MEANING
+
+
 def test_every_package_is_packaged():
     """pyproject.toml lists every package of the source tree, subpackages too, so ``pip install .`` installs them."""
     listed = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]

@@ -628,7 +628,7 @@ def test_the_reference_evaluator_takes_float16_as_it_is(tmp_path):
     assert converted.graph.node[0].input[0] == "table"
     ids = np.array([0, 1, 4, -5, 5, 7], np.int64)  # in range, negative, and out of bounds past the odd end
     expected = semantics.dml_gather(table, ids, 0, 1)
-    assert reference.run(converted, {"table": table, "ids": ids})[0].view(np.uint16).tolist() == (
+    assert reference.evaluate(converted, {"table": table, "ids": ids})[0].view(np.uint16).tolist() == (
         expected.view(np.uint16).tolist())  # fmt: skip
     path = tmp_path / "half.onnx"
     onnx.save(model, path)

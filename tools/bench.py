@@ -113,9 +113,9 @@ def measure(op: str, data_shape, indices_shape, axis: int, runs: int) -> dict[st
     outside = {"input": data, "indices": _outside(indices, data_shape[axis])}
     directml = sessions["lowered directml"][0]
     case = (
-        conformance.Case(op, data, outside["indices"], 0, axis)
+        conformance.GatherCase(op, data, outside["indices"], 0, axis)
         if op == "GatherND"
-        else conformance.Case(op, data, outside["indices"], axis)
+        else conformance.GatherCase(op, data, outside["indices"], axis)
     )
     reference = conformance.expected(case)
     assert directml.run(None, outside)[0].tobytes() == reference.tobytes(), "lowered directml disagrees"

@@ -29,7 +29,7 @@ from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.directml.worker import Runner
 
 
-def _show(outcome: conformance.Outcome) -> str:
+def _show(outcome: conformance.CaseOutcome) -> str:
     case = outcome.case
     return (f"  {case.describe()}\n    indices   {np.array2string(case.indices.ravel()[:12])}\n"
             f"    directml  {np.array2string(outcome.directml.ravel()[:12])}\n"
@@ -49,12 +49,12 @@ def main() -> int:
     args = parser.parse_args()
     if args.direct:
         return _direct(args.seed, args.count, args.show)
-    cases = conformance.random_cases(args.seed, args.count, args.out_of_bounds, args.beyond_int32, args.nd)
+    cases = conformance.random_gather_cases(args.seed, args.count, args.out_of_bounds, args.beyond_int32, args.nd)
     start = time.perf_counter()
     with Runner() as runner:
-        run = conformance.run(runner, cases, args.mode)
+        run = conformance.run_cases(runner, cases, args.mode)
     print(f"seed {args.seed}, {args.count} cases, expected values from out_of_bounds={args.mode!r}")
-    print(conformance.table(run))
+    print(conformance.results_table(run))
     print(f"DirectML: {run.directml_seconds:.1f} s ({1000 * run.directml_seconds / args.count:.1f} s per 1,000 cases); "
           f"{time.perf_counter() - start:.1f} s in all with Wine's start and the custom ops")  # fmt: skip
     mismatches = [o for o in run.outcomes if not o.matches]
@@ -70,9 +70,9 @@ def _direct(seed: int, count: int, show: int) -> int:
     start = time.perf_counter()
     cases = random_descs.random_cases(seed, count)
     with DirectRunner() as runner:
-        run = direct_conformance.run(runner, cases)
+        run = direct_conformance.run_cases(runner, cases)
     print(f"seed {seed}, {count} random descs on DirectML called directly (feature level {runner.feature_level})")
-    print(direct_conformance.table(run))
+    print(direct_conformance.results_table(run))
     unpredicted = [r for r in run.results if r.predicted is None]
     print(f"DirectML: {run.seconds:.1f} s ({1000 * run.seconds / count:.1f} s per 1,000 descs); "
           f"{time.perf_counter() - start:.1f} s in all; {len(unpredicted)} not predicted")  # fmt: skip

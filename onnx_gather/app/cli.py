@@ -11,19 +11,19 @@ from collections.abc import Sequence
 
 from onnx_gather.app import demo, documents, options
 from onnx_gather.app.command import Command
-from onnx_gather.app.model_commands import Check, Convert, Lower
-from onnx_gather.app.parity_command import Parity
+from onnx_gather.app.model_commands import CheckCommand, ConvertCommand, LowerCommand
+from onnx_gather.app.parity_command import ParityCommand
 from onnx_gather.app.parser import build_parser
 from onnx_gather.app.progress import Progress
-from onnx_gather.app.reduce_command import Reduce
-from onnx_gather.app.run_command import Run
+from onnx_gather.app.reduce_command import ReduceCommand
+from onnx_gather.app.run_command import RunCommand
 from onnx_gather.core.errors import UserError
 from onnx_gather.directml import install
 from onnx_gather.directml.layout import Layout
 from onnx_gather.runtime.parity import one_line
 
 
-class Demo(Command):
+class DemoCommand(Command):
     name = "demo"
     help = "the bundled sample model on every backend, real DirectML included where it is set up"
 
@@ -31,10 +31,10 @@ class Demo(Command):
         options.add_out_of_bounds_option(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        return demo.run(sys.stdout, args.out_of_bounds)
+        return demo.run_demo(sys.stdout, args.out_of_bounds)
 
 
-class Docs(Command):
+class DocsCommand(Command):
     name = "docs"
     help = "print a document installed with onnx-gather (without NAME: list them, with their paths)"
 
@@ -45,7 +45,7 @@ class Docs(Command):
         return documents.show(args.name, sys.stdout)
 
 
-class SetupDirectml(Command):
+class SetupDirectmlCommand(Command):
     name = "setup-directml"
     help = "prepare real DirectML on this Linux machine (Wine, Mesa's lavapipe; as root)"
 
@@ -57,7 +57,7 @@ class SetupDirectml(Command):
     def run(self, args: argparse.Namespace) -> int:
         layout = Layout.default()
         if args.check:
-            return install.check(layout, sys.stdout)
+            return install.check_setup(layout, sys.stdout)
         try:
             return install.setup(layout, sys.stdout)
         except install.SetupError as error:
@@ -67,15 +67,15 @@ class SetupDirectml(Command):
 
 
 COMMANDS: tuple[Command, ...] = (
-    Demo(),
-    Docs(),
-    SetupDirectml(),
-    Convert(),
-    Lower(),
-    Check(),
-    Run(),
-    Parity(),
-    Reduce(),
+    DemoCommand(),
+    DocsCommand(),
+    SetupDirectmlCommand(),
+    ConvertCommand(),
+    LowerCommand(),
+    CheckCommand(),
+    RunCommand(),
+    ParityCommand(),
+    ReduceCommand(),
 )
 _BY_NAME = {command.name: command for command in COMMANDS}
 

@@ -46,7 +46,7 @@ def _parity(model: Model, token_ids: np.ndarray, built: dict[str, Backend]) -> R
     return Reported(parity, parity_hint(parity, model.proto, InputChoice()))
 
 
-def run(out: TextIO, out_of_bounds: str = "directml") -> int:
+def run_demo(out: TextIO, out_of_bounds: str = "directml") -> int:
     """Two parity runs of the sample model: in-range ids (all must agree), then one id out of range."""
     path = Path(sample_model_path())
     model = Model(path, model_io.load(path))

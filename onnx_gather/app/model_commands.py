@@ -53,7 +53,7 @@ def _dimension_count(text: str) -> str | int:
     raise argparse.ArgumentTypeError(f"{text!r}: expected auto or 1 to 8 (DirectML tensors have 1 to 8 dimensions)")
 
 
-class Convert(Command):
+class ConvertCommand(Command):
     name = "convert"
     help = "standard Gather, GatherElements and GatherND into DML custom ops"
     description = f"Convert {help}. {_RANK_RUN}"
@@ -95,7 +95,7 @@ class Convert(Command):
         return 1 if args.strict and report.left else 0
 
 
-class Lower(Command):
+class LowerCommand(Command):
     name = "lower"
     help = "DML custom ops back into standard ONNX"
 
@@ -119,7 +119,7 @@ class Lower(Command):
         return 1 if report.left else 0
 
 
-class Check(Command):
+class CheckCommand(Command):
     name = "check"
     help = "would DirectML at a feature level accept every gather?"
     description = f"Say, per gather, what ONNX Runtime's DirectML provider would do with it. {_RANK_RUN}"

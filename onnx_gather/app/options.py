@@ -95,7 +95,7 @@ class InputChoice:
     def given(self, model: onnx.ModelProto, max_elements: int | None = None) -> dict[str, np.ndarray]:
         """The arrays of ``--inputs``, checked against ``model``, as ``--shape`` is."""
         inputs.check_shapes(model, self.shapes)
-        return inputs.load(self.inputs, model, max_elements) if self.inputs else {}
+        return inputs.load_npz(self.inputs, model, max_elements) if self.inputs else {}
 
     def feeds(self, model: onnx.ModelProto, given: Mapping[str, np.ndarray], max_elements: int) -> Feeds:
         """``given``, and the other inputs of ``model`` generated."""

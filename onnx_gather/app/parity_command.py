@@ -56,7 +56,7 @@ def _load_models(paths: list[Path]) -> tuple[list[backends.Model], dict[Path, st
     return models, refused
 
 
-class Parity(Command):
+class ParityCommand(Command):
     name = "parity"
     help = "run models on several backends and compare their outputs"
 
@@ -108,7 +108,7 @@ class Parity(Command):
                 continue
             if args.save_inputs:
                 with options.writing("--save-inputs", args.save_inputs):
-                    inputs.save(args.save_inputs, feeds.arrays)
+                    inputs.save_npz(args.save_inputs, feeds.arrays)
             parity = run_parity(
                 model, feeds, [built[name] for name in args.backends], built[args.reference], options.tolerance(args),
                 all_tensors=args.all_tensors, starting=lambda name, path=model.path: progress.step(f"{path}: {name}"),

@@ -19,7 +19,7 @@ from onnx_gather.runtime.parity import one_line
 from onnx_gather.runtime.reduce import NoDifference, Reducer
 
 
-class Reduce(Command):
+class ReduceCommand(Command):
     name = "reduce"
     help = "cut a model down to the few nodes where a backend still differs from, or fails against, the reference"
     description = (
@@ -71,7 +71,7 @@ class Reduce(Command):
         with options.writing("-o", args.output):
             model_io.save(reduction.model, output, model.path)
         with options.writing("-o", str(feeds_file)):
-            inputs.save(feeds_file, reduction.feeds)
+            inputs.save_npz(feeds_file, reduction.feeds)
         count = len(model.proto.graph.node)
         print(f"{args.model}: {count} nodes cut down to {len(reduction.nodes)} that still show it on {args.backend} "
               f"({reduction.runs} runs): {', '.join(reduction.nodes)}")  # fmt: skip

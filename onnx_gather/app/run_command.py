@@ -28,7 +28,7 @@ def _describe(name: str, array: np.ndarray) -> str:
     return f"{line}  [{first}{', ...' if array.size > 6 else ''}]"
 
 
-class Run(Command):
+class RunCommand(Command):
     name = "run"
     help = "run a model on one backend"
 
@@ -69,5 +69,5 @@ class Run(Command):
                 print(f"  {count} out-of-bounds index values met by DML node {node!r}")
         if args.outputs:
             with options.writing("--outputs", args.outputs):
-                inputs.save(args.outputs, outcome.outputs)
+                inputs.save_npz(args.outputs, outcome.outputs)
         return 0

@@ -21,7 +21,7 @@ from onnx import helper
 
 from onnx_gather.core import contract, predict
 from onnx_gather.core.contract import DOMAIN
-from onnx_gather.core.descs import Case, Outcome, TensorDesc, from_buffer
+from onnx_gather.core.descs import Case, DescOutcome, TensorDesc, from_buffer
 from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.graphs.emit import IR_VERSION, ONNX_OPSET
 from onnx_gather.runtime.ops import InferenceSession
@@ -40,8 +40,8 @@ class Result:
 
     case: Case
     kind: str
-    directml: Outcome
-    predicted: Outcome | None  # None: not predicted
+    directml: DescOutcome
+    predicted: DescOutcome | None  # None: not predicted
     agrees: bool
     custom_ops: bool | None = None
     reason: str = ""  # why not predicted
@@ -57,7 +57,7 @@ class Run:
         return [r for r in self.results if not r.agrees or r.custom_ops is False]
 
 
-def _kind(case: Case, predicted: Outcome | None) -> str:
+def _kind(case: Case, predicted: DescOutcome | None) -> str:
     if predicted is None:
         return "not predicted"
     if predicted.refused is not None:
@@ -102,7 +102,7 @@ def _custom_ops_model(cases: Sequence[Case]) -> tuple[bytes, dict[str, np.ndarra
     return helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION).SerializeToString(), feeds
 
 
-def _custom_ops_agree(cases: Sequence[Case], outcomes: Sequence[Outcome]) -> list[bool]:
+def _custom_ops_agree(cases: Sequence[Case], outcomes: Sequence[DescOutcome]) -> list[bool]:
     """Whether the custom ops compute, for each packed case DirectML ran, the tensor DirectML wrote."""
     agree = []
     for start in range(0, len(cases), CASES_PER_MODEL):
@@ -116,14 +116,14 @@ def _custom_ops_agree(cases: Sequence[Case], outcomes: Sequence[Outcome]) -> lis
     return agree
 
 
-def run(runner: DirectRunner, cases: Sequence[Case]) -> Run:
+def run_cases(runner: DirectRunner, cases: Sequence[Case]) -> Run:
     """Every case on DirectML, through the prediction and, where they can carry it, through the custom ops."""
     start = time.perf_counter()
     outcomes = runner.run(cases)
     result = Run(seconds=time.perf_counter() - start)
     for case, outcome in zip(cases, outcomes, strict=True):
         try:
-            predicted: Outcome | None = predict.predict(case)
+            predicted: DescOutcome | None = predict.predict(case)
             reason = ""
         except predict.NotPredicted as error:
             predicted, reason = None, str(error)
@@ -136,7 +136,7 @@ def run(runner: DirectRunner, cases: Sequence[Case]) -> Run:
     return result
 
 
-def table(run: Run) -> str:
+def results_table(run: Run) -> str:
     """Per operator and kind: cases, how many DirectML agrees with, how many the custom ops ran and agree with."""
     counts: Counter = Counter()
     for r in run.results:

@@ -40,7 +40,7 @@ def type_name(dtype: np.dtype) -> str:
 
 
 @dataclass(frozen=True)
-class Case:
+class GatherCase:
     """One standard gather: ``op`` with ``axis`` as written on the node (possibly negative); for GatherND,
     ``axis`` is 0 and ``batch`` its batch_dims."""
 
@@ -76,7 +76,7 @@ class Case:
                 f"{self.indices.dtype.name} indices {self.indices.shape}")  # fmt: skip
 
 
-def expected(case: Case, out_of_bounds: str = "directml") -> np.ndarray:
+def expected(case: GatherCase, out_of_bounds: str = "directml") -> np.ndarray:
     """The case through ``onnx_gather.core.semantics``, in the DML form the converter gives it, as the ONNX output."""
     data, indices = case.data, case.indices
     carried = data.view(np.uint8) if data.dtype == np.bool_ else data  # a gather moves BOOL as bytes
@@ -124,9 +124,9 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: type) -> np.n
     return rng.integers(0, 256, count * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)
 
 
-def random_case(
+def random_gather_case(
     rng: np.random.Generator, out_of_bounds: bool, beyond_int32: bool = False, data_types: Sequence[str] = ALL
-) -> Case:
+) -> GatherCase:
     """A random case: ranks 1 to 6, every axis (negative half the time), scalar indices too, data of ``data_types``."""
     op = "Gather" if rng.random() < 0.6 else "GatherElements"
     dtype = DATA_TYPES[data_types[rng.integers(len(data_types))]]
@@ -151,12 +151,12 @@ def random_case(
         if beyond_int32 and not ((flat < INT32_MIN) | (flat > INT32_MAX)).any():
             flat[where[0]] = 2**32 + 1
     written_axis = axis - r if rng.random() < 0.5 else axis
-    return Case(op, _data(rng, data_shape, dtype), indices, written_axis)
+    return GatherCase(op, _data(rng, data_shape, dtype), indices, written_axis)
 
 
 def random_nd_case(
     rng: np.random.Generator, out_of_bounds: bool, beyond_int32: bool = False, data_types: Sequence[str] = ALL
-) -> Case:
+) -> GatherCase:
     """A random GatherND: data ranks 1 to 6, batch_dims 0 to 2, every tuple length, data of ``data_types``, INT64
     indices (all GatherND takes), N up to 8."""
     dtype = DATA_TYPES[data_types[rng.integers(len(data_types))]]
@@ -181,22 +181,22 @@ def random_nd_case(
             flat[row, j] = _index_values(rng, 1, int(dims[row, j]), np.int64, beyond_int32)[0]
         if beyond_int32 and not ((flat < INT32_MIN) | (flat > INT32_MAX)).any():
             flat[0, 0] = 2**32 + 1
-    return Case("GatherND", _data(rng, data_shape, dtype), indices, 0, batch)
+    return GatherCase("GatherND", _data(rng, data_shape, dtype), indices, 0, batch)
 
 
-def random_cases(
+def random_gather_cases(
     seed: int,
     count: int,
     out_of_bounds: float = 0.0,
     beyond_int32: float = 0.0,
     nd: bool = False,
     data_types: Sequence[str] = ALL,
-) -> list[Case]:
+) -> list[GatherCase]:
     """``count`` cases (GatherND ones if ``nd``, else Gather and GatherElements) with data of ``data_types`` (all 12
     by default); the fractions ``out_of_bounds`` and ``beyond_int32`` (int64 values outside int32) of them hold
     out-of-bounds indices."""
     rng = np.random.default_rng(seed)
-    make = random_nd_case if nd else random_case
+    make = random_nd_case if nd else random_gather_case
     cases = []
     for k in range(count):
         beyond = k < round(count * beyond_int32)
@@ -206,7 +206,7 @@ def random_cases(
     return [cases[k] for k in order]
 
 
-def case_model(cases: Sequence[Case]) -> onnx.ModelProto:
+def case_model(cases: Sequence[GatherCase]) -> onnx.ModelProto:
     """One model holding every case: inputs ``data_k``, ``indices_k``, output ``output_k``."""
     nodes, inputs, outputs = [], [], []
     for k, case in enumerate(cases):
@@ -227,14 +227,14 @@ def case_model(cases: Sequence[Case]) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
-def _feeds(cases: Sequence[Case]) -> dict[str, np.ndarray]:
+def _feeds(cases: Sequence[GatherCase]) -> dict[str, np.ndarray]:
     feeds = {}
     for k, case in enumerate(cases):
         feeds[f"data_{k}"], feeds[f"indices_{k}"] = case.data, case.indices
     return feeds
 
 
-def run_directml(runner: Runner, cases: Sequence[Case]) -> list[np.ndarray]:
+def run_directml(runner: Runner, cases: Sequence[GatherCase]) -> list[np.ndarray]:
     """The cases on real DirectML, every node placed there (CPU fallback off), ``CASES_PER_MODEL`` to a session."""
     results = []
     for start in range(0, len(cases), CASES_PER_MODEL):
@@ -248,7 +248,7 @@ def run_directml(runner: Runner, cases: Sequence[Case]) -> list[np.ndarray]:
     return results
 
 
-def run_custom_ops(cases: Sequence[Case], out_of_bounds: str = "directml") -> list[np.ndarray]:
+def run_custom_ops(cases: Sequence[GatherCase], out_of_bounds: str = "directml") -> list[np.ndarray]:
     """The cases through ``to_dml`` and the custom ops in ONNX Runtime."""
     results = []
     for start in range(0, len(cases), CASES_PER_MODEL):
@@ -258,7 +258,7 @@ def run_custom_ops(cases: Sequence[Case], out_of_bounds: str = "directml") -> li
     return results
 
 
-def run_lowered(cases: Sequence[Case], out_of_bounds: str = "directml") -> list[np.ndarray]:
+def run_lowered(cases: Sequence[GatherCase], out_of_bounds: str = "directml") -> list[np.ndarray]:
     """The cases through ``to_dml`` and ``to_onnx``: standard ONNX in ONNX Runtime's CPU provider."""
     results = []
     for start in range(0, len(cases), CASES_PER_MODEL):
@@ -283,10 +283,10 @@ def identical(a: np.ndarray, b: np.ndarray, canonical_nans: bool = False) -> boo
 
 
 @dataclass
-class Outcome:
+class CaseOutcome:
     """One case: what DirectML, the semantics, the custom ops and the lowered graph gave."""
 
-    case: Case
+    case: GatherCase
     directml: np.ndarray
     semantics: np.ndarray
     custom_ops: np.ndarray
@@ -320,24 +320,24 @@ class Outcome:
 class Run:
     """A harness run: every case's outcome and the seconds DirectML took (sessions made and run)."""
 
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[CaseOutcome] = field(default_factory=list)
     directml_seconds: float = 0.0
 
 
-def run(runner: Runner, cases: Sequence[Case], out_of_bounds: str = "directml") -> Run:
+def run_cases(runner: Runner, cases: Sequence[GatherCase], out_of_bounds: str = "directml") -> Run:
     """Every case on real DirectML, through the semantics, and through the custom ops."""
     start = time.perf_counter()
     directml = run_directml(runner, cases)
     seconds = time.perf_counter() - start
     ops, lowered = run_custom_ops(cases, out_of_bounds), run_lowered(cases, out_of_bounds)
     outcomes = [
-        Outcome(case, d, expected(case, out_of_bounds), o, low)
+        CaseOutcome(case, d, expected(case, out_of_bounds), o, low)
         for case, d, o, low in zip(cases, directml, ops, lowered, strict=True)
     ]
     return Run(outcomes, seconds)
 
 
-def table(run: Run) -> str:
+def results_table(run: Run) -> str:
     """Per data type: cases in range, out of bounds, and with int64 values beyond int32, and how many match."""
     header = ["data type", "in range", "match", "out of bounds", "match", "elements differing", "beyond int32", "match"]
     rows = []

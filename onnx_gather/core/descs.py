@@ -142,7 +142,7 @@ class Case:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class DescOutcome:
     """What DirectML did with a case: ``refused``, the stage (create, compile, init, run) and HRESULT, as in
     ``"create 0x80070057"``; else ``output``, the output buffer read back whole."""
 

@@ -10,13 +10,14 @@ This module imports no runtime; ``onnx_gather.conformance.direct_door`` holds it
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from onnx_gather.core.contract import INDEX_TYPE_NAMES, MAX_DIMENSION_COUNT
-from onnx_gather.core.descs import Case, Outcome, TensorDesc
+from onnx_gather.core.descs import Case, DescOutcome, TensorDesc
 
-REFUSED = Outcome("create 0x80070057", None)  # every refusal: CreateOperator returns E_INVALIDARG
+REFUSED = DescOutcome("create 0x80070057", None)  # every refusal: CreateOperator returns E_INVALIDARG
 _WORD = np.uint64(0xFFFFFFFF)
 
 
@@ -74,13 +75,16 @@ def gather_unsafe(input_sizes: tuple[int, ...], indices_sizes: tuple[int, ...], 
     return None
 
 
-def gather_output_sizes(case: Case) -> tuple[int, ...]:
+def gather_sizes(
+    input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int, index_dimensions: int,
+    first_size: int | None = None,
+) -> tuple[int, ...]:  # fmt: skip
     """DML_GATHER: the one output size DirectML takes: the last N entries of ``C = input[:axis] + indices[N-m:] +
-    input[axis+1:]``, whatever they crop; for m = 0 (C one shorter), any first size before them."""
-    n = len(case.input.sizes)
-    axis, m = case.attributes["axis"], case.attributes["index_dimensions"]
-    c = (*case.input.sizes[:axis], *case.indices.sizes[n - m :], *case.input.sizes[axis + 1 :])
-    first = (case.output.sizes[0],) if len(c) < n and case.output.sizes else (1,) * (n - len(c))
+    input[axis+1:]``, whatever they crop; for m = 0 (C one shorter), ``first_size`` before them (DirectML takes any;
+    None: 1)."""
+    n = len(input_sizes)
+    c = (*input_sizes[:axis], *indices_sizes[n - index_dimensions :], *input_sizes[axis + 1 :])
+    first = (first_size,) if len(c) < n and first_size is not None else (1,) * (n - len(c))
     return (*first, *c[max(len(c) - n, 0) :])
 
 
@@ -150,7 +154,8 @@ def refusal(case: Case) -> str | None:
             unsafe = gather_unsafe(case.input.sizes, case.indices.sizes, axis, case.attributes["index_dimensions"])
             if unsafe:
                 raise NotPredicted(unsafe)
-            sizes = gather_output_sizes(case)
+            first = case.output.sizes[0] if case.output.sizes else None
+            sizes = gather_sizes(case.input.sizes, case.indices.sizes, axis, case.attributes["index_dimensions"], first)
     if tuple(case.output.sizes) != tuple(sizes):
         return f"output sizes {case.output.sizes}, not {tuple(sizes)}"
     return _output_overlap(case.output)
@@ -296,7 +301,7 @@ def element_offsets(case: Case, out: np.ndarray | None = None) -> np.ndarray:
     return _OFFSETS[case.operator](case, out, np.array(case.input.steps, np.uint64)) & _WORD
 
 
-def predict(case: Case) -> Outcome:
+def predict(case: Case) -> DescOutcome:
     """The outcome DirectML gives for ``case``: ``REFUSED``, or the whole output buffer."""
     if refusal(case) is not None:
         return REFUSED
@@ -312,4 +317,4 @@ def predict(case: Case) -> Outcome:
         raise NotPredicted("output positions sharing an address get different values: a race between GPU threads")
     size = case.output.itemsize
     buffer[: len(buffer) // size * size].view(f"<u{size}")[at] = values
-    return Outcome(None, buffer.tobytes())
+    return DescOutcome(None, buffer.tobytes())

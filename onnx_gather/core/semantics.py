@@ -79,8 +79,7 @@ def gather_output_sizes(
     unsafe = predict.gather_unsafe(tuple(input_sizes), tuple(indices_sizes), axis, index_dimensions)
     if unsafe:
         raise GatherError(f"{op}: {unsafe}")
-    sizes = (*input_sizes[:axis], *indices_sizes[n - index_dimensions :], *input_sizes[axis + 1 :])
-    return (1,) * (n - len(sizes)) + sizes[max(len(sizes) - n, 0) :]
+    return predict.gather_sizes(input_sizes, indices_sizes, axis, index_dimensions)
 
 
 def plain_gather(input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int, index_dimensions: int) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from onnx_gather.core.descs import Case, Outcome
+from onnx_gather.core.descs import Case, DescOutcome
 from onnx_gather.core.words import counted
 from onnx_gather.directml.layout import Layout
 from onnx_gather.directml.process import REQUEST_SECONDS, DirectMlError, WineProgram, windows_path
@@ -40,14 +40,14 @@ class DirectRunner:
         """DirectML's highest feature level on this device, e.g. "6.4" (empty before the start)."""
         return self.runner.version
 
-    def run(self, cases: Sequence[Case]) -> list[Outcome]:
+    def run(self, cases: Sequence[Case]) -> list[DescOutcome]:
         """Every case on DirectML, ``batch`` to a request; the outcomes in order."""
-        outcomes: list[Outcome] = []
+        outcomes: list[DescOutcome] = []
         for first in range(0, len(cases), self.batch):
             outcomes += self._run_batch(cases[first : first + self.batch])
         return outcomes
 
-    def _run_batch(self, cases: Sequence[Case]) -> list[Outcome]:
+    def _run_batch(self, cases: Sequence[Case]) -> list[DescOutcome]:
         with self.runner.workspace("cases") as folder:
             for k, case in enumerate(cases):
                 (folder / str(k)).mkdir()
@@ -64,12 +64,12 @@ class DirectRunner:
         self.runner.close()
 
 
-def _outcome(folder: Path, answer: str, case: Case) -> Outcome:
+def _outcome(folder: Path, answer: str, case: Case) -> DescOutcome:
     if answer.startswith("refused "):
-        return Outcome(answer.removeprefix("refused "), None)
+        return DescOutcome(answer.removeprefix("refused "), None)
     if answer != "ok":
         raise DirectMlError(f"direct.exe answered {answer or 'nothing'!r} for the case in {folder.name}")
     output = (folder / "output.bin").read_bytes()
     if len(output) != case.output.total_bytes:
         raise DirectMlError(f"direct.exe wrote {len(output)} bytes for an output of {case.output.total_bytes}")
-    return Outcome(None, output)
+    return DescOutcome(None, output)

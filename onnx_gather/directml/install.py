@@ -273,7 +273,7 @@ def _versions(layout: Layout) -> str:
             f"wine-{versions['wine']}, Mesa {versions['mesa']}")  # fmt: skip
 
 
-def check(layout: Layout, out: TextIO) -> int:
+def check_setup(layout: Layout, out: TextIO) -> int:
     """``--check``: 0 if real DirectML is ready (a probe runs on it through each program), else 2 with what is
     missing."""
     problems = layout.problems(full=True)
@@ -283,7 +283,7 @@ def check(layout: Layout, out: TextIO) -> int:
         print(f"Run `{SETUP_COMMAND}` (as root) to set it up.", file=out)
         return 2
     print(f"ready: {_versions(layout)}; cache {layout.home}", file=out)
-    probes.run(layout, out)
+    probes.run_probes(layout, out)
     return 0
 
 
@@ -295,6 +295,6 @@ def setup(layout: Layout, out: TextIO) -> int:
     install_binaries(layout, out)
     make_prefix(layout, out)
     print(f"ready: {_versions(layout)}", file=out)
-    probes.run(layout, out)
+    probes.run_probes(layout, out)
     print(f"Set-up took {time.perf_counter() - start:.1f} s.", file=out)
     return 0

@@ -59,7 +59,7 @@ def probe_direct(layout: Layout) -> str:
             f"DirectML feature level {level}")  # fmt: skip
 
 
-def run(layout: Layout, out: TextIO) -> None:
+def run_probes(layout: Layout, out: TextIO) -> None:
     """Each probe, one line each."""
     print(f"probe: {probe(layout)}", file=out)
     print(f"direct: {probe_direct(layout)}", file=out)

@@ -337,7 +337,7 @@ class Reference(Backend):
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         converted = to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds),
                            native_float16=True)  # fmt: skip
-        return Outcome(_named(model, reference.run(converted, feeds)))
+        return Outcome(_named(model, reference.evaluate(converted, feeds)))
 
     def versions(self) -> dict[str, str]:
         return {"onnx": importlib.metadata.version("onnx")}

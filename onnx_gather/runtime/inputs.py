@@ -250,7 +250,7 @@ def _declared(path: Path) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
     return declared
 
 
-def load(
+def load_npz(
     path: str | os.PathLike, model: onnx.ModelProto | None = None, max_elements: int | None = None
 ) -> dict[str, np.ndarray]:
     """The arrays of an .npz file, by name. Before any array is read, the zip directory and the arrays' headers
@@ -275,7 +275,7 @@ def load(
         raise InputError(f"{path}: not a readable .npz file of arrays ({type(error).__name__})") from None
 
 
-def save(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
+def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
     """Write ``arrays`` to an .npz file (uncompressed), replacing it whole."""
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)

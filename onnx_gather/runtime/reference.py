@@ -62,6 +62,6 @@ class GatherElements(OpRun):
 OPS = [DmlGather, DmlGatherElements, DmlGatherNd, GatherElements]
 
 
-def run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+def evaluate(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """Every output of ``model`` (standard ONNX and the DML ops) by onnx's reference evaluator."""
     return [np.asarray(o) for o in ReferenceEvaluator(model, new_ops=OPS).run(None, dict(feeds))]

@@ -51,7 +51,7 @@ class NativeGather:
         return self.signed or self.index_type == TensorProto.UINT64
 
 
-def reduce(emit: Emitter, op_type: str, value: str, step: str) -> str:
+def reduce_over(emit: Emitter, op_type: str, value: str, step: str) -> str:
     """A reduction of every element to a scalar (keepdims 0), in the form the opset takes."""
     return emit.node(op_type, [value], step, keepdims=0)
 
@@ -100,7 +100,7 @@ class Data:
         if known is not None:
             value = math.prod(known)
             return emit.constant(value, np.int64, step), value
-        return reduce(emit, "ReduceProd", self.sizes(emit, start, end, f"{step}_dims"), step), None
+        return reduce_over(emit, "ReduceProd", self.sizes(emit, start, end, f"{step}_dims"), step), None
 
     def size(self, emit: Emitter, axis: int, step: str) -> tuple[str, int | None]:
         """``shape[axis]`` (a scalar), and its value where it is known."""
