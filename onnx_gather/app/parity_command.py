@@ -13,7 +13,7 @@ from onnx_gather.app.command import Command
 from onnx_gather.app.hints import parity_hint
 from onnx_gather.app.options import InputChoice
 from onnx_gather.app.parser import UsageError
-from onnx_gather.app.progress import Progress
+from onnx_gather.app.progress import Announced, Progress
 from onnx_gather.app.report import Reported
 from onnx_gather.graphs import model_io
 from onnx_gather.runtime import backends, inputs
@@ -109,9 +109,10 @@ class ParityCommand(Command):
             if args.save_inputs:
                 with options.writing("--save-inputs", args.save_inputs):
                     inputs.save_npz(args.save_inputs, feeds.arrays)
+            shown = {name: Announced(backend, progress, model.path) for name, backend in built.items()}
             parity = run_parity(
-                model, feeds, [built[name] for name in args.backends], built[args.reference], options.tolerance(args),
-                all_tensors=args.all_tensors, starting=lambda name, path=model.path: progress.step(f"{path}: {name}"),
+                model, feeds, [shown[name] for name in args.backends], shown[args.reference], options.tolerance(args),
+                all_tensors=args.all_tensors,
             )  # fmt: skip
             runs.append(Reported(parity, parity_hint(parity, model.proto, choice)))
             progress.model_done()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -42,11 +42,10 @@ class BackendRun:
     outcome: Outcome | None = None  # what it computed, when it ran
 
 
-def _run(backend: Backend, model: Model, feeds: Feeds, starting: Callable[[str], object]) -> BackendRun:
+def _run(backend: Backend, model: Model, feeds: Feeds) -> BackendRun:
     reason = backend.unavailable()
     if reason is not None:
         return BackendRun(backend.name, "skipped", reason)
-    starting(backend.name)
     start = time.perf_counter()
     try:
         outcome = backend.run(model, feeds.arrays)
@@ -106,15 +105,14 @@ def run_parity(
     tolerance: Tolerance,
     *,
     all_tensors: bool = False,
-    starting: Callable[[str], object] = lambda name: None,
 ) -> Parity:
     """Run ``model`` on ``reference`` and then each of ``backends`` (built once by the caller; one named as the
-    reference is not run twice), and compare every output with the reference's. ``starting`` is told each backend's
-    name as it starts (for progress). ``all_tensors``: every intermediate value is compared too, and ``divergence``
-    names, per backend, the first nodes whose outputs differ while their inputs agree."""
+    reference is not run twice), and compare every output with the reference's. ``all_tensors``: every intermediate
+    value is compared too, and ``divergence`` names, per backend, the first nodes whose outputs differ while their
+    inputs agree."""
     order = [reference, *(backend for backend in backends if backend.name != reference.name)]
     with divergence.marked(model) if all_tensors else contextlib.nullcontext(model) as wide:
-        runs = {backend.name: _run(backend, wide, feeds, starting) for backend in order}
+        runs = {backend.name: _run(backend, wide, feeds) for backend in order}
     expected = runs[reference.name].outcome
     tensors: dict[str, dict[str, Comparison]] = {name: {} for name in wide.output_names}
     for name, run in runs.items():
