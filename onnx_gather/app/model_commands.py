@@ -59,7 +59,7 @@ class ConvertCommand(Command):
     description = f"Convert {help}. {_RANK_RUN}"
 
     def declare(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("model", help="the ONNX model to convert (never modified)")
+        options.add_model_argument(parser, "to convert (never modified)")
         options.add_output_option(parser, "converted")
         parser.add_argument(
             "--dimension-count", default="auto", type=_dimension_count,
@@ -100,7 +100,7 @@ class LowerCommand(Command):
     help = "DML custom ops back into standard ONNX"
 
     def declare(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("model", help="the ONNX model to lower (never modified)")
+        options.add_model_argument(parser, "to lower (never modified)")
         options.add_output_option(parser, "lowered")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -125,7 +125,7 @@ class CheckCommand(Command):
     description = f"Say, per gather, what ONNX Runtime's DirectML provider would do with it. {_RANK_RUN}"
 
     def declare(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("model", help="the ONNX model to check")
+        options.add_model_argument(parser, "to check")
         parser.add_argument(
             "--feature-level", choices=FEATURE_LEVELS, default="4.1",
             help="the device's DirectML feature level (default 4.1)",

@@ -165,6 +165,11 @@ def tolerance(args: argparse.Namespace) -> Tolerance:
     return Tolerance(args.atol, args.rtol)
 
 
+def add_model_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """The model a command works on, never modified: ``what`` says what the command does with it."""
+    parser.add_argument("model", help=f"the ONNX model {what}")
+
+
 def add_output_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("-o", "--output", required=True, help=f"where to write the {what} model")
 

@@ -31,7 +31,7 @@ class ReduceCommand(Command):
     )
 
     def declare(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("model", help="the ONNX model that differs or fails")
+        options.add_model_argument(parser, "that differs or fails")
         parser.add_argument("--backend", required=True, choices=backends.BACKENDS, help="where it differs or fails")
         parser.add_argument(
             "--reference", default="pyop", choices=backends.BACKENDS,

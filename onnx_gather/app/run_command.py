@@ -33,7 +33,7 @@ class RunCommand(Command):
     help = "run a model on one backend"
 
     def declare(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("model", help="the ONNX model to run")
+        options.add_model_argument(parser, "to run")
         parser.add_argument("--backend", required=True, choices=backends.BACKENDS, help="where to run it")
         parser.add_argument("--outputs", help="save the outputs to this .npz file")
         options.add_backend_options(parser)
