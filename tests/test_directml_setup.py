@@ -68,7 +68,7 @@ def cache(tmp_path, monkeypatch) -> Cache:
     monkeypatch.setattr(install, "_build_d3d12", made.build_d3d12)
     monkeypatch.setattr(install, "_version_resource", lambda dll: "1.15.4 (fake)")
     monkeypatch.setattr(install, "_versions", lambda where: "fake versions")
-    monkeypatch.setattr(install.probes, "run", lambda where, out: print("probe: ran", file=out))
+    monkeypatch.setattr(install.probes, "run_probes", lambda where, out: print("probe: ran", file=out))
     (made.layout.prefix).mkdir(parents=True)
     (made.layout.prefix / "system.reg").write_text("fake")
     made.install()
