@@ -257,6 +257,32 @@ def test_whole_model_on_real_directml_within_tolerance_of_the_cpu(name):
                      f"(held to {Tolerance().describe()}), {dml.seconds:.1f} s to load and run")  # fmt: skip
 
 
+@pytest.mark.parametrize("name", list(WHOLE_MODELS))
+def test_all_tensors_completes_on_real_directml(name):
+    # Values DirectML fuses into the activation after them are listed as not returned, the rest compared; marked
+    # values that come back empty are left out of a second run (docs/semantics.md 9)
+    require_directml()
+    package, file, feeds = WHOLE_MODELS[name]
+    path, _ = _load(package, file)
+    model = backends.Model(path, model_io.load(path))
+    parity = run_parity(model, Feeds(feeds), [backends.create("dml")], backends.create("cpu"), Tolerance(),
+                        all_tensors=True)  # fmt: skip
+    dml = parity.backends["dml"]
+    assert dml.status == "ok", dml.reason
+    assert parity.compared > 0 and parity.divergence is not None
+    returned = set(dml.outcome.outputs) | set(dml.outcome.absent)
+    assert returned == {value.name for value in model.proto.graph.output} | _marked(model)
+    SUMMARIES.append(f"--all-tensors on real DirectML: {name}: {parity.compared} values compared, "
+                     f"{len(dml.outcome.absent)} not returned (fused into their activation)")  # fmt: skip
+
+
+def _marked(model: backends.Model) -> set[str]:
+    from onnx_gather.runtime import divergence
+
+    with divergence.marked(model) as wide:
+        return set(wide.marked)
+
+
 def test_minilm_fails_on_real_directml_at_a_reshape_naming_the_node_and_directmls_message(tmp_path, capsys):
     # ONNX Runtime's DirectML Reshape of PyTorch exports' node_view_* fails the same way on Windows GPUs.
     require_directml()
