@@ -397,8 +397,8 @@ _TAKING_SHAPES = {
         ("nosuch:1x2", "--shape names 'nosuch', which is not an input of the model"),
         ("ids:2x4", "--shape ids:2x4: dimension 1 is 3 in the model"),  # the model says [batch, 3]
         ("ids:2", "--shape ids: 1 dimensions given, the model says 2"),
-        ("ids:2xtwo", "argument --shape: 'ids:2xtwo': expected NAME:DIMS such as ids:2x7 (see onnx-gather {command} "
-         "--help)"),
+        ("ids:2xtwo", "argument --shape: 'ids:2xtwo': expected NAME:DIMS such as token_ids:4x6 (see onnx-gather "
+         "{command} --help)"),
     ],
 )  # fmt: skip
 def test_every_command_refuses_a_bad_shape_alike_with_exit_2(tmp_path, capsys, command, shape, message):

@@ -415,6 +415,17 @@ def test_run_on_real_directml_prints_its_outputs(tmp_path, capsys):
         assert dml[name].tobytes() == pyop[name].tobytes() and dml[name].dtype == pyop[name].dtype
 
 
+def test_a_standard_model_failing_on_pyop_is_not_pointed_to_pyop(capsys):
+    sample = sample_model_path()
+    # The error names DmlGather (pyop converts first), yet the model holds no DML ops and pyop was chosen.
+    assert main(["run", str(sample), "--backend", "pyop", "--max-elements", "10"]) == 1
+    failure = capsys.readouterr().err.strip().splitlines()[-1]
+    assert failure == (
+        f"onnx-gather: pyop failed on {sample}: GatherError: DmlGather: the output (1, 6, 8) would have 48 elements, "
+        "more than the limit 10"
+    )
+
+
 def test_a_converted_model_on_a_native_backend_is_pointed_to_pyop_or_lower(tmp_path, capsys):
     model = _ids_model(tmp_path)
     converted = tmp_path / "dml.onnx"
@@ -422,7 +433,7 @@ def test_a_converted_model_on_a_native_backend_is_pointed_to_pyop_or_lower(tmp_p
     capsys.readouterr()
     assert main(["run", str(converted), "--backend", "cpu"]) == 1
     error = capsys.readouterr().err
-    assert "use --backend pyop, or `onnx-gather lower` it into standard ONNX first" in error
+    assert "which the cpu backend cannot run: use --backend pyop, or `onnx-gather lower` it into standard ONNX" in error
     warning, failure = error.strip().splitlines()
     assert (
         warning == "onnx-gather: warning: dynamic dims were generated as 1 (ids [n] as 1): give real sizes with "
