@@ -53,7 +53,7 @@ def run_native(op_type: str, data: np.ndarray, indices: np.ndarray, axis: int) -
 def assert_identical(actual: np.ndarray, expected: np.ndarray, canonical_nans: bool = False) -> None:
     """Same type, same shape, same bytes: a gather moves values and never rounds.
 
-    ``canonical_nans``: FLOAT16 carried through FLOAT32 by ONNX Runtime's Cast loses NaN payloads (README,
+    ``canonical_nans``: FLOAT16 carried through FLOAT32 by ONNX Runtime's Cast loses NaN payloads (docs/ops.md,
     known deviations); there a NaN must meet a NaN, and every other value its exact bits.
     """
     assert actual.dtype == expected.dtype, f"type {actual.dtype} != {expected.dtype}"

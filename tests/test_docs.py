@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import re
 from pathlib import Path
 
@@ -39,3 +41,108 @@ def test_example_runs_as_printed(code, tmp_path, monkeypatch):
         else:
             exec(compile(ast.Module([statement], []), "<example>", "exec"), namespace)
     assert checked or "# ->" not in code
+
+
+# Command examples. A ```console block is run as printed: each `$ onnx-gather ...` line (a trailing `# exit N` says the
+# exit code it ends with, else 0) in a temporary folder holding the bundled models as models/, and each line after it
+# must appear in what it printed, in that order (`...` stands for lines left out). A command that names the dml
+# backend needs real DirectML (require_directml). ```sh blocks are set-up commands and templates, not run.
+CONSOLE = re.compile(r"```console\n(.*?)```", re.DOTALL)
+EXIT = re.compile(r"\s+#\s*exit\s+(\d+)$")
+
+
+def _commands(block: str) -> list[tuple[str, int, list[str]]]:
+    """``(command, exit code, expected lines)`` of each ``$`` line of a console block."""
+    commands: list[tuple[str, int, list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            code = EXIT.search(line)
+            command = EXIT.sub("", line[2:]).strip()
+            commands.append((command, int(code.group(1)) if code else 0, []))
+        else:
+            assert commands, f"a console block must start with a `$` command: {line!r}"
+            commands[-1][2].append(line.rstrip())
+    return commands
+
+
+def _console_blocks() -> list:
+    return [pytest.param(block, id=f"{path.name}:console{number}")
+            for path in DOCUMENTS for number, block in enumerate(CONSOLE.findall(path.read_text()), 1)]  # fmt: skip
+
+
+def test_the_readme_holds_console_examples_and_each_command_is_onnx_gather():
+    blocks = [block for block in CONSOLE.findall((ROOT / "README.md").read_text())]
+    assert len(blocks) >= 2, "the README's worked examples are console blocks: the test below would check little"
+    for block in blocks:
+        assert all(command.startswith("onnx-gather ") for command, _, _ in _commands(block))
+
+
+def _in_order(expected: list[str], printed: list[str]) -> bool:
+    remaining = iter(printed)
+    return all(line == "..." or any(line == each for each in remaining) for line in expected)
+
+
+@pytest.mark.parametrize("block", _console_blocks())
+def test_console_example_runs_as_printed(block, tmp_path, monkeypatch, capsys):
+    import shlex
+    import shutil
+
+    from conftest import require_directml
+
+    from onnx_gather.app.cli import main
+
+    shutil.copytree(ROOT / "models", tmp_path / "models", ignore=shutil.ignore_patterns("__*"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "120")
+    for command, code, expected in _commands(block):
+        words = shlex.split(command)
+        if "dml" in re.split(r"[\s,=]", command):
+            require_directml()
+        capsys.readouterr()
+        assert main(words[1:]) == code, command
+        printed = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+        assert _in_order(expected, printed), f"{command} printed:\n" + "\n".join(printed)
+
+
+def _help_texts() -> dict[str, str]:
+    from onnx_gather.app.cli import COMMANDS, main
+
+    texts = {}
+    for command in COMMANDS:
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output), pytest.raises(SystemExit) as ended:
+            main([command.name, "--help"])
+        assert ended.value.code == 0
+        texts[command.name] = " ".join(output.getvalue().split())
+    return texts
+
+
+def test_every_shape_and_range_example_of_the_help_texts_is_accepted_by_the_sample(capsys):
+    from onnx_gather.app.cli import main
+
+    sample = str(ROOT / "models" / "sample.onnx")
+    examples = {(name, example) for name, text in _help_texts().items()
+                for example in re.findall(r"e\.g\. (-?\w+:-?\w+)", text)}  # fmt: skip
+    shapes = {example for _, example in examples if re.fullmatch(r"[a-z_]+:\d+(x\d+)*", example)}
+    ranges = {example for _, example in examples if re.fullmatch(r"-?\d+:-?\d+", example)}
+    assert shapes == {"token_ids:4x6"} and ranges, examples
+    for shape in shapes:
+        assert main(["check", sample, "--shape", shape]) == 0
+        assert main(["run", sample, "--backend", "pyop", "--shape", shape]) == 0
+    for span in ranges:
+        assert main(["check", sample, "--int-range", span, "--shape", "token_ids:4x6"]) == 0
+
+
+def test_the_lowered_node_counts_docs_ops_states_are_the_sample_models():
+    import onnx
+
+    import onnx_gather
+
+    pattern = r"6 nodes \(3 gathers\) lower to (\d+) with\s+`directml`, (\d+) with `clamp`.*?, (\d+) with `zero`"
+    stated = re.search(pattern + r" and (\d+) with `error`", (ROOT / "docs" / "ops.md").read_text(), re.DOTALL)
+    assert stated, "docs/ops.md no longer states the sample model's lowered sizes: update this test"
+    sample = onnx.load(ROOT / "models" / "sample.onnx")
+    assert len(sample.graph.node) == 6
+    counts = [len(onnx_gather.to_onnx(onnx_gather.to_dml(sample, out_of_bounds=mode)).graph.node)
+              for mode in ("directml", "clamp", "zero", "error")]  # fmt: skip
+    assert counts == [int(number) for number in stated.groups()]
