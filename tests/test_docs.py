@@ -146,3 +146,14 @@ def test_the_lowered_node_counts_docs_ops_states_are_the_sample_models():
     counts = [len(onnx_gather.to_onnx(onnx_gather.to_dml(sample, out_of_bounds=mode)).graph.node)
               for mode in ("directml", "clamp", "zero", "error")]  # fmt: skip
     assert counts == [int(number) for number in stated.groups()]
+
+
+def test_onnx_gather_docs_lists_every_document_of_docs(capsys):
+    from onnx_gather.app.cli import main
+
+    assert main(["docs"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[:-1]]
+    assert listed == sorted(path.stem for path in (ROOT / "docs").glob("*.md"))
+    assert {"cli", "directml-on-linux", "ops"} <= set(listed)
+    for name in listed:
+        assert main(["docs", name]) == 0 and capsys.readouterr().out == (ROOT / "docs" / f"{name}.md").read_text()

@@ -38,7 +38,8 @@ def failure_hint(error: BaseException, backend: str, model: onnx.ModelProto, fee
                 "pyop, or `onnx-gather lower` it into standard ONNX first")  # fmt: skip
     hint = _inputs_hint(error, model, feeds, choice)
     if isinstance(error, DirectMlError):
-        known = "DirectML failures known on Windows too are listed in `onnx-gather docs directml-on-linux`, 'Known DirectML failures'"
+        known = ("DirectML failures known on Windows too are listed in `onnx-gather docs directml-on-linux`, 'Known "
+                 "DirectML failures'")  # fmt: skip
         return f"{hint}; {known}" if hint else known
     return hint
 
