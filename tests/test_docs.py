@@ -65,8 +65,13 @@ def _commands(block: str) -> list[tuple[str, int, list[str]]]:
     return commands
 
 
+def _needs_directml(command: str) -> bool:
+    return "dml" in re.split(r"[\s,=]", command)
+
+
 def _console_blocks() -> list:
-    return [pytest.param(block, id=f"{path.name}:console{number}")
+    return [pytest.param(block, id=f"{path.name}:console{number}",
+                         marks=[pytest.mark.directml] * any(_needs_directml(c) for c, _, _ in _commands(block)))
             for path in DOCUMENTS for number, block in enumerate(CONSOLE.findall(path.read_text()), 1)]  # fmt: skip
 
 
@@ -96,7 +101,7 @@ def test_console_example_runs_as_printed(block, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "120")
     for command, code, expected in _commands(block):
         words = shlex.split(command)
-        if "dml" in re.split(r"[\s,=]", command):
+        if _needs_directml(command):
             require_directml()
         capsys.readouterr()
         assert main(words[1:]) == code, command
@@ -157,3 +162,15 @@ def test_onnx_gather_docs_lists_every_document_of_docs(capsys):
     assert {"cli", "directml-on-linux", "ops"} <= set(listed)
     for name in listed:
         assert main(["docs", name]) == 0 and capsys.readouterr().out == (ROOT / "docs" / f"{name}.md").read_text()
+
+
+def test_the_licence_pyproject_declares_is_the_one_in_license():
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]
+    text = (ROOT / "LICENSE").read_text()
+    assert declared == {"text": "MIT"} and text.startswith("MIT License\n")
+    assert (
+        "Permission is hereby granted, free of charge" in text
+        and "Licence: MIT ([LICENSE](LICENSE))" in (ROOT / "README.md").read_text()
+    )
