@@ -174,3 +174,15 @@ def test_the_licence_pyproject_declares_is_the_one_in_license():
         "Permission is hereby granted, free of charge" in text
         and "Licence: MIT ([LICENSE](LICENSE))" in (ROOT / "README.md").read_text()
     )
+
+
+def test_the_json_keys_docs_cli_lists_are_a_parity_reports(tmp_path, capsys):
+    import json
+
+    from onnx_gather.app.cli import main
+
+    listed = re.search(r"report of one model has the keys `([^`]*)`", (ROOT / "docs" / "cli.md").read_text())
+    report = tmp_path / "r.json"
+    arguments = [str(ROOT / "models" / "sample.onnx"), "--backends", "pyop,cpu", "--shape", "token_ids:4x6"]
+    assert main(["parity", *arguments, "--int-range", "0:32", "--report", str(report)]) == 0
+    assert listed and re.split(r",\s+", listed.group(1)) == list(json.loads(report.read_text()))
