@@ -186,3 +186,12 @@ def test_the_json_keys_docs_cli_lists_are_a_parity_reports(tmp_path, capsys):
     arguments = [str(ROOT / "models" / "sample.onnx"), "--backends", "pyop,cpu", "--shape", "token_ids:4x6"]
     assert main(["parity", *arguments, "--int-range", "0:32", "--report", str(report)]) == 0
     assert listed and re.split(r",\s+", listed.group(1)) == list(json.loads(report.read_text()))
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    readme = (ROOT / "README.md").read_text()
+    commands = [line for block in re.findall(r"```sh\n(.*?)```", readme, re.DOTALL) for line in block.splitlines()]
+    tests = [line for line in commands if line.startswith("python3 -m venv") and line.endswith("pytest -q")]
+    assert len(tests) == 1, tests
+    assert (ROOT / ".ci" / "run").read_text().splitlines()[-1] == tests[0]
+    assert "export CI=true" in (ROOT / ".ci" / "run").read_text()
