@@ -195,3 +195,19 @@ def test_ci_runs_exactly_the_readmes_test_command():
     assert len(tests) == 1, tests
     assert (ROOT / ".ci" / "run").read_text().splitlines()[-1] == tests[0]
     assert "export CI=true" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_versions_the_readme_names_are_the_set_ups():
+    from onnx_gather.directml.layout import ORT_DIRECTML_VERSION
+
+    readme = (ROOT / "README.md").read_text()
+    named = set(re.findall(r"onnxruntime-directml==([0-9.]+)", readme))
+    assert named == {ORT_DIRECTML_VERSION} and f"ONNX Runtime {ORT_DIRECTML_VERSION} refuses" in readme
+
+
+def test_the_readme_is_under_200_lines_and_its_first_screen_says_what_for_whom_and_how_to_try():
+    readme = (ROOT / "README.md").read_text()
+    first_screen = "\n".join(readme.splitlines()[:25])
+    assert len(readme.splitlines()) < 200
+    assert "Windows GPUs" in first_screen and "DirectML" in first_screen
+    assert "pip install . && onnx-gather demo" in first_screen
