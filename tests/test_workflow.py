@@ -4,8 +4,10 @@ entry points that exist; the parity step runs here without its dml backend)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -91,3 +93,16 @@ def test_the_workflows_parity_step_runs_here_without_its_dml_backend(tmp_path, m
     monkeypatch.chdir(tmp_path)
     assert main(here) == 0, capsys.readouterr()
     assert (tmp_path / "parity.json").is_file() and (tmp_path / "parity.md").is_file()
+
+
+def test_a_test_that_needs_real_directml_without_the_marker_fails_saying_so(tmp_path):
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path)
+    (tmp_path / "test_needs.py").write_text(
+        "import pytest\nfrom conftest import require_directml\n\n\ndef test_unmarked():\n    require_directml()\n\n\n"
+        "@pytest.mark.directml\ndef test_marked():\n    require_directml()\n"
+    )
+    environment = {**os.environ, "CI": "", "ONNX_GATHER_DIRECTML_HOME": str(tmp_path / "none")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-W", "ignore",
+                           str(tmp_path)], cwd=tmp_path, env=environment, capture_output=True, text=True)  # fmt: skip
+    assert "test_unmarked needs real DirectML: mark it @pytest.mark.directml" in done.stdout, done.stdout
+    assert "1 failed, 1 skipped" in done.stdout and "real DirectML is not set up" in done.stdout
