@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,7 @@ def run_native(op_type: str, data: np.ndarray, indices: np.ndarray, axis: int) -
 def assert_identical(actual: np.ndarray, expected: np.ndarray, canonical_nans: bool = False) -> None:
     """Same type, same shape, same bytes: a gather moves values and never rounds.
 
-    ``canonical_nans``: FLOAT16 carried through FLOAT32 by ONNX Runtime's Cast loses NaN payloads (README,
+    ``canonical_nans``: FLOAT16 carried through FLOAT32 by ONNX Runtime's Cast loses NaN payloads (docs/ops.md,
     known deviations); there a NaN must meet a NaN, and every other value its exact bits.
     """
     assert actual.dtype == expected.dtype, f"type {actual.dtype} != {expected.dtype}"
@@ -110,16 +111,45 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(text)
 
 
-def require_directml() -> None:
-    """Skip where real DirectML is not set up; in CI (CI=true), where the README's test command sets it up, fail."""
+_RUNNING: list = []  # the test being set up or run (pytest_runtest_setup): require_directml checks its marker
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _RUNNING[:] = [item]
+
+
+def _missing_directml(reason: str) -> None:
+    if os.environ.get("CI", "").lower() in ("true", "1"):
+        pytest.fail(f"in CI, {reason}")
+    pytest.skip(reason)
+
+
+def require_directml(wine: bool = False) -> None:
+    """Skip where real DirectML is not there; in CI (CI=true), where it is set up, fail. Every test that calls this
+    is marked ``directml`` (the Windows workflow runs those: ``pytest -m directml``), or fails saying so.
+
+    On Linux real DirectML is the Wine set-up (``onnx-gather setup-directml``); on Windows it is the installed
+    onnxruntime-directml's DmlExecutionProvider, and a test of the Wine set-up itself (``wine``: the runner,
+    direct.exe, the set-up) is skipped there."""
+    test = _RUNNING[0] if _RUNNING else None
+    if test is not None and test.get_closest_marker("directml") is None:
+        pytest.fail(
+            f"{test.nodeid} needs real DirectML: mark it @pytest.mark.directml (the Windows workflow runs those)"
+        )
+    if sys.platform == "win32":
+        if wine:
+            pytest.skip("a test of real DirectML's Linux set-up (Wine, the runner, direct.exe): not on Windows")
+        if "DmlExecutionProvider" not in onnxruntime.get_available_providers():
+            _missing_directml(
+                "ONNX Runtime's DmlExecutionProvider is not available: install onnxruntime-directml==1.24.4"
+            )
+        return
     from onnx_gather.directml.layout import SETUP_COMMAND, Layout
 
     problems = Layout.default().problems()
     if problems:
-        reason = f"real DirectML is not set up ({'; '.join(problems)}): run `{SETUP_COMMAND}` as root"
-        if os.environ.get("CI", "").lower() in ("true", "1"):
-            pytest.fail(f"in CI, {reason}")
-        pytest.skip(reason)
+        _missing_directml(f"real DirectML is not set up ({'; '.join(problems)}): run `{SETUP_COMMAND}` as root")
 
 
 # DirectML's 16-bit data types: it runs DXBC kernels for them on the set-up's default device, DXIL cs_6_2 ones on its
@@ -149,7 +179,7 @@ def no_directml(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def directml():
     """One runner of real DirectML for the whole test session (Wine and Xvfb started once, ended at the end)."""
-    require_directml()
+    require_directml(wine=True)
     from onnx_gather.directml.worker import Runner
 
     with Runner() as runner:

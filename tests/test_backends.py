@@ -127,6 +127,7 @@ def test_cuda_that_is_missing_says_why():
     assert "onnxruntime has no CUDAExecutionProvider" in backend.unavailable()
 
 
+@pytest.mark.directml
 def test_real_directml_runs_the_sample_model_bit_identical_with_the_custom_ops():
     require_directml()
     outcome = backends.create("dml").run(SAMPLE, IN_RANGE)

@@ -249,7 +249,8 @@ def test_run_prints_shapes_as_shape_takes_them(tmp_path, capsys):
 def test_the_docs_the_messages_cite_are_installed_and_printed(capsys):
     assert main(["docs"]) == 0
     listed = capsys.readouterr().out
-    assert listed.startswith("design       ") and "\nsemantics    " in listed and "onnx-gather docs NAME" in listed
+    assert listed.startswith("cli                ") and "\nsemantics          " in listed
+    assert "onnx-gather docs NAME" in listed
     assert "semantics.md" in listed and "design.md" in listed
     assert main(["docs", "semantics"]) == 0
     text = capsys.readouterr().out
@@ -257,7 +258,8 @@ def test_the_docs_the_messages_cite_are_installed_and_printed(capsys):
     # What the messages cite is there: section 4.3 and the provider's placement (section 6).
     assert "4.3" in text and "GetCpuPreferredNodes" in text
     assert main(["docs", "nothing"]) == 2
-    assert "no document 'nothing' (there are: design, semantics)" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "no document 'nothing' (there are: cli, design, directml-on-linux, ops, semantics)" in error
 
 
 def test_an_internal_error_exits_3_with_one_line_and_debug_gives_its_traceback(tmp_path, capsys, monkeypatch):
@@ -397,8 +399,8 @@ _TAKING_SHAPES = {
         ("nosuch:1x2", "--shape names 'nosuch', which is not an input of the model"),
         ("ids:2x4", "--shape ids:2x4: dimension 1 is 3 in the model"),  # the model says [batch, 3]
         ("ids:2", "--shape ids: 1 dimensions given, the model says 2"),
-        ("ids:2xtwo", "argument --shape: 'ids:2xtwo': expected NAME:DIMS such as ids:2x7 (see onnx-gather {command} "
-         "--help)"),
+        ("ids:2xtwo", "argument --shape: 'ids:2xtwo': expected NAME:DIMS such as token_ids:4x6 (see onnx-gather "
+         "{command} --help)"),
     ],
 )  # fmt: skip
 def test_every_command_refuses_a_bad_shape_alike_with_exit_2(tmp_path, capsys, command, shape, message):

@@ -241,7 +241,7 @@ def test_converted_and_lowered_gather_nd_give_the_native_outputs(graph, mode):
     assert_all_identical(run_model(converted, feeds, custom_ops=True), expected, canonical_nans=carried)
     lowered, lowering = lower(converted)
     assert lowering.left == [] and not any(n.domain == DOMAIN for n in lowered.graph.node)
-    # The lowered zero mode's Where makes FLOAT16 NaN payloads canonical (README, Known deviations).
+    # The lowered zero mode's Where makes FLOAT16 NaN payloads canonical (docs/ops.md, Known deviations).
     assert_all_identical(run_model(lowered, feeds), expected, canonical_nans=carried and mode == "zero")
     if mode == "error":  # the round trip gives back the original node
         assert [n.op_type for n in lowered.graph.node] == ["GatherND"]

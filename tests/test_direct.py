@@ -36,7 +36,7 @@ from onnx_gather.directml.process import RunnerError
 
 @pytest.fixture(scope="module")
 def direct():
-    require_directml()
+    require_directml(wine=True)
     with DirectRunner() as runner:
         yield runner
 
@@ -68,6 +68,7 @@ GATHER_EXAMPLES = [
 ]  # fmt: skip
 
 
+@pytest.mark.directml
 @pytest.mark.parametrize(("axis", "index_dimensions", "data", "indices", "expected"), GATHER_EXAMPLES)
 def test_dml_gather_gives_its_documented_examples(direct, axis, index_dimensions, data, indices, expected):
     attributes = {"axis": axis, "index_dimensions": index_dimensions}
@@ -75,6 +76,7 @@ def test_dml_gather_gives_its_documented_examples(direct, axis, index_dimensions
     assert _output(direct.run([case])[0], case) == expected
 
 
+@pytest.mark.directml
 def test_dml_gather_refuses_its_documented_example_3_as_printed_and_gives_it_with_a_leading_dimension(direct):
     # Printed: 2 dimensions, axis 1, index_dimensions 2, so C = {3} + {1,2} + {} = {3,1,2}. DirectML crops only
     # leading 1s of C to fit the dimension count: refused. With a leading 1 on every tensor, C = {1,3,1,2} crops to
@@ -86,11 +88,13 @@ def test_dml_gather_refuses_its_documented_example_3_as_printed_and_gives_it_wit
     assert _output(outcomes[1], padded) == [[[2, 1]], [[4, 3]], [[6, 5]]]
 
 
+@pytest.mark.directml
 def test_dml_gather_elements_gives_its_documented_example(direct):
     case = _case("GATHER_ELEMENTS", {"axis": 0}, [[1, 2, 3], [4, 5, 6], [7, 8, 9]], [[1, 2, 0], [2, 0, 0]], (2, 3))
     assert _output(direct.run([case])[0], case) == [[4, 8, 3], [7, 2, 3]]
 
 
+@pytest.mark.directml
 def test_dml_gather_nd1_gives_its_documented_examples(direct):
     names = ("input_dimension_count", "indices_dimension_count", "batch_dimension_count")
     remap = _case("GATHER_ND1", dict(zip(names, (2, 2, 0), strict=True)), [[0, 1], [2, 3]], [[1], [0]], (2, 2))
@@ -103,6 +107,7 @@ def test_dml_gather_nd1_gives_its_documented_examples(direct):
     assert _output(outcomes[1], batches) == [[[[0, 3], [7, 4], [9, 10]]]]
 
 
+@pytest.mark.directml
 def test_a_desc_directml_refuses_comes_back_as_its_stage_and_hresult_and_the_next_case_runs(direct):
     example_1 = ([11, 12, 13, 14], [3, 1, 3, 0, 2])
     attributes = {"axis": 0, "index_dimensions": 1}
@@ -114,6 +119,7 @@ def test_a_desc_directml_refuses_comes_back_as_its_stage_and_hresult_and_the_nex
     assert _output(outcomes[2], good) == [14, 12, 14, 11, 13]
 
 
+@pytest.mark.directml
 def test_a_total_must_reach_the_extent_rounded_up_to_4_but_need_not_be_a_multiple_of_4(direct):
     # Five UINT8 values gathered from five: each extent is 5 bytes, 8 when rounded up.
     data, indices = TensorDesc("UINT8", (5,), None, 8), TensorDesc.of("UINT32", (5,))
@@ -127,6 +133,7 @@ def test_a_total_must_reach_the_extent_rounded_up_to_4_but_need_not_be_a_multipl
     assert outcomes[3].output == bytes([5, 4, 3, 2, 1]) + b"\xcd" * 4
 
 
+@pytest.mark.directml
 def test_the_output_buffer_comes_back_whole_and_bytes_not_written_keep_the_fill(direct):
     # Example 1 into every other FLOAT32 of a 40-byte buffer: the gaps and the 4 bytes past the last element stay.
     output = TensorDesc("FLOAT32", (5,), (2,), 40)
@@ -137,6 +144,7 @@ def test_the_output_buffer_comes_back_whole_and_bytes_not_written_keep_the_fill(
     assert elements[1::2].tolist() == [0xABABABAB] * 5  # elements 1, 3, 5, 7 and the bytes 36..39
 
 
+@pytest.mark.directml
 def test_a_batch_of_cases_gives_each_its_own_output(direct):
     cases = [_case("GATHER", {"axis": 0, "index_dimensions": 1}, [11, 12, 13, 14], [k % 4], (1,)) for k in range(200)]
     direct.run(cases[:1])  # DirectML's shaders for this case compiled
@@ -151,8 +159,9 @@ def test_a_batch_of_cases_gives_each_its_own_output(direct):
                      f"DirectML feature level {direct.feature_level}")  # fmt: skip
 
 
+@pytest.mark.directml
 def test_a_direct_runner_past_its_time_limit_is_ended_with_wine_and_xvfb():
-    require_directml()
+    require_directml(wine=True)
     runner = DirectRunner(timeout=0.5)
     runner.runner.start()
     pids, folder = runner_children(runner.runner)
@@ -164,14 +173,16 @@ def test_a_direct_runner_past_its_time_limit_is_ended_with_wine_and_xvfb():
     assert not runner.runner.running
 
 
+@pytest.mark.directml
 def test_check_runs_a_case_through_direct_exe(capsys):
-    require_directml()
+    require_directml(wine=True)
     assert cli.main(["setup-directml", "--check"]) == 0
     assert "direct: a DML_GATHER ran on DirectML called directly (direct.exe) in" in capsys.readouterr().out
 
 
+@pytest.mark.directml
 def test_a_changed_direct_c_must_be_rebuilt(monkeypatch):
-    require_directml()
+    require_directml(wine=True)
     where = layout.Layout.default()
     source = layout.program_source
 
@@ -182,8 +193,9 @@ def test_a_changed_direct_c_must_be_rebuilt(monkeypatch):
     assert where.problems() == [f"direct.exe is not built from this version's direct.c and protocol.h in {where.bin}"]
 
 
+@pytest.mark.directml
 def test_each_program_is_compiled_with_protocol_h_into_its_exe_alone(tmp_path):
-    require_directml()  # the set-up's compiler
+    require_directml(wine=True)  # the set-up's compiler
     out = io.StringIO()
     for name in layout.PROGRAMS:
         install._compile(tmp_path, name, out)
@@ -206,6 +218,7 @@ def test_a_case_states_what_is_wrong_with_it():
 CONFORMANCE_SEED, CONFORMANCE_COUNT = 20261123, 3000
 
 
+@pytest.mark.directml
 def test_conformance_every_random_desc_is_predicted_bit_for_bit_and_the_custom_ops_agree(direct):
     # 3,000 random descs over the whole domain (random_descs): DirectML's verdict and whole output buffer are the
     # prediction's, bit for bit, and the custom ops compute every case laid out as ONNX Runtime's provider lays
@@ -233,12 +246,13 @@ def test_conformance_every_random_desc_is_predicted_bit_for_bit_and_the_custom_o
     assert not bad, f"{len(bad)} cases differ, the first: {bad[0].case}"
 
 
+@pytest.mark.directml
 @pytest.mark.parametrize("stack", list(KERNEL_OF_16_BIT_DATA))
 def test_16_bit_descs_are_predicted_bit_for_bit_on_the_dxbc_and_on_the_dxil_kernel(stack, tmp_path, monkeypatch):
     # The same random FLOAT16, INT16 and UINT16 descs on the default device and on the native 16-bit one. The shaders
     # DirectML compiles once its device is made are its own; every shader after them, the gathers', is of the
     # stack's kind: DXBC on the default device, DXIL (cs_6_2) on the native 16-bit one.
-    require_directml()
+    require_directml(wine=True)
     monkeypatch.setenv(layout.D3D12_VARIABLE, stack)
     dumps = dump_shaders(monkeypatch, tmp_path / "shaders")
     cases = random_descs.random_cases(CONFORMANCE_SEED + 1, 800, SIXTEEN_BIT)
@@ -262,6 +276,7 @@ def test_16_bit_descs_are_predicted_bit_for_bit_on_the_dxbc_and_on_the_dxil_kern
     assert not bad, f"{len(bad)} cases differ, the first: {bad[0].case}"
 
 
+@pytest.mark.directml
 def test_the_examples_of_docs_section_8_on_directml_and_in_the_prediction(direct):
     def case(operator, attributes, data, indices, output_sizes, input_desc=None, input_bytes=None):
         data, indices = np.asarray(data), np.asarray(indices)

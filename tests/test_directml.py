@@ -78,8 +78,9 @@ def _constant_gather_model(mebibytes: int) -> onnx.ModelProto:
 # --- set-up ---------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.directml
 def test_check_says_ready_with_the_versions_it_uses(capsys):
-    require_directml()
+    require_directml(wine=True)
     assert cli.main(["setup-directml", "--check"]) == 0
     out = capsys.readouterr().out
     assert f"ONNX Runtime {layout.ORT_DIRECTML_VERSION} with DirectML 1.15.4" in out
@@ -90,6 +91,7 @@ def test_check_says_ready_with_the_versions_it_uses(capsys):
     assert f"Direct3D 12 vkd3d-1.14 (ONNX_GATHER_DIRECTML_D3D12): {device}" in out
 
 
+@pytest.mark.directml
 @pytest.mark.parametrize(
     ("stack", "device"),
     [
@@ -98,14 +100,15 @@ def test_check_says_ready_with_the_versions_it_uses(capsys):
     ],
 )
 def test_the_other_devices_are_reachable_per_run(stack, device, capsys, monkeypatch):
-    require_directml()
+    require_directml(wine=True)
     monkeypatch.setenv(layout.D3D12_VARIABLE, stack)
     assert cli.main(["setup-directml", "--check"]) == 0
     assert f"Direct3D 12 {stack} (ONNX_GATHER_DIRECTML_D3D12): {device}" in capsys.readouterr().out
 
 
+@pytest.mark.directml
 def test_a_second_set_up_changes_nothing():
-    require_directml()
+    require_directml(wine=True)
     where = layout.Layout.default()
     before = {p: p.stat().st_mtime_ns for p in [where.state_file, *where.bin.iterdir(), where.prefix / "system.reg"]}
     out = io.StringIO()
@@ -120,8 +123,9 @@ def test_a_second_set_up_changes_nothing():
 # --- the runner -----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.directml
 def test_runner_runs_a_model_and_ends_its_processes():
-    require_directml()
+    require_directml(wine=True)
     with Runner() as runner:
         pids, folder = runner_children(runner)
         loaded = runner.load(_gather_model(2))
@@ -132,6 +136,7 @@ def test_runner_runs_a_model_and_ends_its_processes():
     assert_runner_ended(pids, folder)
 
 
+@pytest.mark.directml
 def test_an_onnx_runtime_error_comes_back_as_a_message_and_the_runner_goes_on(directml):
     # DirectML refuses GatherElements indices smaller than the data off the axis (ONNX allows them).
     graph = h.make_graph(
@@ -147,17 +152,19 @@ def test_an_onnx_runtime_error_comes_back_as_a_message_and_the_runner_goes_on(di
     directml.free(loaded)
 
 
+@pytest.mark.directml
 def test_missing_inputs_are_named():
-    require_directml()
+    require_directml(wine=True)
     with Runner() as runner:
         loaded = runner.load(_gather_model())
         with pytest.raises(ValueError, match="no value given for the model's inputs indices"):
             runner.run(loaded, {"data": FEEDS["data"]})
 
 
+@pytest.mark.directml
 def test_a_runner_leaves_no_wine_folder_in_the_temporary_folder():
     # Wine's server makes a wine-XXXXXX folder in TMPDIR and leaves it; the runner gives Wine a TMPDIR of its own.
-    require_directml()
+    require_directml(wine=True)
     temporary = Path(tempfile.gettempdir())
     before = set(temporary.glob("wine-*"))
     with Runner() as runner:
@@ -165,8 +172,9 @@ def test_a_runner_leaves_no_wine_folder_in_the_temporary_folder():
     assert set(temporary.glob("wine-*")) == before
 
 
+@pytest.mark.directml
 def test_a_request_past_its_time_limit_ends_wine_and_xvfb():
-    require_directml()
+    require_directml(wine=True)
     runner = Runner(timeout=0.5)
     runner.start()
     pids, folder = runner_children(runner)
@@ -177,10 +185,11 @@ def test_a_request_past_its_time_limit_ends_wine_and_xvfb():
     assert not runner.running
 
 
+@pytest.mark.directml
 def test_a_runner_that_dies_during_a_run_is_reported_at_once_with_how_it_ended():
     # The crash path, on every machine: the runner is stopped (so it cannot answer first), then killed. With a
     # time limit of 600 s, "ended unexpectedly" (not "no answer within 600 s") shows the error came at once.
-    require_directml()
+    require_directml(wine=True)
     with Runner(timeout=600) as runner:
         loaded = runner.load(_gather_model())
         pids, folder = runner_children(runner)
@@ -193,8 +202,9 @@ def test_a_runner_that_dies_during_a_run_is_reported_at_once_with_how_it_ended()
         assert_runner_ended(pids, folder)
 
 
+@pytest.mark.directml
 def test_a_runner_that_died_is_reported_and_the_next_load_starts_a_new_one():
-    require_directml()
+    require_directml(wine=True)
     with Runner() as runner:
         loaded = runner.load(_gather_model())
         pids, folder = runner_children(runner)
@@ -213,6 +223,7 @@ def test_a_runner_that_died_is_reported_and_the_next_load_starts_a_new_one():
         assert runner.run(again, FEEDS)["y0"].tolist() == [11, 10, 15]
 
 
+@pytest.mark.directml
 def test_a_value_the_provider_fuses_away_is_named_or_left_out_and_the_others_come_back(directml):
     # An Add whose one consumer is a Relu is fused into it: marked as an output too, ONNX Runtime returns no tensor
     graph = h.make_graph(
@@ -254,6 +265,7 @@ def _empty_model(tmp_path, consumed: bool) -> Path:
 EMPTY_FEEDS = {"x": np.array([1, 2, 3], np.float32), "e": np.zeros(0, np.float32)}
 
 
+@pytest.mark.directml
 def test_an_empty_output_is_noted_as_spoiling_the_others(tmp_path):
     # docs/semantics.md 9: ONNX Runtime's DirectML provider leaves y unwritten (tools/empty_output.py measures it)
     require_directml()
@@ -265,6 +277,7 @@ def test_an_empty_output_is_noted_as_spoiling_the_others(tmp_path):
                              "section 9)"]  # fmt: skip
 
 
+@pytest.mark.directml
 def test_all_tensors_runs_again_without_the_marked_values_that_came_back_empty(tmp_path):
     require_directml()
     path = _empty_model(tmp_path, consumed=True)
@@ -277,8 +290,9 @@ def test_all_tensors_runs_again_without_the_marked_values_that_came_back_empty(t
     assert parity.passed and parity.compared == 1
 
 
+@pytest.mark.directml
 def test_an_error_inside_the_with_block_still_ends_everything():
-    require_directml()
+    require_directml(wine=True)
     with pytest.raises(KeyError), Runner() as runner:
         pids, folder = runner_children(runner)
         raise KeyError("boom")
@@ -295,6 +309,7 @@ def _assert_all_bit_identical(run: conformance.Run) -> None:
         assert outcome.lowered_matches, f"the lowered graph differs from the semantics: {outcome.case.describe()}"
 
 
+@pytest.mark.directml
 def test_every_case_in_range_and_out_of_bounds_is_bit_identical_on_directml_the_semantics_ops_and_lowering(
     directml,
 ):
@@ -321,6 +336,7 @@ def test_every_case_in_range_and_out_of_bounds_is_bit_identical_on_directml_the_
     _assert_all_bit_identical(run)
 
 
+@pytest.mark.directml
 def test_every_gather_nd_case_is_bit_identical_on_directml_the_semantics_ops_and_lowering(directml):
     # DML_GATHER_ND1 as ONNX Runtime's DirectML provider makes it of ONNX GatherND: batch_dims 0 to 2, every tuple
     # length, the 12 data types; ONNX's GatherND takes INT64 indices only.
@@ -340,13 +356,14 @@ def test_every_gather_nd_case_is_bit_identical_on_directml_the_semantics_ops_and
     _assert_all_bit_identical(run)
 
 
+@pytest.mark.directml
 @pytest.mark.parametrize("stack", list(KERNEL_OF_16_BIT_DATA))
 def test_16_bit_gathers_are_bit_identical_to_the_semantics_on_the_dxbc_and_on_the_dxil_kernel(stack, tmp_path,
                                                                                              monkeypatch):  # fmt: skip
     # The same FLOAT16, INT16 and UINT16 cases on the default device (DXBC kernels) and on the native 16-bit one
     # (DXIL cs_6_2 kernels, what GPUs with native 16-bit shader ops run). The custom ops and the lowered graph do not
     # depend on the device: the tests above hold them.
-    require_directml()
+    require_directml(wine=True)
     monkeypatch.setenv(layout.D3D12_VARIABLE, stack)
     dumps = dump_shaders(monkeypatch, tmp_path / "shaders")
     cases = conformance.random_gather_cases(SEED + 4, 450, out_of_bounds=0.4, beyond_int32=0.1, data_types=SIXTEEN_BIT)
@@ -371,6 +388,7 @@ def test_16_bit_gathers_are_bit_identical_to_the_semantics_on_the_dxbc_and_on_th
     )
 
 
+@pytest.mark.directml
 def test_the_stand_in_modes_differ_from_directml_out_of_bounds(directml):
     cases = conformance.random_gather_cases(SEED + 1, 250, out_of_bounds=1.0)
     results = conformance.run_directml(directml, cases)
@@ -380,6 +398,7 @@ def test_the_stand_in_modes_differ_from_directml_out_of_bounds(directml):
         assert differing > 100, mode
 
 
+@pytest.mark.directml
 def test_directml_is_deterministic(directml):
     cases = conformance.random_gather_cases(SEED + 2, 100, out_of_bounds=0.5)
     first = conformance.run_directml(directml, cases)
@@ -428,6 +447,7 @@ PLACEMENT_CASES = {
 }
 
 
+@pytest.mark.directml
 @pytest.mark.parametrize("case", PLACEMENT_CASES)
 def test_check_predicts_where_the_directml_provider_puts_each_gather(directml, case):
     model, expected = PLACEMENT_CASES[case]
@@ -445,6 +465,7 @@ def test_check_predicts_where_the_directml_provider_puts_each_gather(directml, c
         directml.free(loaded)
 
 
+@pytest.mark.directml
 def test_keep_cpu_gathers_leaves_what_the_provider_keeps_on_cpu_so_the_custom_ops_predict_it(directml):
     # A BFLOAT16 gather runs on ONNX Runtime's CPU provider, where an out-of-bounds index is an error: so it is in
     # the route converted with keep_on_cpu. The FLOAT gather beside it runs on DirectML and reads as DirectML does.
@@ -491,8 +512,9 @@ def _dml_run(tmp_path) -> tuple[list[str], dict[str, str], Path]:
     return command, {**os.environ, "TMPDIR": str(private)}, private
 
 
+@pytest.mark.directml
 def test_ctrl_c_during_a_dml_run_ends_at_once_with_one_line_and_leaves_nothing(tmp_path):
-    require_directml()
+    require_directml(wine=True)
     command, environment, private = _dml_run(tmp_path)
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
     deadline = time.monotonic() + 120
@@ -508,9 +530,10 @@ def test_ctrl_c_during_a_dml_run_ends_at_once_with_one_line_and_leaves_nothing(t
     assert processes_mentioning(folders[0]) == [], "a Wine server, Wine service or Xvfb of the runner is left"
 
 
+@pytest.mark.directml
 def test_the_kernels_directml_compiles_for_the_gathers_are_reported(tmp_path, monkeypatch):
     # vkd3d dumps every shader it compiles, named by its source kind: DXBC (shader model 5) or DXIL (6).
-    require_directml()
+    require_directml(wine=True)
     dumps = dump_shaders(monkeypatch, tmp_path / "shaders")
     cases = conformance.random_gather_cases(SEED, 240, out_of_bounds=0.4) + conformance.random_gather_cases(
         SEED, 60, nd=True
@@ -526,8 +549,9 @@ def test_the_kernels_directml_compiles_for_the_gathers_are_reported(tmp_path, mo
     )
 
 
+@pytest.mark.directml
 def test_the_runner_has_a_memory_limit_and_says_when_directml_runs_out_of_it(monkeypatch):
-    require_directml()
+    require_directml(wine=True)
     monkeypatch.setenv(memory_limit.VARIABLE, "0.3")
     runner = Runner()
     runner.start()  # Wine and an idle runner: about 140 MiB
@@ -539,12 +563,13 @@ def test_the_runner_has_a_memory_limit_and_says_when_directml_runs_out_of_it(mon
     assert not any((root / name).exists() for root in roots)  # the runner's cgroup is removed
 
 
+@pytest.mark.directml
 @pytest.mark.parametrize("stack", ["vkd3d-1.14", layout.NATIVE16])
 def test_a_descriptor_heap_costs_what_it_holds(stack, monkeypatch):
     # vkd3d 1.14 as released gives a shader-visible descriptor heap's Vulkan descriptor sets the layouts of the
     # device's largest heap, and lavapipe allocates a set whole for its layout: this model's one heap cost about
     # 490 MiB (the runner's peak: 691 MiB; 201 MiB with d3d12/heap-sized-set-layouts.patch, as measured).
-    require_directml()
+    require_directml(wine=True)
     monkeypatch.setenv(layout.D3D12_VARIABLE, stack)
     monkeypatch.setenv(memory_limit.VARIABLE, "0.3")
     with Runner() as runner:
@@ -573,10 +598,11 @@ def test_only_folders_of_dead_owners_in_onnx_gathers_form_are_removed(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([own, *others, "elsewhere", link])
 
 
+@pytest.mark.directml
 def test_a_run_killed_with_kill_9_leaves_what_the_next_run_removes_and_a_live_runs_folder_is_kept(
     tmp_path, monkeypatch
 ):
-    require_directml()
+    require_directml(wine=True)
     command, environment, private = _dml_run(tmp_path)
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
     deadline = time.monotonic() + 120

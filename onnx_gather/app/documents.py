@@ -34,8 +34,9 @@ def show(name: str | None, out: TextIO) -> int:
     """Print the document ``name``; without a name, list the documents with where they are installed."""
     files = _files()
     if name is None:
+        width = max(map(len, files)) + 1
         for each in sorted(files):
-            out.write(f"{each:<12} {files[each]}\n")
+            out.write(f"{each:<{width}} {files[each]}\n")
         out.write("Print one with: onnx-gather docs NAME (e.g. onnx-gather docs semantics | less)\n")
         return 0
     if name not in files:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import onnx
 
 from onnx_gather.app.options import InputChoice
-from onnx_gather.core.contract import DML_OP_TYPES
+from onnx_gather.core import contract
 from onnx_gather.directml.process import DirectMlError, RunnerError
 from onnx_gather.graphs.lowering.lower import LoweringError
-from onnx_gather.runtime import inputs
+from onnx_gather.graphs.plumbing import bodies
+from onnx_gather.runtime import backends, inputs
 from onnx_gather.runtime.backends import DeviceError
 from onnx_gather.runtime.inputs import Feeds
 from onnx_gather.runtime.parity import Parity
@@ -21,23 +22,30 @@ def _inputs_hint(error: BaseException, model: onnx.ModelProto, feeds: Feeds, cho
     return inputs.index_hint(model, str(error), generated, choice.int_range)
 
 
-def failure_hint(error: BaseException, model: onnx.ModelProto, feeds: Feeds, choice: InputChoice) -> str:
-    """What the user can do about a backend's ``error`` on ``model`` run on ``feeds``: run DML ops with the pyop
-    backend; give other inputs where they can explain it; nothing where the device is the problem, or the lowering
-    (its error names the node and why)."""
+def _holds_dml_ops(model: onnx.ModelProto) -> bool:
+    return any(contract.is_dml(node) for body in bodies(model) for node in body.nodes)
+
+
+def failure_hint(error: BaseException, backend: str, model: onnx.ModelProto, feeds: Feeds, choice: InputChoice) -> str:
+    """What the user can do about the failure ``error`` of ``backend`` on ``model`` run on ``feeds``: run a model
+    that holds DML ops on a backend that runs them; give other inputs where they can explain it; nothing where the
+    device is the problem, or the lowering (its error names the node and why)."""
     if isinstance(error, DeviceError | RunnerError | LoweringError):
         return ""  # the device, the DirectML runner's end (out of memory, time limit), the lowering: not the inputs
-    if any(op_type in str(error) for op_type in DML_OP_TYPES):
-        return ("the model holds onnx-gather's DML ops, which only the pyop backend runs: use --backend pyop, or "
-                "`onnx-gather lower` it into standard ONNX first")  # fmt: skip
+    names_a_dml_op = any(op_type in str(error) for op_type in contract.DML_OP_TYPES)
+    if names_a_dml_op and not backends.create(backend).runs_dml_ops and _holds_dml_ops(model):
+        return (f"the model holds onnx-gather's DML ops, which the {backend} backend cannot run: use --backend "
+                "pyop, or `onnx-gather lower` it into standard ONNX first")  # fmt: skip
     hint = _inputs_hint(error, model, feeds, choice)
     if isinstance(error, DirectMlError):
-        known = "DirectML failures known on Windows too are listed in onnx-gather's README, 'Known DirectML failures'"
+        known = ("DirectML failures known on Windows too are listed in `onnx-gather docs directml-on-linux`, 'Known "
+                 "DirectML failures'")  # fmt: skip
         return f"{hint}; {known}" if hint else known
     return hint
 
 
 def parity_hint(parity: Parity, model: onnx.ModelProto, choice: InputChoice) -> str:
     """The hints for every backend that failed in ``parity``, each once."""
-    hints = (failure_hint(error, model, parity.feeds, choice) for error in parity.failures)
+    hints = (failure_hint(run.error, name, model, parity.feeds, choice)
+             for name, run in parity.backends.items() if run.error is not None)  # fmt: skip
     return "; ".join(dict.fromkeys(hint for hint in hints if hint))

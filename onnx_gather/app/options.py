@@ -31,7 +31,7 @@ def _shape(text: str) -> tuple[str, tuple[int, ...]]:
     except ValueError:
         shape = (-1,)
     if not name or any(d < 0 for d in shape):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME:DIMS such as ids:2x7")
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME:DIMS such as token_ids:4x6")
     return name, shape
 
 
@@ -67,7 +67,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--inputs", type=Path, help="an .npz file with the inputs (those missing are generated)")
     group.add_argument(
         "--shape", type=_shape, action=_Shapes, default={}, metavar="NAME:DIMS",
-        help="the shape of a generated input, e.g. token_ids:2x7 (dynamic dims default to 1); repeat for others",
+        help="the shape of a generated input, e.g. token_ids:4x6 (dynamic dims default to 1); repeat for others",
     )  # fmt: skip
     group.add_argument(
         "--seed", type=number(int, 0, "an integer of 0 or more"), default=0,

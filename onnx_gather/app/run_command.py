@@ -52,7 +52,7 @@ class RunCommand(Command):
             progress.clear()
             if args.debug:
                 traceback.print_exc()
-            hint = failure_hint(error, model.proto, feeds, choice)
+            hint = failure_hint(error, args.backend, model.proto, feeds, choice)
             hint = f"; {hint}" if hint else ""
             print(f"onnx-gather: {args.backend} failed on {args.model}: {one_line(error)}{hint}", file=sys.stderr)
             return 1

@@ -1,6 +1,6 @@
 """What DirectML computes for a gather operator desc: DML_GATHER, DML_GATHER_ELEMENTS, DML_GATHER_ND and
 DML_GATHER_ND1 over buffer tensor descs (sizes, strides, TotalTensorSizeInBytes, alignment) and the buffers' bytes,
-as measured on DirectML 1.15.4 called directly (docs/semantics.md section 7 states the rules with examples).
+as measured on DirectML 1.15.4 called directly (docs/semantics.md section 8 states the rules with examples).
 
 ``predict(case)`` is the outcome DirectML gives: the refusal at operator creation (``REFUSED``), or the whole output
 buffer, the bytes DirectML leaves alone keeping the case's fill. ``NotPredicted`` says where no rule was found.

@@ -101,6 +101,7 @@ class Backend:
 
     name = ""
     description = ""
+    runs_dml_ops = False  # whether a model that already holds onnx-gather's DML ops runs here
 
     def __init__(self, device_id: int = 0, out_of_bounds: str = "directml") -> None:
         self.device_id = device_id  # for the hardware providers
@@ -137,6 +138,7 @@ def _observation(model: Model, feeds: Mapping[str, np.ndarray]) -> Observation:
 
 class PyOp(Backend):
     name = "pyop"
+    runs_dml_ops = True
     description = "to_dml(model) with the custom ops in ONNX Runtime: DirectML's semantics, the reference"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
@@ -165,6 +167,7 @@ class Cpu(Backend):
 
 class Lowered(Backend):
     name = "lowered"
+    runs_dml_ops = True
     description = "to_onnx(to_dml(model)): DirectML's semantics in standard ONNX, ONNX Runtime CPU"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
@@ -332,6 +335,7 @@ def _named_nodes(model: Model) -> Iterator[Path]:
 
 class Reference(Backend):
     name = "reference"
+    runs_dml_ops = True
     description = "to_dml(model) in onnx's reference evaluator: DirectML's semantics, no ONNX Runtime, FLOAT16 kept"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
