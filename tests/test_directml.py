@@ -642,3 +642,19 @@ def _parent(process: Path) -> int | None:
 def _state(pid: int) -> str | None:
     fields = leftovers.stat_fields(pid)
     return fields[0] if fields else None
+
+
+@pytest.mark.directml
+def test_a_model_newer_than_onnx_runtime_1_24_reads_is_refused_with_the_ir_version_to_save_it_with(tmp_path, capsys):
+    require_directml()
+    graph = h.make_graph([h.make_node("Neg", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [2])])  # fmt: skip
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=14), tmp_path / "new.onnx")
+    assert cli.main(["run", str(tmp_path / "new.onnx"), "--backend", "dml"]) == 1
+    error = capsys.readouterr().err
+    assert "Unsupported model IR version: 14, max supported IR version: 13" in error
+    hint = (
+        "; this ONNX Runtime reads models of IR version 13 at most: save the model with ir_version = 13 (onnx's "
+        "helper.make_model writes the newest by default)"
+    )
+    assert error.rstrip().endswith(hint)

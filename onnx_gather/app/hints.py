@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import onnx
 
 from onnx_gather.app.options import InputChoice
@@ -22,6 +24,10 @@ def _inputs_hint(error: BaseException, model: onnx.ModelProto, feeds: Feeds, cho
     return inputs.index_hint(model, str(error), generated, choice.int_range)
 
 
+# ONNX Runtime's refusal of a model newer than it reads (1.24.4, the last with DirectML, reads IR version 13 at most)
+_IR_VERSION = re.compile(r"Unsupported model IR version: \d+, max supported IR version: (?P<most>\d+)")
+
+
 def _holds_dml_ops(model: onnx.ModelProto) -> bool:
     return any(contract.is_dml(node) for body in bodies(model) for node in body.nodes)
 
@@ -36,6 +42,10 @@ def failure_hint(error: BaseException, backend: str, model: onnx.ModelProto, fee
     if names_a_dml_op and not backends.create(backend).runs_dml_ops and _holds_dml_ops(model):
         return (f"the model holds onnx-gather's DML ops, which the {backend} backend cannot run: use --backend "
                 "pyop, or `onnx-gather lower` it into standard ONNX first")  # fmt: skip
+    newer = _IR_VERSION.search(str(error))
+    if newer:
+        return (f"this ONNX Runtime reads models of IR version {newer['most']} at most: save the model with "
+                f"ir_version = {newer['most']} (onnx's helper.make_model writes the newest by default)")  # fmt: skip
     hint = _inputs_hint(error, model, feeds, choice)
     if isinstance(error, DirectMlError):
         known = ("DirectML failures known on Windows too are listed in `onnx-gather docs directml-on-linux`, 'Known "
