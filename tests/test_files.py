@@ -184,11 +184,7 @@ def full_folder(request, tmp_path, monkeypatch):
     ("arguments", "flag", "name"),
     [
         (["convert", "{model}", "-o", "{out}"], "-o/--output", "out.onnx"),
-        (
-            ["run", "{model}", "--backend", "cpu", "--shape", "token_ids:2x6", "--outputs", "{out}"],
-            "--outputs",
-            "out.npz",
-        ),
+        (["run", "{model}", "--backend", "cpu", "--outputs", "{out}"], "--outputs", "out.npz"),
         (["parity", "{model}", "--backends", "cpu", "--save-inputs", "{out}"], "--save-inputs", "in.npz"),
         (["parity", "{model}", "--backends", "cpu", "--report", "{out}"], "--report", "report.json"),
         (["parity", "{model}", "--backends", "cpu", "--markdown", "{out}"], "--markdown", "report.md"),
