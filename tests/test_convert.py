@@ -18,6 +18,7 @@ from onnx_gather.core import semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.graphs.convert import convert
 from onnx_gather.graphs.lowering.lower import lower
+from onnx_gather.graphs.placement.check import check
 from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime.observe import Observation
 
@@ -523,3 +524,38 @@ def test_a_lowered_gather_nd_on_dims_known_only_by_name_loads_without_a_warning(
     indices = np.array([[1, 2, 3], [0, -3, 9]])  # the second tuple is out of bounds
     feeds = {"x": x, "i": indices}
     assert_identical(run_model(path, feeds)[0], run_model(converted, feeds, custom_ops=True)[0])
+
+
+def _function_with_referenced_axis(op_type: str, domain: str = "", **attributes) -> onnx.ModelProto:
+    """A model-local function whose one gather takes its axis from the function's attribute ``ax``."""
+    axis = onnx.AttributeProto(name="axis", ref_attr_name="ax", type=onnx.AttributeProto.INT)
+    node = h.make_node(op_type, ["d", "i"], ["o"], domain=domain, **attributes)
+    node.attribute.append(axis)
+    imports = [h.make_opsetid("", 17), *([h.make_opsetid(domain, 1)] if domain else [])]
+    function = h.make_function("local", "Pick", ["d", "i"], ["o"], [node], imports, attributes=["ax"])
+    call = h.make_node("Pick", ["x", "idx"], ["y"], domain="local", ax=1)
+    return _model(
+        [call], [h.make_tensor_value_info("x", T.FLOAT, [3, 4]), h.make_tensor_value_info("idx", T.INT64, [1, 2])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)], functions=[function],
+    )  # fmt: skip
+
+
+def test_a_gather_whose_axis_a_function_call_gives_stays_standard_with_the_reason():
+    model = _function_with_referenced_axis("Gather")
+    model.opset_import.append(h.make_opsetid("local", 1))
+    converted, report = convert(model)
+    reason = "its axis is the function's attribute 'ax', whose value each call gives"
+    assert [(c.op_type, c.reason) for c in report.left] == [("Gather", reason)]
+    assert converted.functions[0].node[0].op_type == "Gather"
+    verdicts = check(model)
+    assert [(v.status, v.reason) for v in verdicts] == [("unknown", f"the provider decides when it runs: {reason}")]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert_all_identical(run_model(converted, {"x": x, "idx": np.array([[3, 0]])}), [x[:, [[3, 0]]]])
+
+
+def test_a_dml_node_whose_axis_a_function_call_gives_is_left_by_the_lowering_with_the_reason():
+    model = _function_with_referenced_axis("DmlGatherElements", DOMAIN, out_of_bounds="directml")
+    model.opset_import.extend([h.make_opsetid("local", 1), h.make_opsetid(DOMAIN, 1)])
+    _, report = lower(model)
+    assert [(c.op_type, c.reason) for c in report.left] == [
+        ("DmlGatherElements", "its axis is the function's attribute 'ax', whose value each call gives")]  # fmt: skip

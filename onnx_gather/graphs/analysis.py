@@ -17,7 +17,7 @@ from onnx_gather.core.form import DmlForm, FormError, dml_form, output_rank
 from onnx_gather.graphs.changes import NodeChange
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, FeatureLevel, place_gather
 from onnx_gather.graphs.placement.nodes import REASONS, place_nodes
-from onnx_gather.graphs.plumbing import Body, Names, bodies
+from onnx_gather.graphs.plumbing import Body, Names, bodies, referenced_attribute
 from onnx_gather.graphs.ranks import Observer, branch_dependence, symbolic_types
 from onnx_gather.graphs.types import ValueType, value_types
 
@@ -134,9 +134,11 @@ class Analysis:
         """How DML form expresses gather ``node`` (the ``index``-th of ``body``), or None; and what the report says
         of it (for a converted node, ``result`` is the DML node's name, fresh in the model)."""
         data, indices = (types.get(name) for name in node.input[:2])
+        referenced = referenced_attribute(node)
         known = data is not None and data.rank is not None and indices is not None and indices.rank is not None
+        known = known and not referenced
         axis = _attribute(node, "axis", 0) % data.rank if known and data.rank else None
-        plan = _examine(body, types, node, self.dimension_count, self.unknown, self.carrying)
+        plan = referenced or _examine(body, types, node, self.dimension_count, self.unknown, self.carrying)
         placed = self.placed[body.where][index] if body.where in self.placed else None
         fails = ""
         if placed is not None and placed.why in REASONS:
@@ -150,7 +152,7 @@ class Analysis:
                 fails = placement.reason
         if isinstance(plan, str):
             data, indices = (data, indices) if known else (None, None)
-            batch = _attribute(node, "batch_dims", 0)
+            batch = _attribute(node, "batch_dims", 0) if not referenced else 0
             return None, NodeChange(
                 where=body.where,
                 node=node.name,

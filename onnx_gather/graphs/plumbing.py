@@ -56,6 +56,15 @@ def unnamed(node: onnx.NodeProto, position: int) -> str:
     return f"{node.op_type} #{position}"
 
 
+def referenced_attribute(node: onnx.NodeProto) -> str:
+    """Why ``node`` (in a model-local function) cannot be judged alone: an attribute of it that refers to the
+    function's (its value comes with each call); "" where none does."""
+    found = next((a for a in node.attribute if a.ref_attr_name), None)
+    if found is None:
+        return ""
+    return f"its {found.name} is the function's attribute {found.ref_attr_name!r}, whose value each call gives"
+
+
 def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
     for attribute in node.attribute:
         if attribute.type == onnx.AttributeProto.GRAPH:

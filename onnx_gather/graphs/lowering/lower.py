@@ -42,7 +42,15 @@ from onnx_gather.graphs.lowering.native import (
 )
 from onnx_gather.graphs.lowering.through import Surroundings, complete, look_through
 from onnx_gather.graphs.opsets import OpsetError, needed_opset, raise_opset
-from onnx_gather.graphs.plumbing import Body, DefUse, Names, bodies, sort_topologically, use_counts
+from onnx_gather.graphs.plumbing import (
+    Body,
+    DefUse,
+    Names,
+    bodies,
+    referenced_attribute,
+    sort_topologically,
+    use_counts,
+)
 from onnx_gather.graphs.types import ValueType, value_types
 
 # What to_dml puts beside a DML node for it alone (axes, slice ends): removed with what it served.
@@ -305,11 +313,14 @@ class _Lowering:
 def _read_attributes(types: dict[str, ValueType], node: onnx.NodeProto) -> tuple[dict, str, str | None]:
     """A DML node's attributes and its ``out_of_bounds`` mode, and why it cannot be lowered where one of
     ``required`` is missing or its input's rank is unknown (None where it can)."""
-    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    referenced = referenced_attribute(node)
+    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute if not a.ref_attr_name}
     mode = attributes.get("out_of_bounds", "")
     mode = mode.decode() if isinstance(mode, bytes) else mode
     missing = [name for name in contract.BY_TYPE[node.op_type].attribute_types() if name not in attributes]
     input_type, indices_type = types.get(node.input[0]), types.get(node.input[1])
+    if referenced:
+        return attributes, mode, referenced
     if missing:
         return attributes, mode, f"attribute {missing[0]!r} is missing"
     if input_type is None or input_type.rank is None or indices_type is None:
