@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import platform
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -269,7 +269,9 @@ class DirectMl(_Provider):
         outcome = self._run(model, feeds)
         empty = [name for name, array in outcome.outputs.items() if array.size == 0]
         if any(name in model.marked for name in empty):
-            with _without(model, [name for name in empty if name in model.marked]) as narrower:
+            left = {name for name in empty if name in model.marked}
+            kept = [value for value in model.proto.graph.output if value.name not in left]
+            with with_outputs(model, kept, model.marked - left) as narrower:
                 again = self._run(narrower, feeds)
             outputs = {name: again.outputs.get(name, outcome.outputs.get(name)) for name in model.output_names}
             outcome = Outcome({name: array for name, array in outputs.items() if array is not None},
@@ -308,15 +310,15 @@ class DirectMl(_Provider):
 
 
 @contextlib.contextmanager
-def _without(model: Model, names: list[str]) -> Iterator[Model]:
-    """``model`` without the outputs ``names``, in a file beside it."""
+def with_outputs(model: Model, outputs: Sequence[onnx.ValueInfoProto], marked: frozenset[str]) -> Iterator[Model]:
+    """``model`` with ``outputs`` as its graph's outputs (``marked``: those made outputs only to be compared), in a
+    file beside it (whose external data it shares), removed afterwards."""
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
-    kept = [value for value in proto.graph.output if value.name not in names]
     del proto.graph.output[:]
-    proto.graph.output.extend(kept)
+    proto.graph.output.extend(outputs)
     with model_io.temporary_copy(proto, model.path) as path:
-        yield Model(path, proto, model.marked - set(names))
+        yield Model(path, proto, marked)
 
 
 @contextlib.contextmanager

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 
 import onnx
 
-from onnx_gather.graphs import model_io
 from onnx_gather.graphs.plumbing import unnamed
 from onnx_gather.graphs.types import value_types
-from onnx_gather.runtime.backends import Model, Outcome
+from onnx_gather.runtime.backends import Model, Outcome, with_outputs
 from onnx_gather.runtime.comparison import Comparison
 
 NOTE = "marking every value as an output can change what a backend fuses, and so what it computes"
@@ -23,19 +22,18 @@ NOTE = "marking every value as an output can change what a backend fuses, and so
 def marked(model: Model) -> Iterator[Model]:
     """``model`` with every typed value its main graph's nodes make added to its outputs (``Model.marked``), in a
     file beside the original (whose external data it shares), removed afterwards."""
-    proto = onnx.ModelProto()
-    proto.CopyFrom(model.proto)
-    types = value_types(proto).get(0, {})
-    present = {value.name for value in (*proto.graph.input, *proto.graph.output)}
-    for node in proto.graph.node:
+    types = value_types(model.proto).get(0, {})
+    present = {value.name for value in (*model.proto.graph.input, *model.proto.graph.output)}
+    added = []
+    for node in model.proto.graph.node:
         for name in node.output:
             value_type = types.get(name)
             if name and name not in present and value_type is not None and value_type.elem_type:
-                proto.graph.output.append(value_type.value_info(name))
+                added.append(value_type.value_info(name))
                 present.add(name)
-    with model_io.temporary_copy(proto, model.path) as path:
-        added = frozenset(value.name for value in proto.graph.output) - set(model.output_names)
-        yield Model(path, proto, added)
+    outputs = [*model.proto.graph.output, *added]
+    with with_outputs(model, outputs, frozenset(value.name for value in added)) as wide:
+        yield wide
 
 
 def _on_cpu(placement: Mapping[str, dict], label: str) -> bool:
