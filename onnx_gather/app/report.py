@@ -63,21 +63,16 @@ def _divergence_entry(found: Divergence) -> dict:
 
 
 def _input(name: str, array: np.ndarray, feeds: Feeds) -> dict:
-    entry = {"dtype": array.dtype.name, "shape": list(array.shape), "source": _source(name, feeds)}
+    entry = {"dtype": array.dtype.name, "shape": list(array.shape), "source": feeds.source(name)}
     if name in feeds.drawn:
         entry["drawn"] = feeds.drawn[name]
     return entry
 
 
-def _source(name: str, feeds: Feeds) -> str:
-    return "generated" if name in feeds.generated else "given"
-
-
 def inputs_lines(feeds: Feeds) -> list[str]:
     """The inputs a model ran on, where they came from and how generated ones were drawn; and the warning on
     dynamic dims generated as 1, where there are such."""
-    listed = ", ".join(f"{name} {array.dtype.name} {dims_text(array.shape)} ({_source(name, feeds)}"
-                       + (f": {feeds.drawn[name]}" if name in feeds.drawn else "") + ")"
+    listed = ", ".join(f"{name} {array.dtype.name} {dims_text(array.shape)} ({feeds.said(name)})"
                        for name, array in feeds.arrays.items())  # fmt: skip
     seed = f", with --seed {feeds.seed}" if feeds.generated and feeds.seed is not None else ""
     return [f"Inputs: {listed or 'none'}{seed}.", *([f"Warning: {feeds.warning}."] if feeds.warning else [])]

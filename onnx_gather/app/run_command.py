@@ -60,8 +60,7 @@ class RunCommand(Command):
             progress.clear()  # also when interrupted
         print(f"{args.model} on {args.backend}: {backend.description}")
         for name, array in feeds.arrays.items():
-            source = f"generated: {feeds.drawn[name]}" if name in feeds.drawn else "given"
-            print(f"  input  {_describe(name, array)}  ({source})")
+            print(f"  input  {_describe(name, array)}  ({feeds.said(name)})")
         for name, array in outcome.outputs.items():
             print("  output " + _describe(name, array))
         for node, count in outcome.out_of_bounds.items():

@@ -40,6 +40,15 @@ class Feeds:
     def given(self) -> list[str]:
         return [name for name in self.arrays if name not in self.generated]
 
+    def source(self, name: str) -> str:
+        """Where input ``name`` came from: "given" or "generated"."""
+        return "generated" if name in self.generated else "given"
+
+    def said(self, name: str) -> str:
+        """Where input ``name`` came from, in words: given, or generated and how."""
+        how = self.drawn.get(name)
+        return f"{self.source(name)}: {how}" if how else self.source(name)
+
 
 def drawn(arrays: Mapping[str, np.ndarray], int_range: tuple[int, int]) -> dict[str, str]:
     """How ``generate`` drew each of ``arrays``: in words, for reports."""
