@@ -238,15 +238,21 @@ def _whole_models() -> dict[str, tuple[str, str, dict]]:
 WHOLE_MODELS = _whole_models()
 
 
-@pytest.mark.directml
-@pytest.mark.parametrize("name", list(WHOLE_MODELS))
-def test_whole_model_on_real_directml_within_tolerance_of_the_cpu(name):
+def _against_the_cpu(name: str, backend_names: tuple[str, ...], all_tensors: bool = False):
+    """Whole model ``name`` run on ``backend_names`` (real DirectML among them) and compared with ONNX Runtime's CPU
+    at the default tolerances; the model and the parity run."""
     require_directml()
     package, file, feeds = WHOLE_MODELS[name]
     path, _ = _load(package, file)
     model = backends.Model(path, model_io.load(path))
-    built = [backends.create(name) for name in ("pyop", "lowered", "dml")]
-    parity = run_parity(model, Feeds(feeds), built, backends.create("cpu"), Tolerance())
+    built = [backends.create(backend) for backend in backend_names]
+    return model, run_parity(model, Feeds(feeds), built, backends.create("cpu"), Tolerance(), all_tensors=all_tensors)
+
+
+@pytest.mark.directml
+@pytest.mark.parametrize("name", list(WHOLE_MODELS))
+def test_whole_model_on_real_directml_within_tolerance_of_the_cpu(name):
+    _, parity = _against_the_cpu(name, ("pyop", "lowered", "dml"))
     dml = parity.backends["dml"]
     assert dml.status == "ok", dml.reason
     placed = {provider: value["nodes"] for provider, value in dml.outcome.placement.items()}
@@ -263,12 +269,7 @@ def test_whole_model_on_real_directml_within_tolerance_of_the_cpu(name):
 def test_all_tensors_completes_on_real_directml(name):
     # Values DirectML fuses into the activation after them are listed as not returned, the rest compared; marked
     # values that come back empty are left out of a second run (docs/semantics.md 9)
-    require_directml()
-    package, file, feeds = WHOLE_MODELS[name]
-    path, _ = _load(package, file)
-    model = backends.Model(path, model_io.load(path))
-    parity = run_parity(model, Feeds(feeds), [backends.create("dml")], backends.create("cpu"), Tolerance(),
-                        all_tensors=True)  # fmt: skip
+    model, parity = _against_the_cpu(name, ("dml",), all_tensors=True)
     dml = parity.backends["dml"]
     assert dml.status == "ok", dml.reason
     assert parity.compared > 0 and parity.divergence is not None
