@@ -5,7 +5,10 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,15 @@ BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 def _blocks() -> list:
     return [pytest.param(code, id=f"{path.name}:{number}")
             for path in DOCUMENTS for number, code in enumerate(BLOCK.findall(path.read_text()), 1)]  # fmt: skip
+
+
+@pytest.mark.parametrize("code", _blocks())
+def test_example_runs_from_a_source_tree_too(code, tmp_path):
+    # Run from the repository, Python imports the source tree before the installed package: the data packaged from
+    # the repository's top (the sample model, the documents) must be found there too.
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environment, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_documents_hold_python_examples():
