@@ -80,6 +80,7 @@ KEYS = [
     "outputs",
     "out_of_bounds",
     "out_of_bounds_mode",
+    "verdict",
     "passed",
 ]
 
@@ -137,7 +138,7 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
             assert comparison == {"equal": True, "within_tolerance": True, "max_abs": 0.0, "max_rel": 0.0,
                                   "mismatches": 0, "first_mismatch": None, "atol": 0.0, "rtol": 0.0}  # fmt: skip
     assert report["out_of_bounds"] == {"lookup": 0, "pick": 0}
-    assert report["passed"] is True
+    assert report["verdict"] == "partial" and report["passed"] is True  # defaulted: cuda and dml could not run
 
 
 def test_out_of_bounds_indices_are_counted_and_backends_differ_there(tmp_path, capsys, no_directml):
@@ -152,7 +153,10 @@ def test_out_of_bounds_indices_are_counted_and_backends_differ_there(tmp_path, c
     assert report["outputs"]["rows"]["lowered"]["equal"] is True  # the lowered graph clamps too
     assert report["passed"] is False
     printed = capsys.readouterr().out
-    assert "per DML node: lookup 2, pick 1" in printed and "FAILED: errors on cpu, openvino." in printed
+    assert (
+        "per DML node: lookup 2, pick 1" in printed
+        and "FAILED: errors on cpu, openvino; could not run: cuda, dml." in printed
+    )
     assert "| lookup" not in (tmp_path / "r.md").read_text() and "**FAILED" in (tmp_path / "r.md").read_text()
     assert "Inputs: ids int64 4 (given), picks int64 1x2 (given)." in printed
     markdown = (tmp_path / "r.md").read_text()
@@ -311,7 +315,6 @@ def test_parity_on_a_model_with_string_and_bool_outputs(tmp_path, capsys):
         (["parity", "{model}", "--shape", "ids:2xtwo"], "argument --shape: 'ids:2xtwo': expected NAME:DIMS"),
         (["parity", "{model}", "--shape", "other:2"], "--shape names 'other', which is not an input of the model"),
         (["parity", "{model}", "--int-range", "5:1"], "argument --int-range: '5:1': expected LOW:HIGH"),
-        (["run", "{model}", "--backend", "dml"], "backend dml cannot run here"),
         (
             ["parity", "{model}", "--inputs", "{other}"],
             "--inputs holds 'idx', which the model has no input for (its inputs: ids, picks)",
@@ -428,22 +431,26 @@ def test_a_standard_model_failing_on_pyop_is_not_pointed_to_pyop(capsys):
     )
 
 
-def test_a_converted_model_on_a_native_backend_is_pointed_to_pyop_or_lower(tmp_path, capsys):
+def test_a_converted_model_on_a_native_backend_cannot_run_there_and_is_pointed_to_pyop_or_lower(tmp_path, capsys):
     model = _ids_model(tmp_path)
     converted = tmp_path / "dml.onnx"
     assert main(["convert", str(model), "-o", str(converted)]) == 0
     capsys.readouterr()
-    assert main(["run", str(converted), "--backend", "cpu"]) == 1
-    error = capsys.readouterr().err
-    assert "which the cpu backend cannot run: use --backend pyop, or `onnx-gather lower` it into standard ONNX" in error
-    warning, failure = error.strip().splitlines()
-    assert (
-        warning == "onnx-gather: warning: dynamic dims were generated as 1 (ids [n] as 1): give real sizes with "
-        "--shape ids:<n>"
-    )  # said before the run, apart from the failure
-    assert "dynamic dims were generated" not in failure  # they cannot explain it
-    assert main(["parity", str(converted), "--backends", "pyop,cpu", "--report", str(tmp_path / "r.json")]) == 1
-    assert "use --backend pyop" in json.loads((tmp_path / "r.json").read_text())["hint"]
+    assert main(["run", str(converted), "--backend", "cpu"]) == 4  # nothing ran: not a difference, not bad input
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"onnx-gather: cannot run: backend cpu cannot take {converted}: the model holds onnx-gather's DML ops, which "
+        "the cpu backend cannot run: use pyop, or `onnx-gather lower` the model into standard ONNX first"
+    ]
+    report = tmp_path / "r.json"
+    assert main(["parity", str(converted), "--backends", "pyop,cpu", "--report", str(report)]) == 4
+    document = json.loads(report.read_text())
+    assert document["verdict"] == "incomplete" and document["passed"] is False
+    assert document["backends"]["cpu"]["status"] == "skipped"
+    assert "which the cpu backend cannot run" in document["backends"]["cpu"]["reason"]
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "INCOMPLETE: cpu could not run, though named (--allow-skipped accepts that); no backend besides the "
+        "reference compared every output."
+    )
 
 
 @pytest.mark.directml

@@ -1,6 +1,6 @@
 """The ``onnx-gather`` command line: its commands (each declares its options beside its run: ``app.command``) and
 how a run ends. Exit codes: 0 success, 1 a check failed, 2 bad input (one line on stderr), 3 an internal error,
-130 interrupted."""
+4 a backend asked for could not run (too little compared), 130 interrupted."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Sequence
 
 from onnx_gather.app import demo, documents, options
-from onnx_gather.app.command import Command
+from onnx_gather.app.command import INCOMPLETE, Command
 from onnx_gather.app.model_commands import CheckCommand, ConvertCommand, LowerCommand
 from onnx_gather.app.parity_command import ParityCommand
 from onnx_gather.app.parser import build_parser
@@ -20,6 +20,7 @@ from onnx_gather.app.run_command import RunCommand
 from onnx_gather.core.errors import UserError
 from onnx_gather.directml import install
 from onnx_gather.directml.layout import Layout
+from onnx_gather.runtime.backends import CannotRun
 from onnx_gather.runtime.parity import one_line
 
 
@@ -82,7 +83,7 @@ _BY_NAME = {command.name: command for command in COMMANDS}
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 success, 1 a check failed, 2 bad input, 3 an internal error,
-    130 interrupted)."""
+    4 a backend asked for could not run, 130 interrupted)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     try:
@@ -92,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         Progress(0, sys.stderr).clear()
         print("onnx-gather: interrupted", file=sys.stderr)
         return 130
+    except CannotRun as error:  # nothing compared: neither a difference nor bad input
+        print(f"onnx-gather: cannot run: {one_line(error, typed=False)}", file=sys.stderr)
+        return INCOMPLETE
     except (UserError, OSError) as error:  # bad input (a file one cannot read too): one line naming it
         if debug:
             traceback.print_exc()

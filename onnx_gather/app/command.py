@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import argparse
 
+# A backend asked for could not run here or could not take the model, so too little was compared to pass (exit 1 is
+# a difference or a failure, 2 bad input, 3 onnx-gather's own error, 130 interrupted).
+INCOMPLETE = 4
+
 
 class Command:
     """One command: ``declare`` adds its options to its parser, ``run`` does it with the parsed options and returns
-    the exit code (0 success, 1 a check failed; bad input raises ``UserError``)."""
+    the exit code (0 success, 1 a check failed, ``INCOMPLETE``; bad input raises ``UserError``, a backend that cannot
+    run ``backends.CannotRun``)."""
 
     name = ""
     help = ""

@@ -7,11 +7,9 @@ import re
 import onnx
 
 from onnx_gather.app.options import InputChoice
-from onnx_gather.core import contract
 from onnx_gather.directml.process import DirectMlError, RunnerError
 from onnx_gather.graphs.lowering.lower import LoweringError
-from onnx_gather.graphs.plumbing import bodies
-from onnx_gather.runtime import backends, inputs
+from onnx_gather.runtime import inputs
 from onnx_gather.runtime.backends import DeviceError
 from onnx_gather.runtime.inputs import Feeds
 from onnx_gather.runtime.parity import Parity
@@ -28,20 +26,13 @@ def _inputs_hint(error: BaseException, model: onnx.ModelProto, feeds: Feeds, cho
 _IR_VERSION = re.compile(r"Unsupported model IR version: \d+, max supported IR version: (?P<most>\d+)")
 
 
-def _holds_dml_ops(model: onnx.ModelProto) -> bool:
-    return any(contract.is_dml(node) for body in bodies(model) for node in body.nodes)
-
-
 def failure_hint(error: BaseException, backend: str, model: onnx.ModelProto, feeds: Feeds, choice: InputChoice) -> str:
-    """What the user can do about the failure ``error`` of ``backend`` on ``model`` run on ``feeds``: run a model
-    that holds DML ops on a backend that runs them; give other inputs where they can explain it; nothing where the
-    device is the problem, or the lowering (its error names the node and why)."""
+    """What the user can do about the failure ``error`` of ``backend`` on ``model`` run on ``feeds``: give other
+    inputs where they can explain it; nothing where the device is the problem, or the lowering (its error names the
+    node and why). A backend that cannot take the model at all (DML ops where it has none) was skipped before it ran:
+    ``Backend.refusal`` says why."""
     if isinstance(error, DeviceError | RunnerError | LoweringError):
         return ""  # the device, the DirectML runner's end (out of memory, time limit), the lowering: not the inputs
-    names_a_dml_op = any(op_type in str(error) for op_type in contract.DML_OP_TYPES)
-    if names_a_dml_op and not backends.create(backend).runs_dml_ops and _holds_dml_ops(model):
-        return (f"the model holds onnx-gather's DML ops, which the {backend} backend cannot run: use --backend "
-                "pyop, or `onnx-gather lower` it into standard ONNX first")  # fmt: skip
     newer = _IR_VERSION.search(str(error))
     if newer:
         return (f"this ONNX Runtime reads models of IR version {newer['most']} at most: save the model with "

@@ -129,13 +129,19 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def usable_backends(args: argparse.Namespace, names: Sequence[str]) -> dict[str, backends.Backend]:
-    """The backends ``names`` (each once), built with the backend options; one that cannot run here is bad input."""
+def usable_backends(
+    args: argparse.Namespace, names: Sequence[str], model: backends.Model
+) -> dict[str, backends.Backend]:
+    """The backends ``names`` (each once), built with the backend options; one that cannot run here, or cannot take
+    ``model``, raises ``CannotRun`` (exit 4)."""
     built = {name: backends.create(name, args.device_id, args.out_of_bounds) for name in dict.fromkeys(names)}
     for name, backend in built.items():
         reason = backend.unavailable()
         if reason is not None:
-            raise UsageError(f"backend {name} cannot run here: {reason}")
+            raise backends.CannotRun(f"backend {name} cannot run here: {reason}")
+        reason = backend.refusal(model.proto)
+        if reason is not None:
+            raise backends.CannotRun(f"backend {name} cannot take {model.path}: {reason}")
     return built
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from onnx_gather.app import options, report
-from onnx_gather.app.command import Command
+from onnx_gather.app.command import INCOMPLETE, Command
 from onnx_gather.app.hints import parity_hint
 from onnx_gather.app.options import InputChoice
 from onnx_gather.app.parser import UsageError
@@ -63,9 +63,14 @@ class ParityCommand(Command):
     def declare(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("models", nargs="+", metavar="MODEL", help="model files, or folders of them")
         parser.add_argument(
-            "--backends", type=_backend_names, default=list(backends.DEFAULT_BACKENDS),
-            help=f"comma-separated, of: {', '.join(backends.BACKENDS)} (default: all but reference; those that "
-            "cannot run here are reported as skipped)",
+            "--backends", type=_backend_names,
+            help=f"comma-separated, of: {', '.join(backends.BACKENDS)}; each must run, or the run is incomplete "
+            "(exit 4) (default: all but reference, those that cannot run here listed as skipped)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--allow-skipped", action="store_true",
+            help="a backend named in --backends that cannot run here, or cannot take the model, does not make the run "
+            "incomplete (it is listed as skipped; one besides the reference must still compare every output)",
         )  # fmt: skip
         parser.add_argument(
             "--reference", default="pyop", choices=backends.BACKENDS,
@@ -84,7 +89,10 @@ class ParityCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         choice, max_elements = InputChoice.of(args), options.limit_outputs(args)
-        names = dict.fromkeys((args.reference, *args.backends))  # each once
+        named = args.backends is not None
+        asked = args.backends if named else list(backends.DEFAULT_BACKENDS)
+        required = frozenset(asked if named and not args.allow_skipped else ())
+        names = dict.fromkeys((args.reference, *asked))  # each once
         built = {name: backends.create(name, args.device_id, args.out_of_bounds) for name in names}
         paths = _model_paths(args.models)
         if len(paths) > 1 and (choice.inputs or args.save_inputs):
@@ -111,8 +119,8 @@ class ParityCommand(Command):
                     inputs.save_npz(args.save_inputs, feeds.arrays)
             shown = {name: Announced(backend, progress, model.path) for name, backend in built.items()}
             parity = run_parity(
-                model, feeds, [shown[name] for name in args.backends], shown[args.reference], options.tolerance(args),
-                all_tensors=args.all_tensors,
+                model, feeds, [shown[name] for name in asked], shown[args.reference], options.tolerance(args),
+                all_tensors=args.all_tensors, required=required,
             )  # fmt: skip
             runs.append(Reported(parity, parity_hint(parity, model.proto, choice)))
             progress.model_done()
@@ -120,6 +128,7 @@ class ParityCommand(Command):
                 print(report.text(runs[-1]) + "\n")
         progress.finish()
         passed = all(run.parity.passed for run in runs) and not refused
+        verdicts = {run.parity.verdict for run in runs}
         self._write_files(args, runs, refused, passed, len(paths))
         if len(paths) == 1:  # its verdict only once its files are written
             print(report.text(runs[0]) + "\n")
@@ -128,10 +137,13 @@ class ParityCommand(Command):
         if len(paths) > 1:
             print(f"{sum(run.parity.passed for run in runs)} of {len(paths)} models passed.")
             for run in runs:
-                print(f"  {'passed' if run.parity.passed else 'FAILED'}  {run.parity.model}")
+                verdict = run.parity.verdict
+                print(f"  {verdict if run.parity.passed else verdict.upper()}  {run.parity.model}")
             for path in refused:
                 print(f"  refused {path}")
-        return 0 if passed else 1
+        if "failed" in verdicts or refused:
+            return 1
+        return INCOMPLETE if "incomplete" in verdicts else 0
 
     @staticmethod
     def _write_files(

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 import numpy as np
+import onnx
 
 from onnx_gather.runtime.backends import Backend, Model, Outcome
 
@@ -61,6 +62,9 @@ class Announced(Backend):
 
     def unavailable(self) -> str | None:
         return self.backend.unavailable()
+
+    def refusal(self, model: onnx.ModelProto) -> str | None:
+        return self.backend.refusal(model)
 
     def versions(self) -> dict[str, str]:
         return self.backend.versions()

@@ -93,6 +93,7 @@ def document(reported: Reported) -> dict:
         "outputs": {output: _outputs(by) for output, by in parity.outputs.items()},
         "out_of_bounds": parity.out_of_bounds,
         "out_of_bounds_mode": parity.out_of_bounds_mode,
+        "verdict": parity.verdict,
         "passed": parity.passed,
     }
     if reported.hint:
@@ -141,20 +142,36 @@ def _rows(parity: Parity) -> tuple[list[list[str]], list[list[str]]]:
 
 
 def _summary(parity: Parity) -> str:
+    """The last line: PASSED only where every backend asked for compared every output (docs/cli.md, exit codes)."""
+    compared, skipped = parity.complete, list(parity.skipped)
+    within = f"every output of {', '.join(compared)} is within tolerance of the reference {parity.reference}"
+    if parity.verdict == "passed":
+        return f"PASSED: {within}."
+    not_run = f"could not run: {', '.join(skipped)}" if skipped else ""
+    if parity.verdict == "partial":
+        return f"PARTIAL: {within}; {not_run} (see above)."
+    if parity.verdict == "incomplete":
+        problems = []
+        if not parity.reference_ran:
+            problems.append(f"the reference {parity.reference} could not run")
+        named = [name for name in skipped if name in parity.required]
+        if named:
+            problems.append(f"{', '.join(named)} could not run, though named (--allow-skipped accepts that)")
+        if not compared:
+            problems.append("no backend besides the reference compared every output")
+        return "INCOMPLETE: " + "; ".join(problems) + "."
     failed_outputs = sorted(
         {name for by_backend in parity.outputs.values() for name, c in by_backend.items() if not c.within_tolerance}
     )
     errors = [name for name, run in parity.backends.items() if run.status == "error"]
-    if parity.passed:
-        return "PASSED: every output of every backend that ran is within tolerance of the reference."
     problems = []
-    if not parity.reference_ran:
-        problems.append(f"the reference {parity.reference} did not run")
+    if errors and parity.reference in errors:
+        problems.append(f"the reference {parity.reference} failed")
     if failed_outputs:
         problems.append(f"outputs outside tolerance on {', '.join(failed_outputs)}")
     if errors:
         problems.append(f"errors on {', '.join(errors)}")
-    return "FAILED: " + "; ".join(problems) + "."
+    return "FAILED: " + "; ".join(problems + ([not_run] if not_run else [])) + "."
 
 
 PREDICTIONS = {

@@ -42,12 +42,14 @@ class RunCommand(Command):
         model, choice = backends.Model(Path(args.model), model_io.load(args.model)), InputChoice.of(args)
         options.check_outputs({"--outputs": args.outputs}, options.read_files(args.model, model.proto, choice.inputs))
         max_elements = options.limit_outputs(args)
-        backend = options.usable_backends(args, [args.backend])[args.backend]
+        backend = options.usable_backends(args, [args.backend], model)[args.backend]
         feeds = options.warned_feeds(choice, model.proto, max_elements)
         progress = Progress(1, sys.stderr)
         progress.step(f"{args.model}: {args.backend}")
         try:
             outcome = backend.run(model, feeds.arrays)
+        except backends.CannotRun:
+            raise  # it could not take the model: nothing ran (exit 4, said by the command line)
         except Exception as error:
             progress.clear()
             if args.debug:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import platform
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,16 @@ def _named(model: Model, outputs: list) -> dict[str, np.ndarray]:
     return dict(zip(model.output_names, (np.asarray(o) for o in outputs), strict=True))
 
 
+class CannotRun(UserError):
+    """A backend cannot run here (not installed, not set up) or cannot take this model (an operator it lacks):
+    nothing of it was compared. The command line exits 4."""
+
+
+def holds_dml_ops(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` holds onnx-gather's DML ops (a model ``convert`` wrote), in any graph."""
+    return any(contract.is_dml(node) for body in bodies(model) for node in body.nodes)
+
+
 class DeviceError(RuntimeError):
     """The backend's device cannot be used (no such device, the provider did not take the session)."""
 
@@ -109,6 +120,13 @@ class Backend:
 
     def unavailable(self) -> str | None:
         """None if this backend can run here, else why not."""
+        return None
+
+    def refusal(self, model: onnx.ModelProto) -> str | None:
+        """None if this backend can take ``model`` as far as can be told before running it, else why not."""
+        if not self.runs_dml_ops and holds_dml_ops(model):
+            return (f"the model holds onnx-gather's DML ops, which the {self.name} backend cannot run: use pyop, or "
+                    "`onnx-gather lower` the model into standard ONNX first")  # fmt: skip
         return None
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
@@ -192,7 +210,13 @@ class OpenVino(Backend):
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         import openvino
 
-        compiled = openvino.Core().compile_model(str(model.path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        try:
+            compiled = openvino.Core().compile_model(str(model.path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        except RuntimeError as error:
+            lacking = _NO_CONVERSION.search(str(error))
+            if lacking is None:
+                raise
+            raise CannotRun(f"OpenVINO has no conversion for {lacking['ops'].strip()}") from error
         results = compiled(dict(feeds))
         # An output port can carry several names (an output that is also a value inside): every one of them.
         by_name = {name: np.asarray(results[port]) for port in compiled.outputs for name in port.get_names()}
@@ -200,6 +224,10 @@ class OpenVino(Backend):
 
     def versions(self) -> dict[str, str]:
         return {"openvino": importlib.metadata.version("openvino")}
+
+
+# OpenVINO's ONNX front end on operators it lacks (2026.4): "No conversion rule found for operations: com.x.Op, ..."
+_NO_CONVERSION = re.compile(r"No conversion rule found for operations: (?P<ops>[^\n]+)")
 
 
 class _Provider(Backend):

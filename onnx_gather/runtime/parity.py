@@ -11,7 +11,7 @@ from typing import Literal
 
 from onnx_gather.graphs.plumbing import random_nodes
 from onnx_gather.runtime import divergence
-from onnx_gather.runtime.backends import Backend, Model, Outcome
+from onnx_gather.runtime.backends import Backend, CannotRun, Model, Outcome
 from onnx_gather.runtime.comparison import Comparison, Tolerance, compare
 from onnx_gather.runtime.divergence import Divergence
 from onnx_gather.runtime.inputs import Feeds
@@ -26,12 +26,17 @@ def one_line(error: BaseException, typed: bool = True) -> str:
 
 
 Status = Literal["ok", "error", "skipped"]
+# passed: every backend asked for compared every output, within tolerance; partial: so for those that ran, at least
+# one besides the reference, while others could not run and that was allowed (backends defaulted, or
+# --allow-skipped); incomplete: too little was compared to pass (a backend that was required could not run, or none
+# besides the reference compared every output); failed: an output outside tolerance, or a backend's error.
+Verdict = Literal["passed", "partial", "incomplete", "failed"]
 
 
 @dataclass
 class BackendRun:
-    """What became of one backend: it ran (``ok``), failed (``error``, with the exception) or could not run here
-    (``skipped``, with why)."""
+    """What became of one backend: it ran (``ok``), failed (``error``, with the exception) or could not run: not
+    here, or not this model (``skipped``, with why)."""
 
     name: str
     status: Status
@@ -43,12 +48,14 @@ class BackendRun:
 
 
 def _run(backend: Backend, model: Model, feeds: Feeds) -> BackendRun:
-    reason = backend.unavailable()
+    reason = backend.unavailable() or backend.refusal(model.proto)
     if reason is not None:
         return BackendRun(backend.name, "skipped", reason)
     start = time.perf_counter()
     try:
         outcome = backend.run(model, feeds.arrays)
+    except CannotRun as refused:  # it cannot take this model (an operator it lacks): nothing to compare
+        return BackendRun(backend.name, "skipped", one_line(refused, typed=False), versions=backend.versions())
     except Exception as error:  # a backend that fails is reported, and the others still run
         return BackendRun(backend.name, "error", one_line(error), versions=backend.versions(), error=error)
     seconds = round(time.perf_counter() - start, 4)
@@ -70,6 +77,7 @@ class Parity:
     random_nodes: list[str] = field(default_factory=list)  # nodes that draw new values on every run
     compared: int = 0  # intermediate values compared too (``all_tensors``)
     divergence: dict[str, list[Divergence]] | None = None  # backend -> first divergences (``all_tensors``)
+    required: frozenset[str] = frozenset()  # backends that must run for the run to pass (named, not allowed to skip)
 
     @property
     def reference_ran(self) -> bool:
@@ -92,9 +100,30 @@ class Parity:
         return [run.error for run in self.backends.values() if run.error is not None]
 
     @property
-    def passed(self) -> bool:
+    def skipped(self) -> dict[str, str]:
+        """The backends that could not run (not here, or not this model), with why."""
+        return {name: run.reason or "" for name, run in self.backends.items() if run.status == "skipped"}
+
+    @property
+    def complete(self) -> list[str]:
+        """The backends besides the reference that ran and were compared on every output of the model."""
+        return [name for name, run in self.backends.items() if name != self.reference and run.status == "ok"
+                and all(name in by_backend for by_backend in self.outputs.values())]  # fmt: skip
+
+    @property
+    def verdict(self) -> Verdict:
         within = all(c.within_tolerance for by_backend in self.outputs.values() for c in by_backend.values())
-        return self.reference_ran and not self.failures and within
+        if self.failures or not within:
+            return "failed"
+        if not self.reference_ran or not self.complete or self.required & self.skipped.keys():
+            return "incomplete"
+        return "partial" if self.skipped else "passed"
+
+    @property
+    def passed(self) -> bool:
+        """Whether the run passes: every output compared is within tolerance, nothing failed, and what could not run
+        was allowed not to (``verdict`` partial) or nothing was left out (passed)."""
+        return self.verdict in ("passed", "partial")
 
 
 def run_parity(
@@ -105,11 +134,13 @@ def run_parity(
     tolerance: Tolerance,
     *,
     all_tensors: bool = False,
+    required: frozenset[str] = frozenset(),
 ) -> Parity:
     """Run ``model`` on ``reference`` and then each of ``backends`` (built once by the caller; one named as the
     reference is not run twice), and compare every output with the reference's. ``all_tensors``: every intermediate
     value is compared too, and ``divergence`` names, per backend, the first nodes whose outputs differ while their
-    inputs agree."""
+    inputs agree. ``required``: the backends whose skipping leaves the run incomplete (those the user named); the
+    others may be skipped as long as one besides the reference compares every output."""
     order = [reference, *(backend for backend in backends if backend.name != reference.name)]
     with divergence.marked(model) if all_tensors else contextlib.nullcontext(model) as wide:
         runs = {backend.name: _run(backend, wide, feeds) for backend in order}
@@ -123,7 +154,7 @@ def run_parity(
                 tensors[output][name] = compare(expected.outputs[output], run.outcome.outputs[output], tolerance)
     parity = Parity(
         model.path, reference.name, tolerance, feeds, runs, {name: tensors[name] for name in model.output_names},
-        reference.out_of_bounds, random_nodes(model.proto),
+        reference.out_of_bounds, random_nodes(model.proto), required=required,
     )  # fmt: skip
     if all_tensors:
         parity.compared = len(tensors) - len(model.output_names)
