@@ -211,3 +211,33 @@ def test_a_backend_that_fails_is_cut_down_to_the_node_it_fails_at(tmp_path, caps
     assert main(["reduce", str(path), "--backend", "cpu", "--inputs", str(given), "-o", str(out)]) == 0
     assert [node.name for node in onnx.load(out).graph.node] == ["lookup"]
     assert "cpu: InvalidArgument: " in capsys.readouterr().out
+
+
+def test_a_window_keeps_the_models_declared_dims_symbolic_and_the_rest_of_the_model():
+    """A window declares its inputs and outputs as the model does (symbolic dims stay symbolic, as DirectML's provider
+    sees them in the whole model), and is the model in all but its graph: IR version, opsets, metadata."""
+    graph = h.make_graph(
+        [
+            h.make_node("Relu", ["x"], ["y"], name="relu"),
+            h.make_node("Shape", ["y"], ["s"], name="shape"),
+            h.make_node("Reshape", ["y", "s"], ["z"], name="reshape", allowzero=1),
+            h.make_node("Unknown", ["z"], ["u"], name="mystery", domain="custom"),
+        ],
+        "g", [h.make_tensor_value_info("x", T.FLOAT, ["batch", None, 4])],
+        [h.make_tensor_value_info("u", T.FLOAT, None)],
+    )  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("custom", 1)], ir_version=9)
+    model.producer_name, model.doc_string = "pytorch", "the model"
+    h.set_model_props(model, {"author": "someone"})
+    values = {"x": np.ones((2, 3, 4), np.float32), "y": np.ones((2, 3, 4), np.float32), "s": np.array([2, 3, 4]),
+              "z": np.ones((2, 3, 4), np.float32), "u": np.ones(5, np.float32)}  # fmt: skip
+    reduced = window(model, {2, 3}, values)
+    dims = [[d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim] for v in reduced.graph.input]
+    assert [v.name for v in reduced.graph.input] == ["s", "y"] and dims[0] == [3]
+    assert dims[1][0] == "batch" and dims[1][2] == 4  # not the reference's 2x3x4
+    assert dims[1][1] is None or dims[1][1].startswith("unk__")  # unknown, or ONNX inference's name for it
+    output = reduced.graph.output[0]
+    assert output.name == "u" and [d.dim_value for d in output.type.tensor_type.shape.dim] == [5]  # rank unknown
+    assert (reduced.ir_version, reduced.producer_name, reduced.doc_string) == (9, "pytorch", "the model")
+    assert list(reduced.opset_import) == list(model.opset_import)
+    assert {p.key: p.value for p in reduced.metadata_props} == {"author": "someone"}
