@@ -251,9 +251,9 @@ BACKENDS = ["pyop", "cpu", "lowered", "openvino", pytest.param("dml", marks=pyte
 @pytest.mark.parametrize("mode", FOLDERS)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_parity_all_tensors_writes_nothing_beside_a_model_with_external_data(tmp_path, capsys, backend, mode):
-    # Each backend runs a model of other outputs than the file's (the dml backend also one with its nodes named):
-    # ONNX Runtime gets it as bytes, OpenVINO and the runner under Wine as a file in a folder of their own, the
-    # data files linked there (copied from a read-only mount, which no hard link crosses).
+    # Each backend runs a model of other outputs than the file's, and the file's own (the dml backend both with
+    # their nodes named): ONNX Runtime gets a derived model as bytes, OpenVINO and the runner under Wine as a file in
+    # a folder of their own, the data files linked there (copied from a read-only mount, which no hard link crosses).
     if backend == "dml":
         require_directml()
     path, expected = _unnamed_chain(tmp_path / "model")
@@ -261,11 +261,13 @@ def test_parity_all_tensors_writes_nothing_beside_a_model_with_external_data(tmp
     np.savez(inputs, **FEEDS)
     with _untouched(path.parent, mode):
         code = main(["parity", str(path), "--all-tensors", "--backends", backend, "--inputs", str(inputs)])
-        outcome = backends.create(backend).run(divergence.marked(backends.Model.read(path)), FEEDS)
+        model = backends.Model.read(path)
+        wide, own = [backends.create(backend).run(m, FEEDS) for m in (divergence.marked(model), model)]
     assert code == 0, capsys.readouterr()
-    assert set(outcome.outputs) == set(expected)
+    assert set(wide.outputs) == set(expected) and set(own.outputs) == {"twice"}
     for name, values in expected.items():
-        assert_identical(outcome.outputs[name], values)
+        assert_identical(wide.outputs[name], values)
+    assert_identical(own.outputs["twice"], expected["twice"])
 
 
 @pytest.mark.parametrize("mode", FOLDERS)
