@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import os
+import struct
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -168,6 +172,37 @@ def dump_shaders(monkeypatch, folder: Path) -> Path:
 def shaders(folder: Path) -> dict[str, set[str]]:
     """The shaders dumped into ``folder``, by source kind: "dxbc" (shader model 5) and "dxil" (6)."""
     return {kind: {p.name for p in folder.glob(f"*-source.{kind}")} for kind in ("dxbc", "dxil")}
+
+
+# inotify's events of a folder's entries that change what it holds, by name: not IN_ATTRIB, which a hard link made to
+# a file from elsewhere also raises (its link count changes), nor reads.
+_CHANGES = {0x2: "modified", 0x8: "closed after writing", 0x40: "moved out", 0x80: "moved in", 0x100: "created",
+            0x200: "removed", 0x4000: "events lost"}  # fmt: skip
+
+
+@contextlib.contextmanager
+def watching(folder: Path) -> Iterator[list[str]]:
+    """What is created, written, moved or removed in ``folder`` while the block runs, each as inotify reports it
+    ("created .model.onnx.og-....tmp.onnx"), also a file made and removed again meanwhile; the list is filled when
+    the block ends."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    handle = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    if handle < 0 or libc.inotify_add_watch(handle, os.fsencode(folder), sum(_CHANGES)) < 0:
+        raise OSError(ctypes.get_errno(), f"inotify cannot watch {folder}")
+    events: list[str] = []
+    try:
+        yield events
+        data = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(handle, 1 << 16):
+                data += chunk
+        while data:
+            _, mask, _, length = struct.unpack_from("iIII", data)
+            name = data[16 : 16 + length].rstrip(b"\0").decode()
+            events += [f"{what} {name}" for bit, what in _CHANGES.items() if mask & bit]
+            data = data[16 + length :]
+    finally:
+        os.close(handle)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -14,10 +13,9 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 from onnx_gather.app.demo import sample_model_path
-from onnx_gather.graphs import model_io
 from onnx_gather.runtime import backends
 
-SAMPLE = backends.Model(Path(sample_model_path()), model_io.load(sample_model_path()))
+SAMPLE = backends.Model.read(sample_model_path())
 IN_RANGE = {"token_ids": np.random.default_rng(3).permutation(32)[:18].reshape(3, 6)}
 
 
@@ -27,7 +25,7 @@ def _save(tmp_path, nodes, inputs, outputs, initializers=()):
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
-    return backends.Model(path, model_io.load(path))
+    return backends.Model.read(path)
 
 
 def _run(name, model, feeds):

@@ -8,12 +8,15 @@ import errno
 import hashlib
 import os
 import re
+import shutil
 import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_all_identical, run_model
+from conftest import assert_all_identical, assert_identical, require_directml, run_model, watching
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
@@ -21,6 +24,7 @@ from onnx import numpy_helper
 from onnx_gather.app.cli import main
 from onnx_gather.app.demo import sample_model_path
 from onnx_gather.graphs import files
+from onnx_gather.runtime import backends, divergence
 
 
 def _model(folder, name="model.onnx", data="model.onnx.data", seed=1):
@@ -202,3 +206,88 @@ def test_a_full_disk_names_the_flag_and_the_file_and_no_verdict_comes_first(
     assert printed.err == f"onnx-gather: error: {flag} {out}: cannot write it: No space left on device\n"
     assert "PASSED" not in printed.out and "Converted" not in printed.out
     assert [p.name for p in folder.iterdir() if p.name != "filler"] == []
+
+
+def _unnamed_chain(folder: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """A Gather from a table, then a Mul by 2, both nodes without names, the table and the factor in one external
+    data file under a subfolder; with the values the model computes from ``FEEDS``, the intermediate one included."""
+    table = np.random.default_rng(3).random((256, 64), np.float32)
+    graph = h.make_graph(
+        [h.make_node("Gather", ["table", "ids"], ["rows"], axis=0), h.make_node("Mul", ["rows", "two"], ["twice"])],
+        "unnamed",
+        [h.make_tensor_value_info("ids", T.INT64, [3])],
+        [h.make_tensor_value_info("twice", T.FLOAT, [3, 64])],
+        initializer=[numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.float32([2]), "two")],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
+    (folder / "weights").mkdir(parents=True)
+    onnx.save(model, folder / "model.onnx", save_as_external_data=True, location="weights/model.data",
+              size_threshold=0)  # fmt: skip
+    rows = table[FEEDS["ids"]]
+    return folder / "model.onnx", {"rows": rows, "twice": rows * 2}
+
+
+@contextlib.contextmanager
+def _untouched(folder: Path, mode: str) -> Iterator[None]:
+    """``folder`` watched while the block runs: nothing may be created, written, moved or removed in it, also for a
+    moment. With mode "read-only" it is also mounted read-only over itself, as a folder the user may not write in
+    (root writes in a chmod 555 one), where this runs as root and may mount; skipped elsewhere."""
+    mount = ["mount", "--bind", "-o", "ro", str(folder), str(folder)]
+    if mode == "read-only" and (os.geteuid() != 0 or subprocess.run(mount, capture_output=True).returncode != 0):
+        pytest.skip("cannot mount a folder read-only here (needs root and a mount namespace that allows it)")
+    try:
+        with watching(folder) as events:
+            yield
+        assert events == []
+    finally:
+        if mode == "read-only":
+            subprocess.run(["umount", str(folder)], check=True)
+
+
+FOLDERS = ["watched", "read-only"]
+BACKENDS = ["pyop", "cpu", "lowered", "openvino", pytest.param("dml", marks=pytest.mark.directml)]
+
+
+@pytest.mark.parametrize("mode", FOLDERS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_parity_all_tensors_writes_nothing_beside_a_model_with_external_data(tmp_path, capsys, backend, mode):
+    # Each backend runs a model of other outputs than the file's, and the file's own (the dml backend both with
+    # their nodes named): ONNX Runtime gets a derived model as bytes, OpenVINO and the runner under Wine as a file in
+    # a folder of their own, the data files linked there (copied from a read-only mount, which no hard link crosses).
+    if backend == "dml":
+        require_directml()
+    path, expected = _unnamed_chain(tmp_path / "model")
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, **FEEDS)
+    with _untouched(path.parent, mode):
+        code = main(["parity", str(path), "--all-tensors", "--backends", backend, "--inputs", str(inputs)])
+        model = backends.Model.read(path)
+        wide, own = [backends.create(backend).run(m, FEEDS) for m in (divergence.marked(model), model)]
+    assert code == 0, capsys.readouterr()
+    assert set(wide.outputs) == set(expected) and set(own.outputs) == {"twice"}
+    for name, values in expected.items():
+        assert_identical(wide.outputs[name], values)
+    assert_identical(own.outputs["twice"], expected["twice"])
+
+
+@pytest.mark.parametrize("mode", FOLDERS)
+@pytest.mark.parametrize(
+    ("model", "arguments"),
+    [
+        ("sample.onnx", ["--backend", "cpu", "--reference", "pyop", "--shape", "token_ids:4x6", "--int-range", "0:40"]),
+        pytest.param("pow_chain.onnx", ["--backend", "dml", "--reference", "cpu", "--inputs", "pow_chain.npz"],
+                     marks=pytest.mark.directml),
+    ],
+)  # fmt: skip
+def test_reduce_writes_nothing_beside_the_model(tmp_path, capsys, model, arguments, mode):
+    if "dml" in arguments:
+        require_directml()
+    bundled = Path(sample_model_path()).parent
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(bundled / model, folder / model)
+    arguments = [str(bundled / a) if a.endswith(".npz") else a for a in arguments]
+    with _untouched(folder, mode):
+        code = main(["reduce", str(folder / model), *arguments, "-o", str(tmp_path / "small.onnx")])
+    assert code == 0, capsys.readouterr()
+    assert "cut down to 1 that still show" in capsys.readouterr().out

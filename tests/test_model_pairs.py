@@ -153,7 +153,7 @@ def test_a_dead_writers_temporary_files_are_removed_by_the_next_save_and_a_live_
         names = {
             f".o.onnx.data.{dead_tag}.abcd1234.tmp": False,
             f".o.onnx.{dead_tag}.abcd_234.tmp": False,
-            f".a.onnx.{reused}.zz12yy34.tmp.onnx": False,
+            f".a.onnx.{reused}.zz12yy34.tmp": False,
             f".o.onnx.data.{live_tag}.abcd1234.tmp": True,
             f".o.onnx.data.og-ffffff-{boot}-{pid}-1.abcd1234.tmp": True,  # another host or container: unknown
             ".o.onnx.data.abcd1234.tmp": True,  # not named by an owner: not known to be onnx-gather's

@@ -244,7 +244,7 @@ def _against_the_cpu(name: str, backend_names: tuple[str, ...], all_tensors: boo
     require_directml()
     package, file, feeds = WHOLE_MODELS[name]
     path, _ = _load(package, file)
-    model = backends.Model(path, model_io.load(path))
+    model = backends.Model.read(path)
     built = [backends.create(backend) for backend in backend_names]
     return model, run_parity(model, Feeds(feeds), built, backends.create("cpu"), Tolerance(), all_tensors=all_tensors)
 
@@ -282,8 +282,7 @@ def test_all_tensors_completes_on_real_directml(name):
 def _marked(model: backends.Model) -> set[str]:
     from onnx_gather.runtime import divergence
 
-    with divergence.marked(model) as wide:
-        return set(wide.marked)
+    return set(divergence.marked(model).marked)
 
 
 @pytest.mark.directml
@@ -294,7 +293,7 @@ def test_minilm_fails_on_real_directml_at_a_reshape_naming_the_node_and_directml
     feeds = {"input_ids": RNG.integers(0, 30000, (2, 9)), "attention_mask": np.ones((2, 9), np.int64),
              "token_type_ids": np.zeros((2, 9), np.int64)}  # fmt: skip
     with pytest.raises(DirectMlError, match=r"Reshape node\. Name:'node_view_1'.*MLOperatorAuthorImpl.*80070057"):
-        backends.create("dml").run(backends.Model(path, model_io.load(path)), feeds)
+        backends.create("dml").run(backends.Model.read(path), feeds)
     inputs = tmp_path / "inputs.npz"
     np.savez(inputs, **feeds)
     assert cli.main(["run", str(path), "--backend", "dml", "--inputs", str(inputs)]) == 1
@@ -346,10 +345,10 @@ THIRD_PARTY_MODELS = [
 def test_check_places_every_gather_where_real_directml_puts_it(package, file):
     require_directml(wine=True)
     path, _ = _load(package, file)
-    model = backends.Model(path, model_io.load(path))
+    model = backends.Model.read(path)
     verdicts = check(model.proto)
-    with backends._named_nodes(model) as named:  # as the dml backend names unnamed nodes: 'Gather #12'
-        loaded = worker.shared().load(named, fallback=True, fuse=False)  # fusion off: every node under its name
+    named = backends._named_nodes(model)  # as the dml backend names unnamed nodes: 'Gather #12'
+    loaded = worker.shared().load(named, fallback=True, fuse=False, data=model.folder)  # fusion off: every node
     worker.shared().free(loaded)
     real = {entry.partition(" (")[2].removesuffix(")"): provider
             for provider, entries in loaded.placement.items() for entry in entries}  # fmt: skip

@@ -97,7 +97,6 @@ def test_the_search_keeps_two_nodes_where_the_symptom_needs_both():
 
 
 def _reduce(tmp_path, model: onnx.ModelProto, feeds, backend: str, reference: str, out_of_bounds: str = "directml"):
-    from onnx_gather.graphs import model_io
     from onnx_gather.runtime import backends
     from onnx_gather.runtime.comparison import Tolerance
     from onnx_gather.runtime.reduce import Reducer
@@ -105,7 +104,7 @@ def _reduce(tmp_path, model: onnx.ModelProto, feeds, backend: str, reference: st
     path = tmp_path / "chain.onnx"
     onnx.save(model, path)
     reducer = Reducer(
-        backends.Model(path, model_io.load(path)), feeds, backends.create(backend, out_of_bounds=out_of_bounds),
+        backends.Model.read(path), feeds, backends.create(backend, out_of_bounds=out_of_bounds),
         backends.create(reference), Tolerance(), lambda line: None,
     )  # fmt: skip
     return reducer.reduce()

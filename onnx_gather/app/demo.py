@@ -12,7 +12,6 @@ from onnx_gather.app.documents import installed_folder
 from onnx_gather.app.hints import parity_hint
 from onnx_gather.app.options import InputChoice
 from onnx_gather.app.report import Reported
-from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import convert
 from onnx_gather.runtime import backends
 from onnx_gather.runtime.backends import Backend, Model
@@ -49,7 +48,7 @@ def _parity(model: Model, token_ids: np.ndarray, built: dict[str, Backend]) -> R
 def run_demo(out: TextIO, out_of_bounds: str = "directml") -> int:
     """Two parity runs of the sample model: in-range ids (all must agree), then one id out of range."""
     path = Path(sample_model_path())
-    model = Model(path, model_io.load(path))
+    model = Model.read(path)
     print(f"Sample model: {model.proto.doc_string}", file=out)
     _, conversion = convert(model.proto)
     for change in conversion.changed:

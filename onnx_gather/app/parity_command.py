@@ -48,7 +48,7 @@ def _load_models(paths: list[Path]) -> tuple[list[backends.Model], dict[Path, st
     models, refused = [], {}
     for path in paths:
         try:
-            models.append(backends.Model(path, model_io.load(path)))
+            models.append(backends.Model.read(path))
         except model_io.ModelError as error:
             if len(paths) == 1:
                 raise

@@ -44,7 +44,7 @@ class ReduceCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         if args.backend == args.reference:
             raise UsageError(f"--backend and --reference both name {args.backend}: compare it with another")
-        model, choice = backends.Model(Path(args.model), model_io.load(args.model)), InputChoice.of(args)
+        model, choice = backends.Model.read(args.model), InputChoice.of(args)
         output = Path(args.output)
         feeds_file = output.with_suffix(".npz")
         options.check_outputs({"-o": args.output, f"-o's inputs file {feeds_file}": str(feeds_file)},

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from pathlib import Path
 
 import numpy as np
 
@@ -14,7 +13,6 @@ from onnx_gather.app.command import Command
 from onnx_gather.app.hints import failure_hint
 from onnx_gather.app.options import InputChoice
 from onnx_gather.app.progress import Progress
-from onnx_gather.graphs import model_io
 from onnx_gather.runtime import backends, inputs
 from onnx_gather.runtime.parity import one_line
 
@@ -39,7 +37,7 @@ class RunCommand(Command):
         options.add_backend_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        model, choice = backends.Model(Path(args.model), model_io.load(args.model)), InputChoice.of(args)
+        model, choice = backends.Model.read(args.model), InputChoice.of(args)
         options.check_outputs({"--outputs": args.outputs}, options.read_files(args.model, model.proto, choice.inputs))
         max_elements = options.limit_outputs(args)
         backend = options.usable_backends(args, [args.backend], model)[args.backend]

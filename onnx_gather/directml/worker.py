@@ -26,6 +26,7 @@ from onnx_gather.directml.process import (
     WineProgram,
     windows_path,
 )
+from onnx_gather.graphs import model_io
 
 DML_PROVIDER = "DmlExecutionProvider"
 # Why ONNX Runtime returns no tensor for an output: the DirectML provider fuses a node into the activation that is its
@@ -56,8 +57,12 @@ class Runner(WineProgram):
     def __init__(self, layout: Layout | None = None, timeout: float = REQUEST_SECONDS) -> None:
         super().__init__("runner", layout, timeout)
 
-    def load(self, model: str | os.PathLike | onnx.ModelProto, fallback: bool = False, fuse: bool = True) -> Loaded:
-        """Create a DirectML session of ``model`` (a file, whose external data stays beside it, or a ModelProto).
+    def load(
+        self, model: str | os.PathLike | onnx.ModelProto, fallback: bool = False, fuse: bool = True,
+        data: str | os.PathLike | None = None,
+    ) -> Loaded:  # fmt: skip
+        """Create a DirectML session of ``model``: a file, whose external data stays beside it, or a ModelProto,
+        written into a workspace of the runner's own with the data files it uses linked there from ``data``.
 
         ``fallback``: let ONNX Runtime put nodes DirectML cannot take on its CPU provider, and report where each
         node went; without it such a model fails to load. ``fuse=False`` (with ``fallback``) turns DirectML's graph
@@ -65,7 +70,7 @@ class Runner(WineProgram):
         Where ONNX Runtime refuses to create the session: SessionCreationError (a DirectMlError), its message.
         """
         mode = 0 if not fallback else 1 if fuse else 2
-        with self._model_file(model) as path:
+        with self._model_file(model, data) as path:
             try:
                 infos, text = self.request(f"load {mode} {windows_path(path)}", f"load of {path.name}")
             except DirectMlError as error:  # the same message, saying where it came
@@ -80,13 +85,14 @@ class Runner(WineProgram):
         return loaded
 
     @contextmanager
-    def _model_file(self, model: str | os.PathLike | onnx.ModelProto) -> Iterator[Path]:
-        """The file of ``model``: the one given, or a ModelProto's written into a workspace for its load."""
+    def _model_file(self, model: str | os.PathLike | onnx.ModelProto, data: str | os.PathLike | None) -> Iterator[Path]:
+        """The file of ``model``: the one given, or a ModelProto's written into a workspace for its load (ONNX
+        Runtime takes its external data from the model's folder alone, refusing symbolic links out of it)."""
         if not isinstance(model, onnx.ModelProto):
             yield Path(model)
             return
         with self.workspace("model") as folder:
-            (folder / "model.onnx").write_bytes(model.SerializeToString())
+            model_io.write_with_data(model, folder / "model.onnx", data)
             yield folder / "model.onnx"
 
     def run(self, loaded: Loaded, feeds: Mapping[str, np.ndarray], absent: bool = False) -> dict[str, np.ndarray]:

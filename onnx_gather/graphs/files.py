@@ -1,11 +1,10 @@
 """Files written atomically through temporary files whose owner a later run can tell, and leftovers removed.
 
-A temporary file is named ``.NAME.og-PLACE-BOOT-PID-START.XXXXXXXX.tmp`` (``.onnx`` may follow): PLACE hashes the
-host name and the pid namespace, BOOT is the start of the kernel's boot id, PID and START the writer's process id
-and its start time in clock ticks since boot (``/proc/PID/stat``), so that a reused pid is not taken for the
-writer. A later write into the same folder removes such a file when its writer is gone: same place, and another
-boot or no process PID started at START. A file of another place (another host or container) is left alone, as is
-every name not of this form.
+A temporary file is named ``.NAME.og-PLACE-BOOT-PID-START.XXXXXXXX.tmp``: PLACE hashes the host name and the pid
+namespace, BOOT is the start of the kernel's boot id, PID and START the writer's process id and its start time in
+clock ticks since boot (``/proc/PID/stat``), so that a reused pid is not taken for the writer. A later write into
+the same folder removes such a file when its writer is gone: same place, and another boot or no process PID started
+at START. A file of another place (another host or container) is left alone, as is every name not of this form.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 _OWNER = re.compile(r"og-(?P<place>[0-9a-f]{6})-(?P<boot>[0-9a-f]{8})-(?P<pid>\d+)-(?P<start>\d+)")
-_TEMPORARY = re.compile(rf"\.(?P<target>.+)\.{_OWNER.pattern}\.[a-z0-9_]{{8}}\.tmp(\.onnx)?")
+_TEMPORARY = re.compile(rf"\.(?P<target>.+)\.{_OWNER.pattern}\.[a-z0-9_]{{8}}\.tmp")
 
 
 def _start_time(pid: int) -> int | None:
@@ -50,9 +49,9 @@ def owner_tag() -> str:
     return f"og-{place}-{boot}-{os.getpid()}-{_start_time(os.getpid()) or 0}"
 
 
-def temporary_file(folder: Path, name: str, suffix: str = ".tmp") -> tuple[int, Path]:
+def temporary_file(folder: Path, name: str) -> tuple[int, Path]:
     """A new temporary file for ``name`` in ``folder``, named with its owner: an open handle and its path."""
-    handle, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.{owner_tag()}.", suffix=suffix)
+    handle, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.{owner_tag()}.", suffix=".tmp")
     return handle, Path(path)
 
 

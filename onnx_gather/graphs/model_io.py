@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import mmap
 import os
 import re
 import secrets
+import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -225,17 +225,21 @@ def _verify_checksums(model: onnx.ModelProto, folder: Path, path: Path) -> None:
             )
 
 
-@contextlib.contextmanager
-def temporary_copy(model: onnx.ModelProto, beside: str | os.PathLike) -> Iterator[Path]:
-    """``model`` in a temporary file beside ``beside`` (so that the external data it names is found), removed after."""
-    beside = Path(beside)
-    handle, temporary = files.temporary_file(beside.parent, beside.name, ".tmp.onnx")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(model.SerializeToString())
-        yield temporary
-    finally:
-        temporary.unlink(missing_ok=True)
+def write_with_data(model: onnx.ModelProto, path: str | os.PathLike, folder: str | os.PathLike | None) -> None:
+    """Write ``model`` to ``path``, in a folder of the caller's own, with the external data files it uses (in
+    ``folder``; None for a model without) beside it under their locations, for a program that looks for them only
+    beside the model's file: hard-linked where the file system allows, else copied. Not symbolic links: ONNX Runtime
+    and OpenVINO refuse a data file whose real path lies outside the model's folder."""
+    path = Path(path)
+    locations = {ExternalDataInfo(tensor).location for tensor in _external_tensors(model)} if folder else set()
+    for location in sorted(locations):
+        source, target = Path(folder) / location, path.parent / location
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, target)
+        except OSError:  # another file system, or a file the kernel does not let this user link
+            shutil.copyfile(source, target)
+    path.write_bytes(model.SerializeToString())
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:

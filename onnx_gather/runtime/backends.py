@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import os
 import platform
 import re
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,17 +37,39 @@ from onnx_gather.runtime.sessions import quiet_options
 
 @dataclass
 class Model:
-    """A model file, read once without its external data (which stays beside the file)."""
+    """A model of the file ``path``, read without its external data, which stays in that file's folder.
+
+    ``proto`` is the file's model itself (``as_read``, as ``Model.read`` gives it), which backends load from the
+    file, or one derived from it (other outputs, a window of it) sharing its external data, which they get as bytes
+    (ONNX Runtime told the data's folder) or written into a temporary folder of their own with the data files linked
+    there. Nothing is ever written beside the file.
+    """
 
     path: Path
     proto: onnx.ModelProto
     # Values made outputs only to be compared (``parity --all-tensors``): a backend that cannot return one says so
     # (``Outcome.absent``) instead of failing the run.
     marked: frozenset[str] = frozenset()
+    as_read: bool = False
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> Model:
+        """The model of the file at ``path`` (``model_io.load``: checked, its nodes sorted)."""
+        return cls(Path(path), model_io.load(path), as_read=True)
+
+    @property
+    def folder(self) -> Path:
+        """Where its external data lies."""
+        return self.path.parent
 
     @property
     def output_names(self) -> list[str]:
         return [value.name for value in self.proto.graph.output]
+
+    def for_onnxruntime(self) -> str | bytes:
+        """What an ONNX Runtime session of it loads, with ``quiet_options(model.folder)``: the file, or the bytes of
+        a derived model, whose external data the session finds through that folder."""
+        return str(self.path) if self.as_read else self.proto.SerializeToString()
 
 
 @dataclass
@@ -151,7 +175,7 @@ def traced(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _observation(model: Model, feeds: Mapping[str, np.ndarray]) -> Observation:
     """Ranks shape inference cannot tell come from a run on the very inputs the backend runs."""
-    return Observation(feeds=dict(feeds), folder=model.path.parent)
+    return Observation(feeds=dict(feeds), folder=model.folder)
 
 
 class PyOp(Backend):
@@ -163,7 +187,7 @@ class PyOp(Backend):
         converted = traced(
             to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds))
         )
-        session = ops.InferenceSession(converted.SerializeToString(), quiet_options(model.path.parent))
+        session = ops.InferenceSession(converted.SerializeToString(), quiet_options(model.folder))
         with ops.counting_out_of_bounds() as counts:
             outputs = session.run(None, _for_onnxruntime(feeds))
         # Every DML node in model order; one that never ran (an If branch not taken) met none.
@@ -179,7 +203,9 @@ class Cpu(Backend):
     description = "the model as given, ONNX Runtime's native CPU kernels"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
-        session = onnxruntime.InferenceSession(str(model.path), quiet_options(), providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(
+            model.for_onnxruntime(), quiet_options(model.folder), providers=["CPUExecutionProvider"]
+        )
         return Outcome(_named(model, session.run(None, _for_onnxruntime(feeds))))
 
 
@@ -191,7 +217,7 @@ class Lowered(Backend):
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         lowered = to_onnx(to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds)))
         session = onnxruntime.InferenceSession(
-            lowered.SerializeToString(), quiet_options(model.path.parent), providers=["CPUExecutionProvider"]
+            lowered.SerializeToString(), quiet_options(model.folder), providers=["CPUExecutionProvider"]
         )
         return Outcome(_named(model, session.run(None, _for_onnxruntime(feeds))))
 
@@ -211,7 +237,8 @@ class OpenVino(Backend):
         import openvino
 
         try:
-            compiled = openvino.Core().compile_model(str(model.path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+            with _openvino_file(model) as path:
+                compiled = openvino.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
         except RuntimeError as error:
             lacking = _NO_CONVERSION.search(str(error))
             if lacking is None:
@@ -230,6 +257,18 @@ class OpenVino(Backend):
 _NO_CONVERSION = re.compile(r"No conversion rule found for operations: (?P<ops>[^\n]+)")
 
 
+@contextlib.contextmanager
+def _openvino_file(model: Model) -> Iterator[Path]:
+    """A file of the model for OpenVINO, which finds external data only beside a model's file (its Python binding
+    takes no folder for a model in memory): the file itself, or a derived model's written into a temporary folder."""
+    if model.as_read:
+        yield model.path
+        return
+    with tempfile.TemporaryDirectory(prefix="onnx-gather-openvino-") as folder:
+        model_io.write_with_data(model.proto, Path(folder) / "model.onnx", model.folder)
+        yield Path(folder) / "model.onnx"
+
+
 class _Provider(Backend):
     """A hardware execution provider of ONNX Runtime, which must really take the model (no silent CPU fallback)."""
 
@@ -242,11 +281,11 @@ class _Provider(Backend):
         return None
 
     def _session_options(self, model: Model) -> onnxruntime.SessionOptions:
-        return quiet_options()
+        return quiet_options(model.folder)
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         session = onnxruntime.InferenceSession(
-            str(model.path),
+            model.for_onnxruntime(),
             self._session_options(model),
             providers=[(self.provider, {"device_id": self.device_id}), "CPUExecutionProvider"],
         )
@@ -285,7 +324,7 @@ class DirectMl(_Provider):
         return None
 
     def _session_options(self, model: Model) -> onnxruntime.SessionOptions:
-        options = quiet_options()
+        options = super()._session_options(model)
         options.enable_mem_pattern = False  # the DirectML provider requires both
         options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
         return options
@@ -299,8 +338,7 @@ class DirectMl(_Provider):
         if any(name in model.marked for name in empty):
             left = {name for name in empty if name in model.marked}
             kept = [value for value in model.proto.graph.output if value.name not in left]
-            with with_outputs(model, kept, model.marked - left) as narrower:
-                again = self._run(narrower, feeds)
+            again = self._run(with_outputs(model, kept, model.marked - left), feeds)
             outputs = {name: again.outputs.get(name, outcome.outputs.get(name)) for name in model.output_names}
             outcome = Outcome({name: array for name, array in outputs.items() if array is not None},
                               placement=again.placement, absent=again.absent)  # fmt: skip
@@ -317,8 +355,7 @@ class DirectMl(_Provider):
         if self.device_id != 0:
             raise DeviceError(f"real DirectML under Wine has one device, 0 (lavapipe), not {self.device_id}")
         runner = self.runner if self.runner is not None else worker.shared()
-        with _named_nodes(model) as path:  # ONNX Runtime's placement log names nodes by their names
-            loaded = runner.load(path, fallback=True)
+        loaded = runner.load(_named_nodes(model), fallback=True, data=model.folder)
         try:
             outputs = runner.run(loaded, feeds, absent=bool(model.marked))
         finally:
@@ -337,30 +374,25 @@ class DirectMl(_Provider):
         return directml_layout.Layout.default().versions()
 
 
-@contextlib.contextmanager
-def with_outputs(model: Model, outputs: Sequence[onnx.ValueInfoProto], marked: frozenset[str]) -> Iterator[Model]:
-    """``model`` with ``outputs`` as its graph's outputs (``marked``: those made outputs only to be compared), in a
-    file beside it (whose external data it shares), removed afterwards."""
+def with_outputs(model: Model, outputs: Sequence[onnx.ValueInfoProto], marked: frozenset[str]) -> Model:
+    """``model`` with ``outputs`` as its graph's outputs (``marked``: those made outputs only to be compared)."""
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
     del proto.graph.output[:]
     proto.graph.output.extend(outputs)
-    with model_io.temporary_copy(proto, model.path) as path:
-        yield Model(path, proto, marked)
+    return Model(model.path, proto, marked)
 
 
-@contextlib.contextmanager
-def _named_nodes(model: Model) -> Iterator[Path]:
-    """The model's file, or where its main graph has nodes without names, a copy in which they are named."""
+def _named_nodes(model: Model) -> Path | onnx.ModelProto:
+    """The model for DirectML's runner, whose placement log names nodes by their names: the file or the proto, or
+    where the main graph has nodes without names, a copy in which they are named ('Gather #12')."""
     if all(node.name for node in model.proto.graph.node):
-        yield model.path
-        return
+        return model.path if model.as_read else model.proto
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
     for position, node in enumerate(proto.graph.node):
         node.name = node.name or unnamed(node, position)
-    with model_io.temporary_copy(proto, model.path) as path:
-        yield path
+    return proto
 
 
 class Reference(Backend):

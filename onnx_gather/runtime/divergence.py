@@ -4,8 +4,7 @@ Polygraphy's ``--onnx-outputs mark all``)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import onnx
@@ -18,10 +17,8 @@ from onnx_gather.runtime.comparison import Comparison
 NOTE = "marking every value as an output can change what a backend fuses, and so what it computes"
 
 
-@contextlib.contextmanager
-def marked(model: Model) -> Iterator[Model]:
-    """``model`` with every typed value its main graph's nodes make added to its outputs (``Model.marked``), in a
-    file beside the original (whose external data it shares), removed afterwards."""
+def marked(model: Model) -> Model:
+    """``model`` with every typed value its main graph's nodes make added to its outputs (``Model.marked``)."""
     types = value_types(model.proto).get(0, {})
     present = {value.name for value in (*model.proto.graph.input, *model.proto.graph.output)}
     added = []
@@ -32,8 +29,7 @@ def marked(model: Model) -> Iterator[Model]:
                 added.append(value_type.value_info(name))
                 present.add(name)
     outputs = [*model.proto.graph.output, *added]
-    with with_outputs(model, outputs, frozenset(value.name for value in added)) as wide:
-        yield wide
+    return with_outputs(model, outputs, frozenset(value.name for value in added))
 
 
 def _on_cpu(placement: Mapping[str, dict], label: str) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -142,8 +141,8 @@ def run_parity(
     inputs agree. ``required``: the backends whose skipping leaves the run incomplete (those the user named); the
     others may be skipped as long as one besides the reference compares every output."""
     order = [reference, *(backend for backend in backends if backend.name != reference.name)]
-    with divergence.marked(model) if all_tensors else contextlib.nullcontext(model) as wide:
-        runs = {backend.name: _run(backend, wide, feeds) for backend in order}
+    wide = divergence.marked(model) if all_tensors else model
+    runs = {backend.name: _run(backend, wide, feeds) for backend in order}
     expected = runs[reference.name].outcome
     tensors: dict[str, dict[str, Comparison]] = {name: {} for name in wide.output_names}
     for name, run in runs.items():

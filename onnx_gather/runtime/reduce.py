@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from onnx_gather.graphs import model_io
 from onnx_gather.graphs.extract import window
 from onnx_gather.graphs.plumbing import sort_topologically
 from onnx_gather.runtime import divergence
@@ -91,8 +90,7 @@ class Reducer:
         sort_topologically(proto)
         self.model = Model(model.path, proto)
         self.backend, self.tolerance, self.progress = backend, tolerance, progress
-        with divergence.marked(self.model) as marked:
-            self.values = {**feeds, **reference.run(marked, feeds).outputs}
+        self.values = {**feeds, **reference.run(divergence.marked(self.model), feeds).outputs}
         self.runs = 0
 
     def symptom(self, proto: onnx.ModelProto) -> Symptom | None:
@@ -100,8 +98,7 @@ class Reducer:
         feeds = {value.name: self.values[value.name] for value in proto.graph.input}
         self.runs += 1
         try:
-            with model_io.temporary_copy(proto, self.model.path) as path:
-                outputs = self.backend.run(Model(path, proto), feeds).outputs
+            outputs = self.backend.run(Model(self.model.path, proto), feeds).outputs
         except Exception as error:  # what the backend fails with is the symptom looked for
             return Symptom(type(error).__name__, one_line(error))
         bad = [
