@@ -658,3 +658,35 @@ def test_a_model_newer_than_onnx_runtime_1_24_reads_is_refused_with_the_ir_versi
         "helper.make_model writes the newest by default)"
     )
     assert error.rstrip().endswith(hint)
+
+
+@pytest.mark.directml
+def test_int8_kernels_of_the_cpu_provider_beside_directml_run_on_a_cpu_with_amx_tiles(tmp_path):
+    """ONNX Runtime's CPU provider in the runner multiplies int8 with MLAS, whose kernels use AMX tiles where the CPU
+    has them (Xeons since Sapphire Rapids): Linux allows those only to a process that asked for them, which the runner
+    does under Wine (runner.c, allow_amx_tiles). Without it the runner died here with "Unhandled illegal instruction"
+    at a tileloadd in onnxruntime.dll. On a CPU without AMX this runs the other kernels, and must agree all the same."""
+    require_directml(wine=True)
+    rng = np.random.default_rng(5)
+    weights = {
+        "b": rng.integers(-128, 128, (256, 256), dtype=np.int8),
+        "a_scale": np.array(0.02, np.float32), "a_zero": np.array(128, np.uint8),
+        "b_scale": np.array(0.01, np.float32), "b_zero": np.array(0, np.int8),
+    }  # fmt: skip
+    node = h.make_node("QGemm", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero"], ["y"], name="qgemm",
+                       domain="com.microsoft")  # fmt: skip
+    graph = h.make_graph(
+        [node], "int8", [h.make_tensor_value_info("a", T.UINT8, [64, 256])],
+        [h.make_tensor_value_info("y", T.FLOAT, [64, 256])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10
+    onnx.save(model, tmp_path / "int8.onnx")
+    loaded = backends.Model.read(tmp_path / "int8.onnx")
+    feeds = {"a": rng.integers(0, 256, (64, 256), dtype=np.uint8)}
+    parity = run_parity(loaded, Feeds(feeds), [backends.create("dml")], backends.create("cpu"), Tolerance())
+    dml = parity.backends["dml"]
+    assert dml.status == "ok", dml.reason
+    assert dml.outcome.placement["CPUExecutionProvider"]["nodes"] == 1  # a contrib operator DirectML lacks
+    assert parity.outputs["y"]["dml"].equal  # the same kernels as the CPU's, on the same integers

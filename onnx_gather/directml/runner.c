@@ -310,8 +310,21 @@ static int handle(const char *line) {
     return 1;
 }
 
+/* Linux lets a process use Intel's AMX tiles (Xeons since Sapphire Rapids) only once it has asked the kernel for
+ * them, arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). ONNX Runtime's Windows build never asks, and its int8
+ * kernels (MLAS) die at their first tile instruction (SIGILL: Wine's "Unhandled illegal instruction"). Under Wine the
+ * runner is that Linux process, so it asks, with the raw system call, before ONNX Runtime is loaded; on a CPU
+ * without AMX the call fails and changes nothing. Never on Windows, whose system calls are numbered otherwise. */
+static void allow_amx_tiles(void) {
+    if (!GetProcAddress(GetModuleHandleA("ntdll.dll"), "wine_get_version")) return;
+    long result;
+    __asm__ volatile("syscall" : "=a"(result) : "a"(158L), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
+    (void)result;
+}
+
 int main(int argc, char **argv) {
     if (begin(argc, "usage: runner.exe <folder of onnxruntime.dll>")) return 2;
+    allow_amx_tiles();
     char path[4096];
     snprintf(path, sizeof path, "%s\\onnxruntime.dll", argv[1]);
     HMODULE ort = LoadLibraryExA(path, NULL, LOAD_WITH_ALTERED_SEARCH_PATH);
