@@ -11,23 +11,24 @@ from pathlib import Path
 from onnx_gather.app import options
 from onnx_gather.app.command import Command
 from onnx_gather.app.options import InputChoice
-from onnx_gather.app.parser import UsageError
+from onnx_gather.app.parser import UsageError, number
 from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
 from onnx_gather.graphs import model_io
 from onnx_gather.runtime import backends, inputs
-from onnx_gather.runtime.parity import one_line
-from onnx_gather.runtime.reduce import NoDifference, Reducer
+from onnx_gather.runtime.reduce import Budget, NoDifference, Reducer, ReferenceFailure
 
 
 class ReduceCommand(Command):
     name = "reduce"
     help = "cut a model down to the few nodes where a backend still differs from, or fails against, the reference"
     description = (
-        "Runs the reference once with every value marked as an output, then windows of the model's main graph on "
-        "the backend, each fed what the reference computed: the shortest prefix that still differs (or fails the "
-        "same way), the latest start, then each node left out in turn. Writes the window as -o OUT.onnx, its inputs "
-        "as OUT.npz, and prints the parity command that shows the difference. Exit 0 with a reduced model, 1 when "
-        "the backend does not differ in the first place."
+        "Runs the model itself on the backend, the reference once with every value marked as an output, then "
+        "windows of the model's main graph on the backend (declared as the model declares them, dynamic dims "
+        "kept), each fed what the reference computed, by delta debugging: chunks, then single nodes, until leaving "
+        "out any one node loses the symptom (the same failure: type, op type, HRESULT or status; or a difference "
+        "of the size first seen), or the budget is spent. Writes the window as -o OUT.onnx, its inputs as OUT.npz, "
+        "and prints the parity command that shows it. Exit 0 with a reduced model, 1 when the backend does not "
+        "differ in the first place."
     )
 
     def declare(self, parser: argparse.ArgumentParser) -> None:
@@ -39,6 +40,15 @@ class ReduceCommand(Command):
         )  # fmt: skip
         options.add_tolerance_options(parser)
         options.add_output_option(parser, "reduced")
+        parser.add_argument(
+            "--max-runs", type=number(int, 1, "an integer of 1 or more"), default=Budget.runs,
+            help=f"stop after this many runs of the backend with the smallest window so far, said to be not minimal "
+            f"(default {Budget.runs})",
+        )  # fmt: skip
+        parser.add_argument(
+            "--max-minutes", type=number(float, 0, "a number of 0 or more"), default=Budget.seconds / 60,
+            help=f"the same after this many minutes (default {Budget.seconds / 60:g})",
+        )  # fmt: skip
         options.add_backend_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -59,11 +69,11 @@ class ReduceCommand(Command):
         tolerance = options.tolerance(args)
         try:
             reducer = Reducer(model, feeds.arrays, built[args.backend], built[args.reference], tolerance, progress)
-        except Exception as error:  # the reference must run the whole model: its values feed every window
-            raise UsageError(f"the reference {args.reference} fails on {args.model}: {one_line(error)}; give "
-                             "another --reference") from error  # fmt: skip
+        except ReferenceFailure as failure:  # the reference must run the whole model: its values feed every window
+            raise UsageError(f"the reference {args.reference} fails on {args.model} (every value marked as an output): "
+                             f"{failure}; give another --reference") from failure  # fmt: skip
         try:
-            reduction = reducer.reduce()
+            reduction = reducer.reduce(Budget(args.max_runs, args.max_minutes * 60))
         except NoDifference:
             print(f"{args.model}: {args.backend} agrees with {args.reference} on every output ({tolerance.describe()})"
                   ": nothing to reduce.")  # fmt: skip
@@ -75,7 +85,13 @@ class ReduceCommand(Command):
         count = len(model.proto.graph.node)
         print(f"{args.model}: {count} nodes cut down to {len(reduction.nodes)} that still show it on {args.backend} "
               f"({reduction.runs} runs): {', '.join(reduction.nodes)}")  # fmt: skip
-        print(f"  {args.backend}: {reduction.symptom.detail}")
+        print(f"  the whole model on {args.backend}: {reduction.whole.detail}")
+        print(f"  this window on {args.backend}:  {reduction.symptom.detail}")
+        if not reduction.minimal:
+            print(f"  Not minimal: the budget ({args.max_runs} runs, {args.max_minutes:g} minutes) ran out; this is "
+                  "the smallest window that showed it so far.")  # fmt: skip
+        if reduction.note:
+            print(f"  Note: {reduction.note}.")
         print(f"Written: {output} and its inputs {feeds_file} (the values {args.reference} computed there).")
         print("Show it with:\n  " + shlex.join(_parity_command(args, output, feeds_file)))
         return 0

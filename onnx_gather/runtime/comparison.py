@@ -67,6 +67,45 @@ def _integer_difference(reference: np.ndarray, actual: np.ndarray) -> np.ndarray
     return np.where(act >= ref, act_bits - ref_bits, ref_bits - act_bits)
 
 
+def _differences(
+    reference: np.ndarray, actual: np.ndarray, atol: float, rtol: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Of two numeric arrays of one type and shape, position by position: ``|actual - reference|`` (0 where either
+    is not finite), ``|reference|``, where both are finite, and where they are close (NaN meeting NaN)."""
+    magnitude = np.abs(reference.astype(np.float64))
+    if reference.dtype.kind in "iu":
+        exact = _integer_difference(reference, actual)
+        difference = exact.astype(np.float64)
+        close = (exact == 0) | (difference <= atol + rtol * magnitude)
+        return difference, magnitude, np.ones(reference.shape, bool), close
+    ref, act = reference.astype(np.float64), actual.astype(np.float64)
+    finite = np.isfinite(ref) & np.isfinite(act)
+    difference = np.abs(np.subtract(act, ref, out=np.zeros_like(ref), where=finite))
+    close = np.where(finite, difference <= atol + rtol * magnitude, (ref == act) | (np.isnan(ref) & np.isnan(act)))
+    return difference, magnitude, finite, close
+
+
+def excess(reference: np.ndarray, actual: np.ndarray, tolerance: Tolerance) -> float:
+    """How many times its tolerance the worst position of ``actual`` is off: ``max |a - r| / (atol + rtol |r|)``; inf
+    where a position is off without a size (another shape or type, a NaN or infinity not matched, a STRING or BOOL
+    that differs); 0 where they agree. What sizes a difference whatever the scale of the values (``reduce``)."""
+    comparison = compare(reference, actual, tolerance)
+    if comparison.equal or (comparison.within_tolerance and comparison.max_abs is None):
+        return 0.0
+    if comparison.max_abs is None:  # another shape or type, a STRING or BOOL that differs
+        return np.inf
+    atol, rtol = comparison.atol, comparison.rtol
+    difference, magnitude, finite, close = _differences(reference, actual, atol, rtol)
+    if not close[~finite].all():
+        return np.inf
+    allowed = atol + rtol * magnitude
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(
+            allowed > 0, difference / np.where(allowed > 0, allowed, 1.0), np.where(difference > 0, np.inf, 0)
+        )
+    return float(ratios.max()) if ratios.size else 0.0
+
+
 def compare(reference: np.ndarray, actual: np.ndarray, tolerance: Tolerance) -> Comparison:
     """Compare ``actual`` with ``reference`` position by position, held to ``tolerance`` at the reference's type."""
     atol, rtol = tolerance.held(reference.dtype)
@@ -81,17 +120,7 @@ def compare(reference: np.ndarray, actual: np.ndarray, tolerance: Tolerance) -> 
         bad = np.argwhere(reference.astype(object) != actual.astype(object))
         first = [int(i) for i in bad[0]] if len(bad) else None
         return Comparison(not len(bad), not len(bad), None, None, len(bad), first, atol, rtol)
-    magnitude = np.abs(reference.astype(np.float64))
-    if reference.dtype.kind in "iu":
-        exact = _integer_difference(reference, actual)
-        finite = np.ones(reference.shape, bool)
-        difference = exact.astype(np.float64)
-        close = (exact == 0) | (difference <= atol + rtol * magnitude)
-    else:
-        ref, act = reference.astype(np.float64), actual.astype(np.float64)
-        finite = np.isfinite(ref) & np.isfinite(act)
-        difference = np.abs(np.subtract(act, ref, out=np.zeros_like(ref), where=finite))
-        close = np.where(finite, difference <= atol + rtol * magnitude, (ref == act) | (np.isnan(ref) & np.isnan(act)))
+    difference, magnitude, finite, close = _differences(reference, actual, atol, rtol)
     nonzero = finite & (magnitude != 0)
     relative = np.where(nonzero, difference / np.where(nonzero, magnitude, 1.0), 0.0)
     bad = np.argwhere(~close)
