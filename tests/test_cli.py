@@ -190,6 +190,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, arguments, message):
     assert not (tmp_path / "x.onnx").exists()
 
 
+@pytest.mark.openvino
 def test_demo_shows_the_sample_model_agreeing_everywhere(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "onnx_gather", "demo"], capture_output=True, text=True, check=False, cwd=tmp_path,

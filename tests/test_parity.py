@@ -107,6 +107,7 @@ def _inputs(tmp_path, ids, picks):
     return path
 
 
+@pytest.mark.openvino
 def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
     model = _ids_model(tmp_path)
     arguments = ["parity", str(model), "--inputs", str(_inputs(tmp_path, [0, 5, -1], [1, 2])),
@@ -140,6 +141,7 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
     assert report["passed"] is True
 
 
+@pytest.mark.openvino
 def test_out_of_bounds_indices_are_counted_and_backends_differ_there(tmp_path, capsys, no_directml):
     model = _ids_model(tmp_path)
     arguments = ["parity", str(model), "--inputs", str(_inputs(tmp_path, [0, 9, -7, 2], [1, 6])),
@@ -160,6 +162,7 @@ def test_out_of_bounds_indices_are_counted_and_backends_differ_there(tmp_path, c
     assert f"Versions: onnx-gather {report['onnx_gather']}; pyop: onnxruntime {onnxruntime.__version__}" in markdown
 
 
+@pytest.mark.openvino
 def test_a_mismatch_exits_1_with_its_position(tmp_path, capsys):
     # OpenVINO's Gather reads 0 for index 9 where DirectML's semantics clamp to the last row.
     model = _ids_model(tmp_path)
@@ -469,6 +472,7 @@ def _exp_model(tmp_path):
     return path
 
 
+@pytest.mark.openvino
 def test_all_tensors_names_the_gather_where_openvino_parts_from_the_custom_ops(tmp_path, capsys):
     # Out of bounds, OpenVINO's Gather reads 0 where DirectML reads memory; the Flatten after it then differs too,
     # but its input already did: the Gather is named, not the Flatten.
@@ -532,6 +536,7 @@ def test_run_with_debug_prints_the_traceback_of_a_backend_failure(tmp_path, caps
     assert "Traceback" in error and "cpu failed on" in error
 
 
+@pytest.mark.openvino
 def test_openvino_outputs_under_every_name_of_their_port(tmp_path):
     # An Identity folded away: OpenVINO's port carries 'hidden' and 'probability', and gives 'hidden' as its name.
     graph = h.make_graph(

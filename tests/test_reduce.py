@@ -158,6 +158,7 @@ def _gather_chain(tmp_path):
     return tmp_path / "chain.onnx", tmp_path / "in.npz"
 
 
+@pytest.mark.openvino
 def test_reduce_writes_the_window_its_inputs_and_the_command_that_shows_it(tmp_path, capsys):
     # OpenVINO's Gather reads zeros for an out-of-bounds index, DirectML's semantics the tensor's last element
     path, given = _gather_chain(tmp_path)
