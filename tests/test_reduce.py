@@ -212,3 +212,28 @@ def test_a_backend_that_fails_is_cut_down_to_the_node_it_fails_at(tmp_path, caps
     assert main(["reduce", str(path), "--backend", "cpu", "--inputs", str(given), "-o", str(out)]) == 0
     assert [node.name for node in onnx.load(out).graph.node] == ["lookup"]
     assert "cpu: InvalidArgument: " in capsys.readouterr().out
+
+
+def test_a_reference_that_fails_is_named_with_its_error(tmp_path, capsys):
+    # ONNX Runtime's CPU kernels refuse the out-of-bounds index: as the reference, they give no values to feed windows
+    path, given = _gather_chain(tmp_path)
+    arguments = ["reduce", str(path), "--backend", "pyop", "--reference", "cpu", "--inputs", str(given),
+                 "-o", str(tmp_path / "small.onnx")]  # fmt: skip
+    assert main(arguments) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"onnx-gather: error: the reference cpu fails on {path} (every value marked as an output): ")
+    assert "InvalidArgument: " in line and "'lookup'" in line and line.endswith("; give another --reference")
+
+
+def test_a_failure_before_the_reference_runs_is_not_called_the_reference_s(tmp_path, capsys, monkeypatch):
+    # Marking every value as an output is onnx-gather's own work: its failure is an internal error (exit 3)
+    from onnx_gather.runtime import divergence
+
+    def broken(model):
+        raise RuntimeError("marking broke")
+
+    monkeypatch.setattr(divergence, "marked", broken)
+    path, given = _gather_chain(tmp_path)
+    assert main(["reduce", str(path), "--backend", "cpu", "--inputs", str(given), "-o", str(tmp_path / "s.onnx")]) == 3
+    error = capsys.readouterr().err
+    assert "internal error: RuntimeError: marking broke" in error and "the reference" not in error

@@ -15,8 +15,7 @@ from onnx_gather.app.parser import UsageError
 from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
 from onnx_gather.graphs import model_io
 from onnx_gather.runtime import backends, inputs
-from onnx_gather.runtime.parity import one_line
-from onnx_gather.runtime.reduce import NoDifference, Reducer
+from onnx_gather.runtime.reduce import NoDifference, Reducer, ReferenceFailure
 
 
 class ReduceCommand(Command):
@@ -59,9 +58,9 @@ class ReduceCommand(Command):
         tolerance = options.tolerance(args)
         try:
             reducer = Reducer(model, feeds.arrays, built[args.backend], built[args.reference], tolerance, progress)
-        except Exception as error:  # the reference must run the whole model: its values feed every window
-            raise UsageError(f"the reference {args.reference} fails on {args.model}: {one_line(error)}; give "
-                             "another --reference") from error  # fmt: skip
+        except ReferenceFailure as failure:  # the reference must run the whole model: its values feed every window
+            raise UsageError(f"the reference {args.reference} fails on {args.model} (every value marked as an output): "
+                             f"{failure}; give another --reference") from failure  # fmt: skip
         try:
             reduction = reducer.reduce()
         except NoDifference:

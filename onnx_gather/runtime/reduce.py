@@ -60,6 +60,11 @@ class ReductionError(RuntimeError):
     """The search could not end on a window that shows the symptom."""
 
 
+class ReferenceFailure(Exception):
+    """The reference failed its run of the whole model with every value marked as an output (its message, one line):
+    without its values no window can be fed."""
+
+
 def shrink(count: int, shows: Callable[[Sequence[int]], bool]) -> list[int]:
     """The positions of a small window of ``count`` nodes that ``shows`` the symptom, which the whole does."""
     low, high = 1, count  # the shortest prefix: shows(range(high)) holds throughout
@@ -92,7 +97,11 @@ class Reducer:
         self.model = Model(model.path, proto)
         self.backend, self.tolerance, self.progress = backend, tolerance, progress
         with divergence.marked(self.model) as marked:
-            self.values = {**feeds, **reference.run(marked, feeds).outputs}
+            try:
+                computed = reference.run(marked, feeds).outputs
+            except Exception as error:  # what the reference fails with, as parity reports a backend's failure
+                raise ReferenceFailure(one_line(error)) from error
+        self.values = {**feeds, **computed}
         self.runs = 0
 
     def symptom(self, proto: onnx.ModelProto) -> Symptom | None:
