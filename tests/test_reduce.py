@@ -61,6 +61,21 @@ def test_a_window_takes_weights_as_weights_constants_as_weights_and_the_rest_as_
     assert [o.name for o in whole_tail.graph.output] == ["out"]
 
 
+def test_a_weight_the_inputs_override_comes_with_the_value_fed():
+    # An input with a default (IR 4 on), fed: the window's weight holds what was fed, not the default
+    graph = h.make_graph(
+        [h.make_node("Add", ["x", "w"], ["y"], name="add")], "g",
+        [h.make_tensor_value_info(name, T.FLOAT, [2]) for name in ("x", "w")],
+        [h.make_tensor_value_info("y", T.FLOAT, [2])], [numpy_helper.from_array(np.zeros(2, np.float32), "w")],
+    )  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    values = {"x": np.ones(2, np.float32), "w": np.full(2, 5, np.float32), "y": np.full(2, 6, np.float32)}
+    (weight,) = window(model, {0}, values).graph.initializer
+    assert numpy_helper.to_array(weight).tolist() == [5, 5]
+    (weight,) = window(model, {0}, {name: values[name] for name in ("x", "y")}).graph.initializer
+    assert numpy_helper.to_array(weight).tolist() == [0, 0]
+
+
 def test_a_node_holding_a_subgraph_takes_what_the_subgraph_reads_from_outside():
     branch = h.make_graph([h.make_node("Neg", ["y"], ["b"])], "then", [], [h.make_tensor_value_info("b", T.FLOAT, [2])])
     other = h.make_graph(

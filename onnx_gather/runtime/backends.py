@@ -192,7 +192,8 @@ class OpenVino(Backend):
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         import openvino
 
-        compiled = openvino.Core().compile_model(str(model.path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        with _defaults_fed(model, feeds) as fed:  # OpenVINO takes every initializer as a constant
+            compiled = openvino.Core().compile_model(str(fed.path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
         results = compiled(dict(feeds))
         # An output port can carry several names (an output that is also a value inside): every one of them.
         by_name = {name: np.asarray(results[port]) for port in compiled.outputs for name in port.get_names()}
@@ -289,7 +290,8 @@ class DirectMl(_Provider):
         if self.device_id != 0:
             raise DeviceError(f"real DirectML under Wine has one device, 0 (lavapipe), not {self.device_id}")
         runner = self.runner if self.runner is not None else worker.shared()
-        with _named_nodes(model) as path:  # ONNX Runtime's placement log names nodes by their names
+        # the runner feeds the session's inputs, which leave out those with a default; the placement log names nodes
+        with _defaults_fed(model, feeds) as fed, _named_nodes(fed) as path:
             loaded = runner.load(path, fallback=True)
         try:
             outputs = runner.run(loaded, feeds, absent=bool(model.marked))
@@ -319,6 +321,24 @@ def with_outputs(model: Model, outputs: Sequence[onnx.ValueInfoProto], marked: f
     proto.graph.output.extend(outputs)
     with model_io.temporary_copy(proto, model.path) as path:
         yield Model(path, proto, marked)
+
+
+@contextlib.contextmanager
+def _defaults_fed(model: Model, feeds: Mapping[str, np.ndarray]) -> Iterator[Model]:
+    """``model``, or where ``feeds`` override initializers (inputs with a default, ``inputs.with_defaults``), a copy
+    without those in a file beside it (whose external data it shares), removed afterwards: for runtimes that take
+    only a model's plain inputs as feeds."""
+    fed = {tensor.name for tensor in model.proto.graph.initializer} & set(feeds)
+    if not fed:
+        yield model
+        return
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    kept = [tensor for tensor in proto.graph.initializer if tensor.name not in fed]
+    del proto.graph.initializer[:]
+    proto.graph.initializer.extend(kept)
+    with model_io.temporary_copy(proto, model.path) as path:
+        yield Model(path, proto, model.marked)
 
 
 @contextlib.contextmanager
