@@ -22,7 +22,7 @@ import onnx
 
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.extract import window
-from onnx_gather.graphs.plumbing import sort_topologically
+from onnx_gather.graphs.plumbing import sort_topologically, unnamed
 from onnx_gather.runtime import divergence
 from onnx_gather.runtime.backends import Backend, Model
 from onnx_gather.runtime.comparison import Tolerance, compare
@@ -148,5 +148,5 @@ class Reducer:
                                  "deterministic on this model?")  # fmt: skip
         return Reduction(
             reduced, {v.name: np.asarray(self.values[v.name]) for v in reduced.graph.input}, symptom,
-            [f"{nodes[p].op_type} {nodes[p].name!r}" for p in kept], self.runs,
+            [f"{nodes[p].op_type} {nodes[p].name or unnamed(nodes[p], p)!r}" for p in kept], self.runs,
         )  # fmt: skip

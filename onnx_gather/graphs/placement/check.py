@@ -54,8 +54,7 @@ def _standard(change: NodeChange, level_name: str, placed: Placed | None) -> Ver
     provider's graph partitioning puts it (``placed``)."""
 
     def verdict(status: str, reason: str) -> Verdict:
-        name = change.node or f"{change.op_type} #{change.position}"
-        return Verdict(change.where, name, change.op_type, status, reason, change.ranks)
+        return Verdict(change.where, change.node, change.op_type, status, reason, change.ranks)
 
     if placed is not None and placed.why in REASONS:
         return verdict("CPU", REASONS[placed.why])
