@@ -192,7 +192,7 @@ def test_every_command_checks_the_inputs_file_against_the_model(tmp_path, capsys
     model, npz = _dynamic_model(tmp_path), tmp_path / "ints.npz"
     np.savez(npz, x=np.arange(3))
     assert main([command[0], str(model), *command[1:], "--inputs", str(npz)]) == 2
-    assert capsys.readouterr().err == "onnx-gather: error: --inputs array 'x' is int64 where the model takes float32\n"
+    assert capsys.readouterr().err == "onnx-gather: error: --inputs array 'x' is INT64 where the model takes FLOAT\n"
     assert not (tmp_path / "out.onnx").exists()
 
 

@@ -245,7 +245,7 @@ def test_run_prints_shapes_as_shape_takes_them(tmp_path, capsys):
     path = _embedding_model(tmp_path, external=False)
     assert main(["run", str(path), "--backend", "cpu", "--shape", "ids:2x3"]) == 0
     printed = capsys.readouterr().out
-    assert "ids                  int64 2x3 " in printed and "vectors              float32 2x3x64 " in printed
+    assert "ids                  INT64 2x3 " in printed and "vectors              FLOAT 2x3x64 " in printed
 
 
 def test_the_docs_the_messages_cite_are_installed_and_printed(capsys):

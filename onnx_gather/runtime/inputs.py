@@ -18,7 +18,7 @@ from onnx_gather.core.errors import UserError
 from onnx_gather.core.words import listed
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.plumbing import bodies
-from onnx_gather.graphs.types import ValueType
+from onnx_gather.graphs.types import ValueType, array_type
 
 
 class InputError(UserError):
@@ -171,14 +171,9 @@ def _check_given(model: onnx.ModelProto, given: Declared) -> None:
         value_type = ValueType.of(values[name]) if name in values else None
         if value_type is None:
             continue
-        if value_type.elem_type == onnx.TensorProto.STRING:
-            expected_kind = dtype.kind in "OUS"
-            wanted = "strings"
-        else:
-            wanted = np.dtype(helper.tensor_dtype_to_np_dtype(value_type.elem_type)).name
-            expected_kind = dtype.name == wanted
-        if not expected_kind:
-            problems.append(f"array {name!r} is {dtype.name} where the model takes {wanted}")
+        wanted = onnx.TensorProto.DataType.Name(value_type.elem_type)
+        if array_type(dtype) != wanted:
+            problems.append(f"array {name!r} is {array_type(dtype)} where the model takes {wanted}")
             continue
         dims = value_type.dims
         if dims is not None and (len(dims) != len(shape) or any(
