@@ -13,6 +13,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
+from onnx_gather.app.cli import main
 from onnx_gather.app.demo import sample_model_path
 from onnx_gather.graphs import model_io
 from onnx_gather.runtime import backends
@@ -156,6 +157,27 @@ def test_real_directml_runs_the_sample_model_bit_identical_with_the_custom_ops()
     reference = _run("pyop", SAMPLE, IN_RANGE)
     assert_all_identical(list(outcome.outputs.values()), list(reference.values()))
     assert outcome.placement == {"DmlExecutionProvider": {"nodes": 6, "names": []}}  # every node on DirectML
+
+
+@pytest.mark.directml
+def test_a_failure_of_the_cpu_provider_beside_directml_is_said_to_be_its(tmp_path, capsys):
+    # DirectML takes no STRING: ONNX Runtime runs the GatherElements on its CPU provider, whose kernel refuses index 5
+    require_directml(wine=True)  # the runner's placement log tells where each node ran
+    graph = h.make_graph(
+        [h.make_node("GatherElements", ["words", "i"], ["picked"], name="pick", axis=0),
+         h.make_node("Neg", ["x"], ["y"], name="negate")], "mixed",
+        [h.make_tensor_value_info("words", T.STRING, [3]), h.make_tensor_value_info("i", T.INT64, [2]),
+         h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info("picked", T.STRING, [2]), h.make_tensor_value_info("y", T.FLOAT, [2])],
+    )  # fmt: skip
+    model = tmp_path / "mixed.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), model)
+    np.savez(tmp_path / "in.npz", words=np.array(["a", "b", "c"]), i=np.array([0, 5]), x=np.ones(2, np.float32))
+    assert main(["run", str(model), "--backend", "dml", "--inputs", str(tmp_path / "in.npz")]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"onnx-gather: dml failed on {model}: FallbackFailure: GatherElements node 'pick' ran on " in line
+    assert "CPUExecutionProvider, DirectML not taking it, and failed there: RUN: Non-zero status code" in line
+    assert "Known DirectML failures" not in line  # not DirectML's
 
 
 @pytest.mark.skipif(platform.system() == "Windows", reason="on Windows dml is the installed provider")

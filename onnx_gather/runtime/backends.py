@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import platform
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,33 @@ def _named(model: Model, outputs: list) -> dict[str, np.ndarray]:
 
 class DeviceError(RuntimeError):
     """The backend's device cannot be used (no such device, the provider did not take the session)."""
+
+
+class FallbackFailure(DirectMlError):
+    """A run of the dml backend that failed in a node DirectML did not take, which ONNX Runtime placed on another of
+    its providers (``provider``): the failure is that provider's; ONNX Runtime's error is the ``__cause__``."""
+
+    def __init__(self, message: str, provider: str) -> None:
+        super().__init__(message)
+        self.provider = provider
+
+
+# ONNX Runtime's error for a node that failed as it ran: "... running GatherElements node. Name:'pick' ..."
+_FAILED_NODE = re.compile(r"running (?P<op_type>\S+) node\. Name:'(?P<name>[^']*)'")
+
+
+def _fallback(error: DirectMlError, loaded: worker.Loaded) -> FallbackFailure | None:
+    """What ``error`` of a run is where the node it names ran on a provider other than DirectML; else None."""
+    failed = _FAILED_NODE.search(str(error))
+    if failed is None:
+        return None
+    listing = [p for p, names in loaded.placement.items() if any(n.endswith(f"({failed['name']})") for n in names)]
+    # ONNX Runtime lists the nodes by name only where it placed them on more than one provider
+    providers = listing or (list(loaded.placed) if len(loaded.placed) == 1 else [])
+    if len(providers) != 1 or providers[0] == worker.DML_PROVIDER:
+        return None
+    return FallbackFailure(f"{failed['op_type']} node {failed['name']!r} ran on {providers[0]}, DirectML not taking "
+                           f"it, and failed there: {error}", providers[0])  # fmt: skip
 
 
 class Backend:
@@ -295,6 +323,11 @@ class DirectMl(_Provider):
             loaded = runner.load(path, fallback=True)
         try:
             outputs = runner.run(loaded, feeds, absent=bool(model.marked))
+        except DirectMlError as error:
+            fallback = _fallback(error, loaded)
+            if fallback is None:
+                raise
+            raise fallback from error
         finally:
             runner.free(loaded)
         absent = [name for name in model.output_names if name not in outputs]
