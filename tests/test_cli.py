@@ -145,6 +145,22 @@ def test_check_says_where_the_directml_provider_puts_each_gather(tmp_path, capsy
     assert lines[4] == "4 gathers at DirectML feature level 4.1: 1 on DirectML, 1 on the CPU provider, 2 failing."
 
 
+def test_check_of_a_converted_model_says_its_dml_nodes_tell_no_placement(tmp_path, capsys):
+    # The sample's gathers all run on DirectML; a converted model's DML nodes say nothing of where the provider
+    # places the gathers they came from (that depends on the original's types and opsets)
+    converted = tmp_path / "sample_dml.onnx"
+    assert main(["convert", sample_model_path(), "-o", str(converted)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(converted)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("DML      node 'embed' (DmlGather, graph 'sample_reranker'): DML_GATHER with 3 ")
+    assert lines[0].endswith("; onnx-gather's op: check the original model for where the provider places it")
+    assert lines[-1] == (
+        "3 gathers at DirectML feature level 4.1: 3 as DML nodes (converted by onnx-gather: check the original model "
+        "for placement)."
+    )
+
+
 def test_check_refuses_gather_elements_at_1_0(tmp_path, capsys):
     converted = tmp_path / "sample_dml.onnx"
     assert main(["convert", sample_model_path(), "-o", str(converted), "--dimension-count", "4"]) == 0
