@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import platform
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import to_dml
 from onnx_gather.graphs.lowering.lower import to_onnx
 from onnx_gather.graphs.plumbing import bodies, unnamed
-from onnx_gather.runtime import ops, reference
+from onnx_gather.runtime import inputs, ops, reference
 from onnx_gather.runtime.observe import Observation
 from onnx_gather.runtime.sessions import quiet_options
 
@@ -95,33 +94,6 @@ def _named(model: Model, outputs: list) -> dict[str, np.ndarray]:
 
 class DeviceError(RuntimeError):
     """The backend's device cannot be used (no such device, the provider did not take the session)."""
-
-
-class FallbackFailure(DirectMlError):
-    """A run of the dml backend that failed in a node DirectML did not take, which ONNX Runtime placed on another of
-    its providers (``provider``): the failure is that provider's; ONNX Runtime's error is the ``__cause__``."""
-
-    def __init__(self, message: str, provider: str) -> None:
-        super().__init__(message)
-        self.provider = provider
-
-
-# ONNX Runtime's error for a node that failed as it ran: "... running GatherElements node. Name:'pick' ..."
-_FAILED_NODE = re.compile(r"running (?P<op_type>\S+) node\. Name:'(?P<name>[^']*)'")
-
-
-def _fallback(error: DirectMlError, loaded: worker.Loaded) -> FallbackFailure | None:
-    """What ``error`` of a run is where the node it names ran on a provider other than DirectML; else None."""
-    failed = _FAILED_NODE.search(str(error))
-    if failed is None:
-        return None
-    listing = [p for p, names in loaded.placement.items() if any(n.endswith(f"({failed['name']})") for n in names)]
-    # ONNX Runtime lists the nodes by name only where it placed them on more than one provider
-    providers = listing or (list(loaded.placed) if len(loaded.placed) == 1 else [])
-    if len(providers) != 1 or providers[0] == worker.DML_PROVIDER:
-        return None
-    return FallbackFailure(f"{failed['op_type']} node {failed['name']!r} ran on {providers[0]}, DirectML not taking "
-                           f"it, and failed there: {error}", providers[0])  # fmt: skip
 
 
 class Backend:
@@ -323,11 +295,6 @@ class DirectMl(_Provider):
             loaded = runner.load(path, fallback=True)
         try:
             outputs = runner.run(loaded, feeds, absent=bool(model.marked))
-        except DirectMlError as error:
-            fallback = _fallback(error, loaded)
-            if fallback is None:
-                raise
-            raise fallback from error
         finally:
             runner.free(loaded)
         absent = [name for name in model.output_names if name not in outputs]
@@ -361,7 +328,7 @@ def _defaults_fed(model: Model, feeds: Mapping[str, np.ndarray]) -> Iterator[Mod
     """``model``, or where ``feeds`` override initializers (inputs with a default, ``inputs.with_defaults``), a copy
     without those in a file beside it (whose external data it shares), removed afterwards: for runtimes that take
     only a model's plain inputs as feeds."""
-    fed = {tensor.name for tensor in model.proto.graph.initializer} & set(feeds)
+    fed = {value.name for value in inputs.with_defaults(model.proto)} & set(feeds)
     if not fed:
         yield model
         return

@@ -21,8 +21,8 @@ import onnx
 
 from onnx_gather.directml import worker
 from onnx_gather.directml.process import DirectMlError, SessionCreationError
+from onnx_gather.directml.worker import FallbackFailure
 from onnx_gather.runtime import backends
-from onnx_gather.runtime.backends import FallbackFailure
 from peers import Case, feeds, identical, model
 
 DIRECTML = "DmlExecutionProvider"
