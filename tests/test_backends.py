@@ -15,6 +15,8 @@ from onnx import numpy_helper
 
 from onnx_gather.app.cli import main
 from onnx_gather.app.demo import sample_model_path
+from onnx_gather.directml import worker
+from onnx_gather.directml.process import DirectMlError
 from onnx_gather.graphs import model_io
 from onnx_gather.runtime import backends
 
@@ -178,6 +180,24 @@ def test_a_failure_of_the_cpu_provider_beside_directml_is_said_to_be_its(tmp_pat
     assert f"onnx-gather: dml failed on {model}: FallbackFailure: GatherElements node 'pick' ran on " in line
     assert "CPUExecutionProvider, DirectML not taking it, and failed there: RUN: Non-zero status code" in line
     assert "Known DirectML failures" not in line  # not DirectML's
+
+
+def test_a_run_failure_is_said_to_be_the_provider_s_that_ran_the_node():
+    # ONNX Runtime names the failing node; its placement log, where the node went (by name only where the model's
+    # nodes went to more than one provider)
+    error = DirectMlError("RUN: Non-zero status code returned while running GatherElements node. Name:'pick' "
+                          "Status Message: GatherElements op: Out of range value in index tensor")  # fmt: skip
+    both = worker.Loaded(0, 0, [], [], {"DmlExecutionProvider": ["Neg (negate)"],
+                                        "CPUExecutionProvider": ["GatherElements (pick)"]})  # fmt: skip
+    alone = worker.Loaded(0, 0, [], [], {"CPUExecutionProvider": []}, {"CPUExecutionProvider": 1})
+    for loaded in (both, alone):
+        fallback = loaded.fallback(error)
+        assert fallback.provider == "CPUExecutionProvider"
+        assert str(fallback) == (f"GatherElements node 'pick' ran on CPUExecutionProvider, DirectML not taking it, "
+                                 f"and failed there: {error}")  # fmt: skip
+    on_directml = worker.Loaded(0, 0, [], [], {"DmlExecutionProvider": []}, {"DmlExecutionProvider": 1})
+    assert on_directml.fallback(error) is None  # DirectML's own failure
+    assert alone.fallback(DirectMlError("output 'y': no tensor")) is None  # no node named
 
 
 @pytest.mark.skipif(platform.system() == "Windows", reason="on Windows dml is the installed provider")
