@@ -121,12 +121,24 @@ _RUNNING: list = []  # the test being set up or run (pytest_runtest_setup): requ
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     _RUNNING[:] = [item]
+    if item.get_closest_marker("openvino") is not None:
+        _require_openvino()
 
 
-def _missing_directml(reason: str) -> None:
+def _missing(reason: str) -> None:
+    """Skip for ``reason``; in CI (CI=true), which installs everything the tests need, fail."""
     if os.environ.get("CI", "").lower() in ("true", "1"):
         pytest.fail(f"in CI, {reason}")
     pytest.skip(reason)
+
+
+def _require_openvino() -> None:
+    """A test marked ``openvino`` runs the openvino backend: skipped where the openvino extra is not installed."""
+    from onnx_gather.runtime import backends
+
+    reason = backends.create("openvino").unavailable()
+    if reason is not None:
+        _missing(reason)
 
 
 def require_directml(wine: bool = False) -> None:
@@ -145,15 +157,13 @@ def require_directml(wine: bool = False) -> None:
         if wine:
             pytest.skip("a test of real DirectML's Linux set-up (Wine, the runner, direct.exe): not on Windows")
         if "DmlExecutionProvider" not in onnxruntime.get_available_providers():
-            _missing_directml(
-                "ONNX Runtime's DmlExecutionProvider is not available: install onnxruntime-directml==1.24.4"
-            )
+            _missing("ONNX Runtime's DmlExecutionProvider is not available: install onnxruntime-directml==1.24.4")
         return
     from onnx_gather.directml.layout import SETUP_COMMAND, Layout
 
     problems = Layout.default().problems()
     if problems:
-        _missing_directml(f"real DirectML is not set up ({'; '.join(problems)}): run `{SETUP_COMMAND}` as root")
+        _missing(f"real DirectML is not set up ({'; '.join(problems)}): run `{SETUP_COMMAND}` as root")
 
 
 # DirectML's 16-bit data types: it runs DXBC kernels for them on the set-up's default device, DXIL cs_6_2 ones on its

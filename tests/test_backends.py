@@ -12,7 +12,10 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
+from onnx_gather.app.cli import main
 from onnx_gather.app.demo import sample_model_path
+from onnx_gather.directml import worker
+from onnx_gather.directml.process import DirectMlError
 from onnx_gather.runtime import backends
 
 SAMPLE = backends.Model.read(sample_model_path())
@@ -34,15 +37,35 @@ def _run(name, model, feeds):
     return backend.run(model, feeds).outputs
 
 
-def test_the_cpu_routes_and_openvino_run_here():
-    for name in ("pyop", "cpu", "lowered", "openvino"):
-        assert backends.create(name).unavailable() is None
+OPENVINO = pytest.param("openvino", marks=pytest.mark.openvino)
 
 
-@pytest.mark.parametrize("name", ["cpu", "lowered", "openvino"])
+@pytest.mark.parametrize("name", ["pyop", "cpu", "lowered", OPENVINO])
+def test_the_cpu_routes_and_openvino_run_here(name):
+    assert backends.create(name).unavailable() is None
+
+
+@pytest.mark.parametrize("name", ["cpu", "lowered", OPENVINO])
 def test_backend_agrees_with_dml_semantics_on_in_range_indices(name):
     reference = _run("pyop", SAMPLE, IN_RANGE)
     assert_all_identical(list(_run(name, SAMPLE, IN_RANGE).values()), list(reference.values()))
+
+
+@pytest.mark.parametrize(
+    "name", ["pyop", "cpu", "lowered", OPENVINO, "reference", pytest.param("dml", marks=pytest.mark.directml)]
+)
+def test_an_input_with_a_default_takes_the_value_fed(tmp_path, name):
+    # From IR version 4 a graph input that an initializer also provides is a default, which a feed overrides
+    if name == "dml":
+        require_directml()
+    table = numpy_helper.from_array(np.arange(10, 16, dtype=np.float32), "table")
+    node = h.make_node("Gather", ["table", "i"], ["y"], name="lookup", axis=0)
+    inputs = [h.make_tensor_value_info(n, t, [d]) for n, t, d in (("table", T.FLOAT, 6), ("i", T.INT64, 2))]
+    model = _save(tmp_path, [node], inputs, [h.make_tensor_value_info("y", T.FLOAT, [2])], [table])
+    fed = {"i": np.array([1, 5]), "table": np.arange(20, 26, dtype=np.float32)}
+    assert _run(name, model, {"i": fed["i"]})["y"].tolist() == [11, 15]
+    assert _run(name, model, fed)["y"].tolist() == [21, 25]
+    assert [t.name for t in model.proto.graph.initializer] == ["table"]  # the model itself is left as it was
 
 
 @pytest.fixture
@@ -60,11 +83,13 @@ def out_of_range_models(tmp_path):
 OUT_OF_RANGE = {"i": np.array([1, 7, -1, -7])}  # 6 rows: 7 and -7 are out of range
 
 
+@pytest.mark.openvino
 def test_openvino_gather_reads_zero_out_of_range(out_of_range_models):
     gather, _ = out_of_range_models
     assert _run("openvino", gather, OUT_OF_RANGE)["y"].tolist() == [11, 0, 15, 0]
 
 
+@pytest.mark.openvino
 def test_openvino_gather_elements_fails_out_of_range(out_of_range_models):
     _, elements = out_of_range_models
     with pytest.raises(RuntimeError):
@@ -132,6 +157,45 @@ def test_real_directml_runs_the_sample_model_bit_identical_with_the_custom_ops()
     reference = _run("pyop", SAMPLE, IN_RANGE)
     assert_all_identical(list(outcome.outputs.values()), list(reference.values()))
     assert outcome.placement == {"DmlExecutionProvider": {"nodes": 6, "names": []}}  # every node on DirectML
+
+
+@pytest.mark.directml
+def test_a_failure_of_the_cpu_provider_beside_directml_is_said_to_be_its(tmp_path, capsys):
+    # DirectML takes no STRING: ONNX Runtime runs the GatherElements on its CPU provider, whose kernel refuses index 5
+    require_directml(wine=True)  # the runner's placement log tells where each node ran
+    graph = h.make_graph(
+        [h.make_node("GatherElements", ["words", "i"], ["picked"], name="pick", axis=0),
+         h.make_node("Neg", ["x"], ["y"], name="negate")], "mixed",
+        [h.make_tensor_value_info("words", T.STRING, [3]), h.make_tensor_value_info("i", T.INT64, [2]),
+         h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info("picked", T.STRING, [2]), h.make_tensor_value_info("y", T.FLOAT, [2])],
+    )  # fmt: skip
+    model = tmp_path / "mixed.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), model)
+    np.savez(tmp_path / "in.npz", words=np.array(["a", "b", "c"]), i=np.array([0, 5]), x=np.ones(2, np.float32))
+    assert main(["run", str(model), "--backend", "dml", "--inputs", str(tmp_path / "in.npz")]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"onnx-gather: dml failed on {model}: FallbackFailure: GatherElements node 'pick' ran on " in line
+    assert "CPUExecutionProvider, DirectML not taking it, and failed there: RUN: Non-zero status code" in line
+    assert "Known DirectML failures" not in line  # not DirectML's
+
+
+def test_a_run_failure_is_said_to_be_the_provider_s_that_ran_the_node():
+    # ONNX Runtime names the failing node; its placement log, where the node went (by name only where the model's
+    # nodes went to more than one provider)
+    error = DirectMlError("RUN: Non-zero status code returned while running GatherElements node. Name:'pick' "
+                          "Status Message: GatherElements op: Out of range value in index tensor")  # fmt: skip
+    both = worker.Loaded(0, 0, [], [], {"DmlExecutionProvider": ["Neg (negate)"],
+                                        "CPUExecutionProvider": ["GatherElements (pick)"]})  # fmt: skip
+    alone = worker.Loaded(0, 0, [], [], {"CPUExecutionProvider": []}, {"CPUExecutionProvider": 1})
+    for loaded in (both, alone):
+        fallback = loaded.fallback(error)
+        assert fallback.provider == "CPUExecutionProvider"
+        assert str(fallback) == (f"GatherElements node 'pick' ran on CPUExecutionProvider, DirectML not taking it, "
+                                 f"and failed there: {error}")  # fmt: skip
+    on_directml = worker.Loaded(0, 0, [], [], {"DmlExecutionProvider": []}, {"DmlExecutionProvider": 1})
+    assert on_directml.fallback(error) is None  # DirectML's own failure
+    assert alone.fallback(DirectMlError("output 'y': no tensor")) is None  # no node named
 
 
 @pytest.mark.skipif(platform.system() == "Windows", reason="on Windows dml is the installed provider")

@@ -192,7 +192,7 @@ def test_every_command_checks_the_inputs_file_against_the_model(tmp_path, capsys
     model, npz = _dynamic_model(tmp_path), tmp_path / "ints.npz"
     np.savez(npz, x=np.arange(3))
     assert main([command[0], str(model), *command[1:], "--inputs", str(npz)]) == 2
-    assert capsys.readouterr().err == "onnx-gather: error: --inputs array 'x' is int64 where the model takes float32\n"
+    assert capsys.readouterr().err == "onnx-gather: error: --inputs array 'x' is INT64 where the model takes FLOAT\n"
     assert not (tmp_path / "out.onnx").exists()
 
 
@@ -203,4 +203,43 @@ def test_an_error_names_at_most_5_members(tmp_path, capsys):
     assert capsys.readouterr().err == (
         "onnx-gather: error: --inputs holds 'member_00000', 'member_00001', 'member_00002', 'member_00003', "
         "'member_00004' and 9,995 more, which the model has no input for (its inputs: x)\n"
+    )
+
+
+def _model_with_a_default(folder: Path, ir_version: int) -> Path:
+    """y = Gather(table, i): ``table`` a graph input that its initializer also provides (a default from IR 4)."""
+    table = onnx.numpy_helper.from_array(np.arange(10, 16, dtype=np.float32), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "i"], ["y"], name="lookup")], "g",
+        [helper.make_tensor_value_info("table", TensorProto.FLOAT, [6]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], [table],
+    )  # fmt: skip
+    path = folder / f"default{ir_version}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=ir_version), path)
+    return path
+
+
+def test_an_input_with_a_default_may_be_fed_from_ir_version_4(tmp_path, capsys):
+    npz = tmp_path / "fed.npz"
+    np.savez(npz, i=np.array([1, 5]), table=np.arange(20, 26, dtype=np.float32))
+    assert main(["run", str(_model_with_a_default(tmp_path, 8)), "--backend", "cpu", "--inputs", str(npz)]) == 0
+    assert "[21, 25]" in capsys.readouterr().out
+    # Before IR 4 every initializer is a graph input and a constant: ONNX Runtime refuses a feed for it
+    assert main(["run", str(_model_with_a_default(tmp_path, 3)), "--backend", "cpu", "--inputs", str(npz)]) == 2
+    assert "--inputs holds 'table', which the model has no input for (its inputs: i)\n" in capsys.readouterr().err
+
+
+def test_an_unknown_array_is_told_the_inputs_with_a_default_too(tmp_path, capsys):
+    npz, model = tmp_path / "other.npz", _model_with_a_default(tmp_path, 8)
+    np.savez(npz, other=np.zeros(2, np.float32))
+    assert main(["check", str(model), "--inputs", str(npz)]) == 2
+    assert capsys.readouterr().err == (
+        "onnx-gather: error: --inputs holds 'other', which the model has no input for (its inputs: i; with a default: "
+        "table)\n"
+    )
+    assert main(["run", str(model), "--backend", "cpu", "--shape", "table:6"]) == 2
+    assert capsys.readouterr().err == (
+        "onnx-gather: error: --shape names 'table', an input with a default (its initializer), never generated: give "
+        "it with --inputs\n"
     )

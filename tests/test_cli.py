@@ -21,6 +21,7 @@ from onnx import numpy_helper
 from onnx_gather.app import model_commands
 from onnx_gather.app.cli import main
 from onnx_gather.app.demo import sample_model_path
+from onnx_gather.core.contract import DOMAIN
 from onnx_gather.directml.layout import Layout
 
 
@@ -144,6 +145,22 @@ def test_check_says_where_the_directml_provider_puts_each_gather(tmp_path, capsy
     assert lines[4] == "4 gathers at DirectML feature level 4.1: 1 on DirectML, 1 on the CPU provider, 2 failing."
 
 
+def test_check_of_a_converted_model_says_its_dml_nodes_tell_no_placement(tmp_path, capsys):
+    # The sample's gathers all run on DirectML; a converted model's DML nodes say nothing of where the provider
+    # places the gathers they came from (that depends on the original's types and opsets)
+    converted = tmp_path / "sample_dml.onnx"
+    assert main(["convert", sample_model_path(), "-o", str(converted)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(converted)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("DML      node 'embed' (DmlGather, graph 'sample_reranker'): DML_GATHER with 3 ")
+    assert lines[0].endswith("; onnx-gather's op: check the original model for where the provider places it")
+    assert lines[-1] == (
+        "3 gathers at DirectML feature level 4.1: 3 as DML nodes (converted by onnx-gather: check the original model "
+        "for placement)."
+    )
+
+
 def test_check_refuses_gather_elements_at_1_0(tmp_path, capsys):
     converted = tmp_path / "sample_dml.onnx"
     assert main(["convert", sample_model_path(), "-o", str(converted), "--dimension-count", "4"]) == 0
@@ -190,6 +207,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, arguments, message):
     assert not (tmp_path / "x.onnx").exists()
 
 
+@pytest.mark.openvino
 def test_demo_shows_the_sample_model_agreeing_everywhere(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "onnx_gather", "demo"], capture_output=True, text=True, check=False, cwd=tmp_path,
@@ -248,7 +266,7 @@ def test_run_prints_shapes_as_shape_takes_them(tmp_path, capsys):
     path = _embedding_model(tmp_path, external=False)
     assert main(["run", str(path), "--backend", "cpu", "--shape", "ids:2x3"]) == 0
     printed = capsys.readouterr().out
-    assert "ids                  int64 2x3 " in printed and "vectors              float32 2x3x64 " in printed
+    assert "ids                  INT64 2x3 " in printed and "vectors              FLOAT 2x3x64 " in printed
 
 
 def test_the_docs_the_messages_cite_are_installed_and_printed(capsys):
@@ -442,3 +460,37 @@ def test_every_command_lists_the_shared_flags_the_same_way(capsys):
     for flag, commands in (("--out-of-bounds", helps), ("--device-id", ("run", "parity")),
                            ("--max-elements", ("run", "parity"))):  # fmt: skip
         assert len({_flag_help(helps[command], flag) for command in commands}) == 1, flag
+
+
+def test_a_node_without_a_name_is_named_alike_by_every_command(tmp_path, capsys):
+    # What reports call it, 'Gather #2' (its op type and position), in check, convert, lower, reduce and errors
+    table = numpy_helper.from_array(np.arange(8, dtype=np.float16).reshape(4, 2), "table")
+    graph = h.make_graph(
+        [h.make_node("Abs", ["i"], ["a"]), h.make_node("Cast", ["a"], ["k"], to=T.INT64),
+         h.make_node("Gather", ["table", "k"], ["y"])], "g",
+        [h.make_tensor_value_info("i", T.FLOAT, [2])], [h.make_tensor_value_info("y", T.FLOAT16, [2, 2])], [table],
+    )  # fmt: skip
+    model = tmp_path / "unnamed.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), model)
+    assert main(["check", str(model)]) == 0
+    assert "node 'Gather #2' (Gather, graph 'g')" in capsys.readouterr().out
+    assert main(["convert", str(model), "-o", str(tmp_path / "c.onnx")]) == 0
+    assert "  node 'Gather #2': FLOAT16 data travels as FLOAT" in capsys.readouterr().out
+    np.savez(tmp_path / "in.npz", i=np.array([1, 9], np.float32))  # 9: out of bounds, where the CPU kernels fail
+    assert main(["reduce", str(model), "--backend", "cpu", "--inputs", str(tmp_path / "in.npz"),
+                 "-o", str(tmp_path / "r.onnx")]) == 0  # fmt: skip
+    assert "1 that still show it on cpu (" in (printed := capsys.readouterr().out)
+    assert "): Gather 'Gather #2'\n" in printed
+    dml = h.make_node("DmlGather", ["x", "k"], ["y"], domain=DOMAIN, axis=0, index_dimensions=1, out_of_bounds="zero")
+    graph = h.make_graph(
+        [h.make_node("Neg", ["a"], ["x"]), dml], "g",
+        [h.make_tensor_value_info("a", T.FLOAT, None), h.make_tensor_value_info("k", T.INT64, None)],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+    )  # fmt: skip
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid(DOMAIN, 1)]), model)
+    assert main(["lower", str(model), "-o", str(tmp_path / "l.onnx")]) == 1
+    assert "left as it was: node 'DmlGather #1' (DmlGather, graph 'g')" in capsys.readouterr().out
+    graph.node[0].input[0] = "nothing"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid(DOMAIN, 1)]), model)
+    assert main(["check", str(model)]) == 2
+    assert "node 'Neg #0' (Neg) uses 'nothing', which nothing defines" in capsys.readouterr().err

@@ -62,7 +62,7 @@ def test_compare_64_bit_integers_exactly():
 def test_compare_shapes_that_differ():
     c = compare(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), Tolerance(0, 0))
     assert (c.within_tolerance, c.mismatches, c.first_mismatch) == (False, 6, None)
-    assert c.note == "float32 3x2 where the reference has float32 2x3"
+    assert c.note == "FLOAT 3x2 where the reference has FLOAT 2x3"
     entry = comparison_entry(c)
     assert entry["note"] == c.note and entry["max_abs"] is None  # the JSON says what differs
     assert "note" not in comparison_entry(compare(np.zeros(2), np.zeros(2), Tolerance(0, 0)))
@@ -108,6 +108,7 @@ def _inputs(tmp_path, ids, picks):
     return path
 
 
+@pytest.mark.openvino
 def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
     model = _ids_model(tmp_path)
     arguments = ["parity", str(model), "--inputs", str(_inputs(tmp_path, [0, 5, -1], [1, 2])),
@@ -116,8 +117,8 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
     report = json.loads((tmp_path / "r.json").read_text())
     assert list(report) == KEYS
     assert (report["model"], report["reference"], report["atol"], report["rtol"]) == (str(model), "pyop", 0.0, 0.0)
-    assert report["inputs"] == {"ids": {"dtype": "int64", "shape": [3], "source": "given"},
-                                "picks": {"dtype": "int64", "shape": [1, 2], "source": "given"}}  # fmt: skip
+    assert report["inputs"] == {"ids": {"dtype": "INT64", "shape": [3], "source": "given"},
+                                "picks": {"dtype": "INT64", "shape": [1, 2], "source": "given"}}  # fmt: skip
     assert report["seed"] is None  # nothing was generated
     assert report["onnx_gather"] == importlib.metadata.version("onnx-gather")
     assert list(report["backends"]) == ["pyop", "cpu", "lowered", "openvino", "cuda", "dml"]
@@ -141,6 +142,7 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
     assert report["verdict"] == "partial" and report["passed"] is True  # defaulted: cuda and dml could not run
 
 
+@pytest.mark.openvino
 def test_out_of_bounds_indices_are_counted_and_backends_differ_there(tmp_path, capsys, no_directml):
     model = _ids_model(tmp_path)
     arguments = ["parity", str(model), "--inputs", str(_inputs(tmp_path, [0, 9, -7, 2], [1, 6])),
@@ -158,12 +160,13 @@ def test_out_of_bounds_indices_are_counted_and_backends_differ_there(tmp_path, c
         and "FAILED: errors on cpu, openvino; could not run: cuda, dml." in printed
     )
     assert "| lookup" not in (tmp_path / "r.md").read_text() and "**FAILED" in (tmp_path / "r.md").read_text()
-    assert "Inputs: ids int64 4 (given), picks int64 1x2 (given)." in printed
+    assert "Inputs: ids INT64 4 (given), picks INT64 1x2 (given)." in printed
     markdown = (tmp_path / "r.md").read_text()
-    assert "Inputs: ids int64 4 (given), picks int64 1x2 (given)." in markdown
+    assert "Inputs: ids INT64 4 (given), picks INT64 1x2 (given)." in markdown
     assert f"Versions: onnx-gather {report['onnx_gather']}; pyop: onnxruntime {onnxruntime.__version__}" in markdown
 
 
+@pytest.mark.openvino
 def test_a_mismatch_exits_1_with_its_position(tmp_path, capsys):
     # OpenVINO's Gather reads 0 for index 9 where DirectML's semantics clamp to the last row.
     model = _ids_model(tmp_path)
@@ -301,9 +304,21 @@ def test_parity_on_a_model_with_string_and_bool_outputs(tmp_path, capsys):
     report = tmp_path / "r.json"
     assert main(["parity", str(path), "--backends", "pyop,cpu,lowered", "--inputs", str(inputs),
                  "--report", str(report)]) == 0  # fmt: skip
-    outputs = json.loads(report.read_text())["outputs"]
+    document = json.loads(report.read_text())
+    outputs = document["outputs"]
     assert all(c["equal"] and c["max_abs"] is None for by in outputs.values() for c in by.values())
-    assert "picked    cpu      bit-identical" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "picked    cpu      bit-identical" in printed
+    # ONNX's type names, not numpy's (str160 for the <U5 array of the .npz)
+    assert "Inputs: words STRING 3 (given), i INT64 2 (given), x FLOAT 3 (given)." in printed
+    assert document["inputs"]["words"]["dtype"] == "STRING"
+    assert main(["run", str(path), "--backend", "cpu", "--inputs", str(inputs)]) == 0
+    printed = capsys.readouterr().out
+    assert "  input  words                STRING 3  [one, two, three]" in printed
+    assert "  output picked               STRING 2  [three, one]" in printed
+    np.savez(inputs, words=np.array([1, 2, 3]))
+    assert main(["run", str(path), "--backend", "cpu", "--inputs", str(inputs)]) == 2
+    assert "--inputs array 'words' is INT64 where the model takes STRING\n" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -319,12 +334,12 @@ def test_parity_on_a_model_with_string_and_bool_outputs(tmp_path, capsys):
             ["parity", "{model}", "--inputs", "{other}"],
             "--inputs holds 'idx', which the model has no input for (its inputs: ids, picks)",
         ),
-        (["parity", "{model}", "--inputs", "{int32}"], "--inputs array 'ids' is int32 where the model takes int64"),
+        (["parity", "{model}", "--inputs", "{int32}"], "--inputs array 'ids' is INT32 where the model takes INT64"),
         (["parity", "{model}", "--inputs", "{wide}"], "--inputs array 'picks' has shape 1x3 where the model takes 1x2"),
         (
             ["parity", "{model}", "--inputs", "{mixed}"],
-            "--inputs holds 'idx', which the model has no input for (its inputs: ids, picks); array 'ids' is float32 "
-            "where the model takes int64; array 'picks' has shape 2 where the model takes 1x2",
+            "--inputs holds 'idx', which the model has no input for (its inputs: ids, picks); array 'ids' is FLOAT "
+            "where the model takes INT64; array 'picks' has shape 2 where the model takes 1x2",
         ),
         (["run", "{model}", "--backend", "cpu", "--shape", "picks:1x5"], "--shape picks:1x5: dimension 1 is 2 in"),
         (
@@ -353,7 +368,7 @@ def test_run_generates_inputs_and_saves_outputs(tmp_path, capsys):
                  "--outputs", str(tmp_path / "out.npz")]  # fmt: skip
     assert main(arguments) == 0
     printed = capsys.readouterr().out
-    assert "input  ids                  int64 4" in printed and "output rows                 float32 4x2" in printed
+    assert "input  ids                  INT64 4" in printed and "output rows                 FLOAT 4x2" in printed
     outputs = np.load(tmp_path / "out.npz")
     assert sorted(outputs.files) == ["picked", "rows"] and outputs["rows"].shape == (4, 2)
 
@@ -476,6 +491,7 @@ def _exp_model(tmp_path):
     return path
 
 
+@pytest.mark.openvino
 def test_all_tensors_names_the_gather_where_openvino_parts_from_the_custom_ops(tmp_path, capsys):
     # Out of bounds, OpenVINO's Gather reads 0 where DirectML reads memory; the Flatten after it then differs too,
     # but its input already did: the Gather is named, not the Flatten.
@@ -539,6 +555,7 @@ def test_run_with_debug_prints_the_traceback_of_a_backend_failure(tmp_path, caps
     assert "Traceback" in error and "cpu failed on" in error
 
 
+@pytest.mark.openvino
 def test_openvino_outputs_under_every_name_of_their_port(tmp_path):
     # An Identity folded away: OpenVINO's port carries 'hidden' and 'probability', and gives 'hidden' as its name.
     graph = h.make_graph(

@@ -63,6 +63,21 @@ def test_a_window_takes_weights_as_weights_constants_as_weights_and_the_rest_as_
     assert [o.name for o in whole_tail.graph.output] == ["out"]
 
 
+def test_a_weight_the_inputs_override_comes_with_the_value_fed():
+    # An input with a default (IR 4 on), fed: the window's weight holds what was fed, not the default
+    graph = h.make_graph(
+        [h.make_node("Add", ["x", "w"], ["y"], name="add")], "g",
+        [h.make_tensor_value_info(name, T.FLOAT, [2]) for name in ("x", "w")],
+        [h.make_tensor_value_info("y", T.FLOAT, [2])], [numpy_helper.from_array(np.zeros(2, np.float32), "w")],
+    )  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    values = {"x": np.ones(2, np.float32), "w": np.full(2, 5, np.float32), "y": np.full(2, 6, np.float32)}
+    (weight,) = window(model, {0}, values).graph.initializer
+    assert numpy_helper.to_array(weight).tolist() == [5, 5]
+    (weight,) = window(model, {0}, {name: values[name] for name in ("x", "y")}).graph.initializer
+    assert numpy_helper.to_array(weight).tolist() == [0, 0]
+
+
 def test_a_node_holding_a_subgraph_takes_what_the_subgraph_reads_from_outside():
     branch = h.make_graph([h.make_node("Neg", ["y"], ["b"])], "then", [], [h.make_tensor_value_info("b", T.FLOAT, [2])])
     other = h.make_graph(
@@ -142,6 +157,7 @@ def _gather_chain(tmp_path):
     return tmp_path / "chain.onnx", tmp_path / "in.npz"
 
 
+@pytest.mark.openvino
 def test_reduce_writes_the_window_its_inputs_and_the_command_that_shows_it(tmp_path, capsys):
     # OpenVINO's Gather reads zeros for an out-of-bounds index, DirectML's semantics the tensor's last element
     path, given = _gather_chain(tmp_path)
@@ -304,3 +320,28 @@ def test_a_symptom_that_vanishes_is_reported_with_the_smallest_window_that_showe
     found = reducer.reduce()  # exit 3 before: "showed it once and not again"
     assert "not on a second run (no difference)" in found.note and "may not be deterministic" in found.note
     assert found.symptom.detail.startswith("outputs outside tolerance") and found.runs == 6
+
+
+def test_a_reference_that_fails_is_named_with_its_error(tmp_path, capsys):
+    # ONNX Runtime's CPU kernels refuse the out-of-bounds index: as the reference, they give no values to feed windows
+    path, given = _gather_chain(tmp_path)
+    arguments = ["reduce", str(path), "--backend", "pyop", "--reference", "cpu", "--inputs", str(given),
+                 "-o", str(tmp_path / "small.onnx")]  # fmt: skip
+    assert main(arguments) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"onnx-gather: error: the reference cpu fails on {path} (every value marked as an output): ")
+    assert "InvalidArgument: " in line and "'lookup'" in line and line.endswith("; give another --reference")
+
+
+def test_a_failure_before_the_reference_runs_is_not_called_the_reference_s(tmp_path, capsys, monkeypatch):
+    # Marking every value as an output is onnx-gather's own work: its failure is an internal error (exit 3)
+    from onnx_gather.runtime import divergence
+
+    def broken(model):
+        raise RuntimeError("marking broke")
+
+    monkeypatch.setattr(divergence, "marked", broken)
+    path, given = _gather_chain(tmp_path)
+    assert main(["reduce", str(path), "--backend", "cpu", "--inputs", str(given), "-o", str(tmp_path / "s.onnx")]) == 3
+    error = capsys.readouterr().err
+    assert "internal error: RuntimeError: marking broke" in error and "the reference" not in error

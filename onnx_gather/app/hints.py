@@ -9,6 +9,7 @@ import onnx
 from onnx_gather.app.options import InputChoice
 from onnx_gather.core.words import counted
 from onnx_gather.directml.process import DirectMlError, RunnerError
+from onnx_gather.directml.worker import FallbackFailure
 from onnx_gather.graphs.allowzero import allowzero_reshapes
 from onnx_gather.graphs.lowering.lower import LoweringError
 from onnx_gather.runtime import inputs
@@ -63,7 +64,7 @@ def failure_hint(error: BaseException, backend: str, model: onnx.ModelProto, fee
         return (f"this ONNX Runtime reads models of IR version {newer['most']} at most: save the model with "
                 f"ir_version = {newer['most']} (onnx's helper.make_model writes the newest by default)")  # fmt: skip
     hint = _inputs_hint(error, model, feeds, choice)
-    if isinstance(error, DirectMlError):
+    if isinstance(error, DirectMlError) and not isinstance(error, FallbackFailure):  # DirectML's own
         known = ("DirectML failures known on Windows too are listed in `onnx-gather docs directml-on-linux`, 'Known "
                  "DirectML failures'")  # fmt: skip
         return "; ".join(part for part in (hint, _allowzero_hint(error, model), known) if part)

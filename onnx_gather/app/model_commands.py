@@ -160,4 +160,4 @@ class CheckCommand(Command):
             if verdict.ranks:
                 print(f"         ranks: {verdict.ranks}")
         print(summary(verdicts, args.feature_level))
-        return 0 if all(v.status in ("DirectML", "CPU", "unknown") for v in verdicts) else 1
+        return 0 if all(v.status in ("DirectML", "CPU", "unknown", "DML") for v in verdicts) else 1

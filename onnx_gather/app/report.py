@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from onnx_gather.graphs.types import array_type
 from onnx_gather.runtime import divergence
 from onnx_gather.runtime.comparison import Comparison
 from onnx_gather.runtime.divergence import Divergence
@@ -63,7 +64,7 @@ def _divergence_entry(found: Divergence) -> dict:
 
 
 def _input(name: str, array: np.ndarray, feeds: Feeds) -> dict:
-    entry = {"dtype": array.dtype.name, "shape": list(array.shape), "source": feeds.source(name)}
+    entry = {"dtype": array_type(array.dtype), "shape": list(array.shape), "source": feeds.source(name)}
     if name in feeds.drawn:
         entry["drawn"] = feeds.drawn[name]
     return entry
@@ -72,7 +73,7 @@ def _input(name: str, array: np.ndarray, feeds: Feeds) -> dict:
 def inputs_lines(feeds: Feeds) -> list[str]:
     """The inputs a model ran on, where they came from and how generated ones were drawn; and the warning on
     dynamic dims generated as 1, where there are such."""
-    listed = ", ".join(f"{name} {array.dtype.name} {dims_text(array.shape)} ({feeds.said(name)})"
+    listed = ", ".join(f"{name} {array_type(array.dtype)} {dims_text(array.shape)} ({feeds.said(name)})"
                        for name, array in feeds.arrays.items())  # fmt: skip
     seed = f", with --seed {feeds.seed}" if feeds.generated and feeds.seed is not None else ""
     return [f"Inputs: {listed or 'none'}{seed}.", *([f"Warning: {feeds.warning}."] if feeds.warning else [])]

@@ -13,12 +13,13 @@ from onnx_gather.app.command import Command
 from onnx_gather.app.hints import failure_hint
 from onnx_gather.app.options import InputChoice
 from onnx_gather.app.progress import Progress
+from onnx_gather.graphs.types import array_type
 from onnx_gather.runtime import backends, inputs
 from onnx_gather.runtime.parity import one_line
 
 
 def _describe(name: str, array: np.ndarray) -> str:
-    line = f"{name:<20} {array.dtype.name} {inputs.dims_text(array.shape)}"
+    line = f"{name:<20} {array_type(array.dtype)} {inputs.dims_text(array.shape)}"
     if array.size and array.dtype.kind in "fiub":
         numbers = array.astype(np.float64)
         line += f"  min {numbers.min():.6g}  max {numbers.max():.6g}  mean {numbers.mean():.6g}"

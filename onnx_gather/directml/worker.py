@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -36,6 +37,19 @@ ABSENT = ("ONNX Runtime returned no tensor for it: the DirectML provider fused t
           "activation after it")  # fmt: skip
 
 
+class FallbackFailure(DirectMlError):
+    """A run that failed in a node DirectML did not take, which ONNX Runtime placed on another of its providers
+    (``provider``): the failure is that provider's; ONNX Runtime's error is the ``__cause__``."""
+
+    def __init__(self, message: str, provider: str) -> None:
+        super().__init__(message)
+        self.provider = provider
+
+
+# ONNX Runtime's error for a node that failed as it ran: "... running GatherElements node. Name:'pick' ..."
+_FAILED_NODE = re.compile(r"running (?P<op_type>\S+) node\. Name:'(?P<name>[^']*)'")
+
+
 @dataclass
 class Loaded:
     """A model in the runner: its session id in the runner's start ``start``, input and output names in order, and
@@ -49,6 +63,20 @@ class Loaded:
     placement: dict[str, list[str]] = field(default_factory=dict)
     # provider -> how many nodes ONNX Runtime placed on it (also when it names none)
     placed: dict[str, int] = field(default_factory=dict)
+
+    def fallback(self, error: DirectMlError) -> FallbackFailure | None:
+        """What ``error`` of a run is where the node it names ran on a provider other than DirectML; else None."""
+        failed = _FAILED_NODE.search(str(error))
+        if failed is None:
+            return None
+        label = f"({failed['name']})"
+        listing = [p for p, names in self.placement.items() if any(n.endswith(label) for n in names)]
+        # ONNX Runtime lists the nodes by name only where it placed them on more than one provider
+        providers = listing or (list(self.placed) if len(self.placed) == 1 else [])
+        if len(providers) != 1 or providers[0] == DML_PROVIDER:
+            return None
+        return FallbackFailure(f"{failed['op_type']} node {failed['name']!r} ran on {providers[0]}, DirectML not "
+                               f"taking it, and failed there: {error}", providers[0])  # fmt: skip
 
 
 class Runner(WineProgram):
@@ -97,7 +125,8 @@ class Runner(WineProgram):
 
     def run(self, loaded: Loaded, feeds: Mapping[str, np.ndarray], absent: bool = False) -> dict[str, np.ndarray]:
         """Run a loaded model on DirectML; the outputs by name. Every tensor type ONNX Runtime takes travels
-        (``tensors``): STRING as str or bytes elements in, an object array of str out.
+        (``tensors``): STRING as str or bytes elements in, an object array of str out. A failure in a node that ran on
+        another provider beside DirectML is a FallbackFailure.
 
         An output ONNX Runtime returns no tensor for (``ABSENT``) fails the run, or with ``absent`` is left out."""
         missing = [name for name in loaded.inputs if name not in feeds]
@@ -112,7 +141,13 @@ class Runner(WineProgram):
             with self.workspace("run") as folder:
                 for k, name in enumerate(loaded.inputs):
                     tensors.write(folder / f"in{k}.tensor", name, feeds[name])
-                infos = self.request(f"run {loaded.id} {windows_path(folder)}", "run")[0]
+                try:
+                    infos = self.request(f"run {loaded.id} {windows_path(folder)}", "run")[0]
+                except DirectMlError as error:
+                    fallback = loaded.fallback(error)
+                    if fallback is None:
+                        raise
+                    raise fallback from error
                 missing = {loaded.outputs[int(rest)] for kind, rest in infos if kind == "absent"}
                 if missing and not absent:
                     raise DirectMlError(f"output {sorted(missing)[0]!r}: {ABSENT}")

@@ -17,7 +17,7 @@ from onnx_gather.core.form import DmlForm, FormError, dml_form, output_rank
 from onnx_gather.graphs.changes import NodeChange
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, FeatureLevel, place_gather
 from onnx_gather.graphs.placement.nodes import REASONS, place_nodes
-from onnx_gather.graphs.plumbing import Body, Names, bodies, referenced_attribute
+from onnx_gather.graphs.plumbing import Body, Names, bodies, referenced_attribute, unnamed
 from onnx_gather.graphs.ranks import Observer, branch_dependence, symbolic_types
 from onnx_gather.graphs.types import ValueType, value_types
 
@@ -155,7 +155,7 @@ class Analysis:
             batch = _attribute(node, "batch_dims", 0) if not referenced else 0
             return None, NodeChange(
                 where=body.where,
-                node=node.name,
+                node=node.name or unnamed(node, index),
                 op_type=node.op_type,
                 result="",
                 reason=plan,
@@ -164,7 +164,6 @@ class Analysis:
                 axis=axis,
                 batch=batch,
                 out_rank=_out_rank(node.op_type, data, indices, batch),
-                position=index,
             )
         name = node.name or self.names.fresh(f"{node.op_type}_{index}")
         note = ""
@@ -181,7 +180,7 @@ class Analysis:
             ranks = f"{roles} {how}"
         return plan, NodeChange(
             where=body.where,
-            node=node.name,
+            node=node.name or unnamed(node, index),
             op_type=node.op_type,
             result=name,
             reason=f"N={plan.form.dimension_count}",
@@ -196,7 +195,6 @@ class Analysis:
             axis=plan.axis,
             batch=plan.batch,
             out_rank=plan.out_rank,
-            position=index,
         )
 
 

@@ -16,7 +16,7 @@ class NodeChange:
     """One gather node: what became of it, and why where it stayed as it was."""
 
     where: str
-    node: str
+    node: str  # its name, or what reports call a node without one (``plumbing.unnamed``)
     op_type: str
     result: str  # the DML node's name, or "" where the node stayed standard
     reason: str = ""
@@ -31,7 +31,6 @@ class NodeChange:
     axis: int | None = None  # non-negative, where the rank is known
     batch: int = 0  # GatherND's batch_dims
     out_rank: int | None = None  # the standard output's rank, where known
-    position: int | None = None  # in its node list, topologically sorted
 
     def describe(self) -> str:
         """``node 'name' (OpType, where): reason``, as the command line and ``to_onnx``'s error word a left node."""

@@ -81,11 +81,10 @@ class _Converter:
     ) -> tuple[list[onnx.NodeProto] | None, dict[str, ValueType]]:
         plan, change = self.analysis.decide(body, types, node, index)
         if plan is not None and change.fails:
-            name = change.node or f"{change.op_type} #{index}"
             if self.provider_failures == "raise":
                 raise ProviderFailure(
-                    f"{change.op_type} node {name!r} ({change.where}) fails on DirectML: {change.fails}. To compute "
-                    "ONNX's values instead, convert with provider_failures='onnx' (--provider-failures onnx)"
+                    f"{change.op_type} node {change.node!r} ({change.where}) fails on DirectML: {change.fails}. To "
+                    "compute ONNX's values instead, convert with provider_failures='onnx' (--provider-failures onnx)"
                 )
         if plan is not None and plan.slice is not None and self.provider_failures == "raise":
             plan = dataclasses.replace(plan, slice=None)  # dynamic dims: the DML node fails if they differ, as DirectML

@@ -6,7 +6,8 @@ The rules, in order:
 
 1. The nodes kept are those of the main graph at the given positions, in the graph's order (the caller sorts the
    graph topologically first); a node that holds subgraphs is kept whole, with what they take from outside.
-2. A weight (initializer) a kept node uses stays a weight, external data and all.
+2. A weight (initializer) a kept node uses stays a weight, external data and all, unless ``values`` holds it (an
+   input with a default, fed): then a weight of that value.
 3. Any other value a kept node uses and no kept node makes comes from ``values`` (what the reference computed on
    the whole model): a weight where the whole model computed it from weights alone (so that a runtime sees the same
    constants as in the whole model: the DirectML provider places some nodes by whether an input is constant), a
@@ -80,7 +81,7 @@ def window(
     rest = [node for position, node in enumerate(graph.node) if position not in keep]
     made = {name for node in kept for name in node.output} - {""}
     needed = sorted(set().union(*(_uses(node) for node in kept)) - made)
-    weights = {tensor.name: tensor for tensor in graph.initializer}
+    weights = {tensor.name: tensor for tensor in graph.initializer if tensor.name not in values}
     constant = constant_values(graph)
 
     result = helper.make_graph(kept, graph.name, [], [], doc_string=graph.doc_string)

@@ -109,15 +109,17 @@ def bodies(model: onnx.ModelProto) -> list[Body]:
     while stack:
         body = stack.pop()
         found.append(body)
-        for node in body.nodes:
-            stack.extend(inner_bodies(body, node))
+        for position, node in enumerate(body.nodes):
+            stack.extend(inner_bodies(body, node, position))
     return found
 
 
-def inner_bodies(body: Body, node: onnx.NodeProto) -> list[Body]:
-    """The subgraphs of ``node`` (a node of ``body``) the walk goes into, as bodies of the same opset and scope."""
-    return [Body(graph, body.opset, f"subgraph {name!r} of node {node.name or node.op_type!r} in {body.where}",
-                 body.scope) for name, graph in nested(node)]  # fmt: skip
+def inner_bodies(body: Body, node: onnx.NodeProto, position: int) -> list[Body]:
+    """The subgraphs of ``node`` (at ``position`` in ``body``) the walk goes into, as bodies of the same opset and
+    scope."""
+    label = node.name or unnamed(node, position)
+    return [Body(graph, body.opset, f"subgraph {name!r} of node {label!r} in {body.where}", body.scope)
+            for name, graph in nested(node)]  # fmt: skip
 
 
 def graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto]:

@@ -15,6 +15,7 @@ from typing import Protocol
 import onnx
 from onnx import helper
 
+from onnx_gather.graphs.plumbing import unnamed
 from onnx_gather.graphs.types import ValueType, without_weights
 
 
@@ -37,20 +38,20 @@ class Observed:
 def branch_dependence(graph: onnx.GraphProto, name: str, types: Mapping[str, ValueType]) -> str | None:
     """The ``If`` node whose branch decides the rank of main-graph value ``name``, if any: an ancestor of unknown rank
     produced by an ``If`` whose branches do not both give outputs of one known rank."""
-    producers = {out: node for node in graph.node for out in node.output}
+    producers = {out: (position, node) for position, node in enumerate(graph.node) for out in node.output}
     seen, stack = set(), [name]
     while stack:
         value = stack.pop()
-        node = producers.get(value)
-        if value in seen or node is None:
+        if value in seen or value not in producers:
             continue
+        position, node = producers[value]
         seen.add(value)
         if node.op_type == "If" and node.domain in ("", "ai.onnx"):
             position = list(node.output).index(value)
             branches = {a.name: a.g for a in node.attribute if a.name in ("then_branch", "else_branch")}
             ranks = {_rank(g.output[position], types) for g in branches.values() if position < len(g.output)}
             if len(ranks) != 1 or None in ranks or len(branches) != 2:
-                return node.name or node.output[0]
+                return node.name or unnamed(node, position)
         stack.extend(i for i in node.input if i and (types.get(i) is None or types[i].rank is None))
     return None
 

@@ -5,10 +5,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 from onnx import helper
 
 from onnx_gather.graphs.plumbing import bodies, graphs
+
+
+def array_type(dtype: np.dtype) -> str:
+    """An array's element type as reports say it, in ONNX's words: STRING for numpy's strings (``<U32``, bytes,
+    objects), FLOAT for float32, BFLOAT16 for ml_dtypes' bfloat16; numpy's own name where ONNX has none."""
+    if dtype.kind in "OSU":
+        return "STRING"
+    try:
+        return onnx.TensorProto.DataType.Name(helper.np_dtype_to_tensor_dtype(dtype))
+    except ValueError:
+        return dtype.name
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from onnx import AttributeProto
 
 from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
-from onnx_gather.graphs.plumbing import Body, bodies, may_hold_graphs, orders, subgraphs
+from onnx_gather.graphs.plumbing import Body, bodies, may_hold_graphs, orders, subgraphs, unnamed
 from onnx_gather.graphs.types import ValueType, value_types
 
 
@@ -25,8 +25,8 @@ class InvalidModel(UserError):
     """A model that is not well formed; the message names where."""
 
 
-def _node_name(node: onnx.NodeProto) -> str:
-    return f"node {node.name!r} ({node.op_type})" if node.name else f"a {node.op_type} node"
+def _node_name(node: onnx.NodeProto, position: int) -> str:
+    return f"node {node.name or unnamed(node, position)!r} ({node.op_type})"
 
 
 def _check_definitions(model: onnx.ModelProto) -> None:
@@ -37,25 +37,27 @@ def _check_definitions(model: onnx.ModelProto) -> None:
         defined = set(outer) | {v.name for v in current.input} | {t.name for t in current.initializer}
         defined.update(name for node in current.node for name in node.output)
         defined.add("")  # an optional input left out
-        for node in current.node:
+        for position, node in enumerate(current.node):
             for name in node.input:
                 if name not in defined:
-                    raise InvalidModel(f"{where}: {_node_name(node)} uses {name!r}, which nothing defines")
+                    raise InvalidModel(f"{where}: {_node_name(node, position)} uses {name!r}, which nothing defines")
             for attribute_name, subgraph in subgraphs(node):
                 if not may_hold_graphs(node):
-                    raise InvalidModel(f"{where}: {_node_name(node)}: attribute {attribute_name!r} holds a graph, "
-                                       f"which {node.op_type} does not take")  # fmt: skip
-                stack.append((subgraph, frozenset(defined), f"subgraph {attribute_name!r} of {_node_name(node)}"))
+                    raise InvalidModel(f"{where}: {_node_name(node, position)}: attribute {attribute_name!r} holds "
+                                       f"a graph, which {node.op_type} does not take")  # fmt: skip
+                stack.append(
+                    (subgraph, frozenset(defined), f"subgraph {attribute_name!r} of {_node_name(node, position)}")
+                )
         for value in current.output:
             if value.name not in defined:
                 raise InvalidModel(f"{where}: output {value.name!r} is not produced by anything")
     for function in model.functions:
         defined = set(function.input) | {""} | {name for node in function.node for name in node.output}
-        for node in function.node:
+        for position, node in enumerate(function.node):
             missing = [name for name in node.input if name not in defined]
             if missing:
                 where = f"function '{function.domain}.{function.name}'"
-                raise InvalidModel(f"{where}: {_node_name(node)} uses {missing[0]!r}, which nothing defines")
+                raise InvalidModel(f"{where}: {_node_name(node, position)} uses {missing[0]!r}, which nothing defines")
 
 
 def _check_cycles(model: onnx.ModelProto) -> None:
@@ -63,8 +65,10 @@ def _check_cycles(model: onnx.ModelProto) -> None:
         if order.cyclic:
             nodes = order.body.nodes
             cycle = order.cycle()
-            names = " -> ".join(_node_name(nodes[p]) for p in (*cycle, cycle[0]))
-            raise InvalidModel(f"{order.body.where}: {_node_name(nodes[cycle[0]])} depends on its own output: {names}")
+            names = " -> ".join(_node_name(nodes[p], p) for p in (*cycle, cycle[0]))
+            raise InvalidModel(
+                f"{order.body.where}: {_node_name(nodes[cycle[0]], cycle[0])} depends on its own output: {names}"
+            )
 
 
 def _check_gather(node: onnx.NodeProto, data: ValueType | None) -> str | None:
@@ -133,7 +137,7 @@ def validate(model: onnx.ModelProto) -> None:
     for body in bodies(model):
         checker = None  # made for the first DML node of the body
         scope = types.get(body.scope, {})
-        for node in body.nodes:
+        for position, node in enumerate(body.nodes):
             data = scope.get(node.input[0]) if node.input else None
             problem = None
             if node.domain in ("", "ai.onnx") and node.op_type in ("Gather", "GatherElements"):
@@ -144,4 +148,4 @@ def validate(model: onnx.ModelProto) -> None:
                 checker = checker or _checker(model, body)
                 problem = _check_dml(node, data, checker)
             if problem:
-                raise InvalidModel(f"{body.where}: {_node_name(node)}: {problem}")
+                raise InvalidModel(f"{body.where}: {_node_name(node, position)}: {problem}")

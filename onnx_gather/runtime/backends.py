@@ -30,7 +30,7 @@ from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import to_dml
 from onnx_gather.graphs.lowering.lower import to_onnx
 from onnx_gather.graphs.plumbing import bodies, unnamed
-from onnx_gather.runtime import ops, reference
+from onnx_gather.runtime import inputs, ops, reference
 from onnx_gather.runtime.observe import Observation
 from onnx_gather.runtime.sessions import quiet_options
 
@@ -82,35 +82,6 @@ class Outcome:
     placement: dict[str, dict] = field(default_factory=dict)
     absent: dict[str, str] = field(default_factory=dict)  # marked values it could not return, with why
     notes: list[str] = field(default_factory=list)  # what makes some of its outputs unreliable, in words
-
-
-def _for_onnxruntime(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The feeds as ONNX Runtime's Python binding reads them whole: it cuts each string of a numpy ``str`` array at
-    its first NUL, misreads ``bytes`` arrays and takes a ``bytes`` element for its repr, so every STRING feed goes as
-    an object array of ``str`` (``bytes`` decoded as UTF-8, as ONNX Runtime holds them). ml_dtypes' types (BFLOAT16,
-    the FLOAT8s, the 4- and 2-bit ones) it does not take at all: refused here naming the input."""
-    arrays = {name: np.asarray(value) for name, value in feeds.items()}
-    for name, array in arrays.items():
-        if array.dtype.kind != "V":
-            continue
-        try:
-            element = onnx.TensorProto.DataType.Name(helper.np_dtype_to_tensor_dtype(array.dtype))
-        except ValueError:
-            continue  # a void array of no ONNX type: ONNX Runtime says so
-        raise UserError(f"input {name!r} is {element}, which ONNX Runtime's Python binding does not take (the dml "
-                        "and reference backends do)")  # fmt: skip
-    return {name: _strings(name, array) if array.dtype.kind in "OSU" else array for name, array in arrays.items()}
-
-
-def _strings(name: str, array: np.ndarray) -> np.ndarray:
-    result = np.empty(array.shape, dtype=object)
-    for position, item in np.ndenumerate(array):
-        try:
-            result[position] = item.decode("utf-8") if isinstance(item, bytes) else item
-        except UnicodeDecodeError:
-            raise UserError(f"input {name!r}: the bytes at {list(position)} are not UTF-8, which ONNX Runtime's "
-                            "Python binding cannot take") from None  # fmt: skip
-    return result
 
 
 def _named(model: Model, outputs: list) -> dict[str, np.ndarray]:
@@ -189,7 +160,7 @@ class PyOp(Backend):
         )
         session = ops.InferenceSession(converted.SerializeToString(), quiet_options(model.folder))
         with ops.counting_out_of_bounds() as counts:
-            outputs = session.run(None, _for_onnxruntime(feeds))
+            outputs = session.run(None, inputs.for_onnxruntime(feeds))
         # Every DML node in model order; one that never ran (an If branch not taken) met none.
         nodes = [n.name for body in bodies(converted) for n in body.nodes if n.op_type in ops.TRACED.values()]
         return Outcome(_named(model, outputs), {name: counts.get(name, 0) for name in nodes})
@@ -206,7 +177,7 @@ class Cpu(Backend):
         session = onnxruntime.InferenceSession(
             model.for_onnxruntime(), quiet_options(model.folder), providers=["CPUExecutionProvider"]
         )
-        return Outcome(_named(model, session.run(None, _for_onnxruntime(feeds))))
+        return Outcome(_named(model, session.run(None, inputs.for_onnxruntime(feeds))))
 
 
 class Lowered(Backend):
@@ -219,7 +190,7 @@ class Lowered(Backend):
         session = onnxruntime.InferenceSession(
             lowered.SerializeToString(), quiet_options(model.folder), providers=["CPUExecutionProvider"]
         )
-        return Outcome(_named(model, session.run(None, _for_onnxruntime(feeds))))
+        return Outcome(_named(model, session.run(None, inputs.for_onnxruntime(feeds))))
 
 
 class OpenVino(Backend):
@@ -236,8 +207,8 @@ class OpenVino(Backend):
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         import openvino
 
-        try:
-            with _openvino_file(model) as path:
+        try:  # OpenVINO takes every initializer as a constant: those fed are left out
+            with _openvino_file(_defaults_fed(model, feeds)) as path:
                 compiled = openvino.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
         except RuntimeError as error:
             lacking = _NO_CONVERSION.search(str(error))
@@ -291,7 +262,7 @@ class _Provider(Backend):
         )
         if session.get_providers()[0] != self.provider:
             raise DeviceError(f"{self.provider} did not take the session (no usable device {self.device_id}?)")
-        return Outcome(_named(model, session.run(None, _for_onnxruntime(feeds))))
+        return Outcome(_named(model, session.run(None, inputs.for_onnxruntime(feeds))))
 
 
 class Cuda(_Provider):
@@ -355,7 +326,8 @@ class DirectMl(_Provider):
         if self.device_id != 0:
             raise DeviceError(f"real DirectML under Wine has one device, 0 (lavapipe), not {self.device_id}")
         runner = self.runner if self.runner is not None else worker.shared()
-        loaded = runner.load(_named_nodes(model), fallback=True, data=model.folder)
+        # the runner feeds the session's inputs, which leave out those with a default; the placement log names nodes
+        loaded = runner.load(_named_nodes(_defaults_fed(model, feeds)), fallback=True, data=model.folder)
         try:
             outputs = runner.run(loaded, feeds, absent=bool(model.marked))
         finally:
@@ -381,6 +353,20 @@ def with_outputs(model: Model, outputs: Sequence[onnx.ValueInfoProto], marked: f
     del proto.graph.output[:]
     proto.graph.output.extend(outputs)
     return Model(model.path, proto, marked)
+
+
+def _defaults_fed(model: Model, feeds: Mapping[str, np.ndarray]) -> Model:
+    """``model``, or where ``feeds`` override initializers (inputs with a default, ``inputs.with_defaults``), one
+    derived from it without those: for runtimes that take only a model's plain inputs as feeds."""
+    fed = {value.name for value in inputs.with_defaults(model.proto)} & set(feeds)
+    if not fed:
+        return model
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    kept = [tensor for tensor in proto.graph.initializer if tensor.name not in fed]
+    del proto.graph.initializer[:]
+    proto.graph.initializer.extend(kept)
+    return Model(model.path, proto, model.marked)
 
 
 def _named_nodes(model: Model) -> Path | onnx.ModelProto:

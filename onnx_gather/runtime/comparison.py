@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from onnx_gather.graphs.types import array_type
 from onnx_gather.runtime.inputs import dims_text
 
 # The tolerances (atol, rtol) an output is held to by default, by element type. FLOAT16 and BFLOAT16: about 2 units
@@ -112,8 +113,8 @@ def compare(reference: np.ndarray, actual: np.ndarray, tolerance: Tolerance) -> 
     textual = reference.dtype.kind in "OUS" and actual.dtype.kind in "OUS"  # runtimes hold strings differently
     if reference.shape != actual.shape or (reference.dtype != actual.dtype and not textual):
         note = (
-            f"{actual.dtype.name} {dims_text(actual.shape)} where the reference has {reference.dtype.name} "
-            f"{dims_text(reference.shape)}"
+            f"{array_type(actual.dtype)} {dims_text(actual.shape)} where the reference has "
+            f"{array_type(reference.dtype)} {dims_text(reference.shape)}"
         )
         return Comparison(False, False, None, None, max(reference.size, actual.size), None, atol, rtol, note)
     if reference.dtype.kind not in "fiu" and reference.dtype.name != "bfloat16":  # STRING, BOOL: equal or not

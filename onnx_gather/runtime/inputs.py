@@ -18,7 +18,7 @@ from onnx_gather.core.errors import UserError
 from onnx_gather.core.words import listed
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.plumbing import bodies
-from onnx_gather.graphs.types import ValueType
+from onnx_gather.graphs.types import ValueType, array_type
 
 
 class InputError(UserError):
@@ -67,7 +67,10 @@ def check_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) 
     values = {value.name: value for value in model_inputs(model)}
     unknown = sorted(set(shapes) - set(values))
     if unknown:
-        raise InputError(f"--shape names {unknown[0]!r}, which is not an input of the model")
+        default = unknown[0] in {value.name for value in with_defaults(model)}
+        what = "an input with a default (its initializer), never generated: give it with --inputs" if default else \
+            "which is not an input of the model"  # fmt: skip
+        raise InputError(f"--shape names {unknown[0]!r}, {what}")
     for name, shape in shapes.items():
         value_type = ValueType.of(values[name])
         dims = value_type.dims if value_type is not None else None
@@ -86,6 +89,15 @@ def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [value for value in model.graph.input if value.name not in initialized]
 
 
+def with_defaults(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The inputs a caller may feed, or leave to their initializer: from IR version 4, graph inputs that an
+    initializer also provides, as ONNX Runtime takes them (before, every initializer is a graph input, a constant)."""
+    if model.ir_version < 4:
+        return []
+    initialized = {t.name for t in model.graph.initializer}
+    return [value for value in model.graph.input if value.name in initialized]
+
+
 def _shape(value: onnx.ValueInfoProto, value_type: ValueType, shapes: Mapping[str, tuple[int, ...]]) -> tuple:
     if value.name in shapes:
         return shapes[value.name]
@@ -102,7 +114,8 @@ def generate(
     given: Mapping[str, np.ndarray] | None = None,
     max_elements: int = 2**31,
 ) -> dict[str, np.ndarray]:
-    """One array per model input: ``given`` ones as they are, the others generated.
+    """One array per model input: ``given`` ones as they are, the others generated; an input with a default
+    (``with_defaults``) only where given.
 
     Dynamic dims come from ``shapes`` (a whole shape per input name), else 1. Floats are standard normal;
     integers are drawn from ``int_range`` (low inclusive, high exclusive); booleans are fair coins.
@@ -133,6 +146,7 @@ def generate(
             feeds[value.name] = rng.integers(0, 2, shape).astype(bool)
         else:
             feeds[value.name] = rng.integers(*int_range, shape).astype(dtype)
+    feeds.update((value.name, np.asarray(given[value.name])) for value in with_defaults(model) if value.name in given)
     return feeds
 
 
@@ -141,26 +155,25 @@ Declared = Mapping[str, tuple[np.dtype, tuple[int, ...]]]
 
 
 def _check_given(model: onnx.ModelProto, given: Declared) -> None:
-    """Refuse arrays of an --inputs file that the model has no input for, or of another type, rank or fixed size:
-    every such array named in one line (at most 5 of each list, then how many more)."""
-    values = {value.name: value for value in model_inputs(model)}
+    """Refuse arrays of an --inputs file that the model has no input for (an input with a default is one), or of
+    another type, rank or fixed size: every such array named in one line (at most 5 of each list, then how many
+    more)."""
+    plain, defaults = model_inputs(model), with_defaults(model)
+    values = {value.name: value for value in (*plain, *defaults)}
     unknown = sorted(set(given) - set(values))
     problems = []
     if unknown:
-        problems.append(f"holds {listed(unknown)}, which the model has no input for "
-                        f"(its inputs: {listed(values, quoted=False) or 'none'})")  # fmt: skip
+        names = listed((value.name for value in plain), quoted=False) or "none"
+        if defaults:
+            names += f"; with a default: {listed((value.name for value in defaults), quoted=False)}"
+        problems.append(f"holds {listed(unknown)}, which the model has no input for (its inputs: {names})")
     for name, (dtype, shape) in given.items():
         value_type = ValueType.of(values[name]) if name in values else None
         if value_type is None:
             continue
-        if value_type.elem_type == onnx.TensorProto.STRING:
-            expected_kind = dtype.kind in "OUS"
-            wanted = "strings"
-        else:
-            wanted = np.dtype(helper.tensor_dtype_to_np_dtype(value_type.elem_type)).name
-            expected_kind = dtype.name == wanted
-        if not expected_kind:
-            problems.append(f"array {name!r} is {dtype.name} where the model takes {wanted}")
+        wanted = onnx.TensorProto.DataType.Name(value_type.elem_type)
+        if array_type(dtype) != wanted:
+            problems.append(f"array {name!r} is {array_type(dtype)} where the model takes {wanted}")
             continue
         dims = value_type.dims
         if dims is not None and (len(dims) != len(shape) or any(
@@ -289,3 +302,32 @@ def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     model_io.write_bytes(path, buffer.getvalue())
+
+
+def for_onnxruntime(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The feeds as ONNX Runtime's Python binding reads them whole: it cuts each string of a numpy ``str`` array at
+    its first NUL, misreads ``bytes`` arrays and takes a ``bytes`` element for its repr, so every STRING feed goes as
+    an object array of ``str`` (``bytes`` decoded as UTF-8, as ONNX Runtime holds them). ml_dtypes' types (BFLOAT16,
+    the FLOAT8s, the 4- and 2-bit ones) it does not take at all: refused here naming the input."""
+    arrays = {name: np.asarray(value) for name, value in feeds.items()}
+    for name, array in arrays.items():
+        if array.dtype.kind != "V":
+            continue
+        try:
+            element = onnx.TensorProto.DataType.Name(helper.np_dtype_to_tensor_dtype(array.dtype))
+        except ValueError:
+            continue  # a void array of no ONNX type: ONNX Runtime says so
+        raise UserError(f"input {name!r} is {element}, which ONNX Runtime's Python binding does not take (the dml "
+                        "and reference backends do)")  # fmt: skip
+    return {name: _strings(name, array) if array.dtype.kind in "OSU" else array for name, array in arrays.items()}
+
+
+def _strings(name: str, array: np.ndarray) -> np.ndarray:
+    result = np.empty(array.shape, dtype=object)
+    for position, item in np.ndenumerate(array):
+        try:
+            result[position] = item.decode("utf-8") if isinstance(item, bytes) else item
+        except UnicodeDecodeError:
+            raise UserError(f"input {name!r}: the bytes at {list(position)} are not UTF-8, which ONNX Runtime's "
+                            "Python binding cannot take") from None  # fmt: skip
+    return result

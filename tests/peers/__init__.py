@@ -11,7 +11,8 @@ the attributes as the test sets them, the data and indices (dtype, shape, values
 initializer, as the test declares them; ``dims`` names a WebNN dynamic dimension), the peer's expected output or
 expected error, and ``directml``: the verdict real DirectML gave, measured with ``tools/peer_verdicts.py``:
 ``{"ran": true}`` (the output is the peer's expected output, bit for bit), ``{"ran": true, "output": [...]}`` (it is
-not: DirectML's own output) or ``{"failed": "creation" | "run", "message": ...}`` (a part of the error).
+not: DirectML's own output) or ``{"failed": "creation" | "run", "message": ...}`` (a part of the error); ``"on"``
+names the provider that ran the case, or failed it as it ran, where it was not DirectML's (which did not take it).
 ``difference`` gives, where the peer's expectation and DirectML's verdict differ, the kind
 (``error expected``, ``output expected``, ``values``, ``tolerance``) and the reason.
 
@@ -93,10 +94,9 @@ class Case:
 
 
 def verdict_kind(verdict: dict) -> str:
-    """A verdict in words: "ran" (with "on <provider>" where not DirectML's), "failed at <stage>", "not run"."""
-    if "ran" in verdict:
-        return "ran" + (f" on {verdict['on']}" if "on" in verdict else "")
-    return f"failed at {verdict['failed']}" if "failed" in verdict else "not run"
+    """A verdict in words: "ran", "failed at <stage>" or "not run", with "on <provider>" where not DirectML's."""
+    kind = "ran" if "ran" in verdict else f"failed at {verdict['failed']}" if "failed" in verdict else "not run"
+    return kind + (f" on {verdict['on']}" if "on" in verdict else "")
 
 
 def identical(a: np.ndarray, b: np.ndarray) -> bool:

@@ -2,8 +2,8 @@
 ``onnx_gather.runtime.backends`` (CPU fallback allowed, as on Windows; where each node went is part of the verdict).
 
 The verdicts are those cases.json records (the ``directml`` entries, ``peers``' docstring); ``"on"`` names the provider
-that ran a case where it was not DirectML's. A
-message is the part of ONNX Runtime's after its last ") ": without the model's path, addresses and thread ids.
+that ran a case, or failed it as it ran, where it was not DirectML's (which did not take the node). A message is the
+part of ONNX Runtime's after its last ") ": without the model's path, addresses and thread ids.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import onnx
 
 from onnx_gather.directml import worker
 from onnx_gather.directml.process import DirectMlError, SessionCreationError
+from onnx_gather.directml.worker import FallbackFailure
 from onnx_gather.runtime import backends
 from peers import Case, feeds, identical, model
 
@@ -42,6 +43,7 @@ class Run:
         self.placement: dict[str, int] = {}
         self.error: Exception | None = None
         self.stage = ""  # where a DirectMlError came: "creation" or "run"
+        self.on = ""  # the provider that failed it where not DirectML's
         proto = model(self.cases)
         handle, name = tempfile.mkstemp(".onnx", "peers", folder)  # a name of its own, also beside other threads
         os.close(handle)
@@ -51,6 +53,9 @@ class Run:
         backend.runner = runner
         try:
             outcome = backend.run(backends.Model(path, proto), feeds(self.cases))
+        except FallbackFailure as failure:  # a provider beside DirectML failed it: ONNX Runtime's error, in full
+            self.error, self.stage, self.on = failure.__cause__, "run", failure.provider
+            return
         except DirectMlError as error:  # ONNX Runtime's error, in full
             self.error, self.stage = error, "creation" if isinstance(error, SessionCreationError) else "run"
             return
@@ -61,7 +66,7 @@ class Run:
         """The verdict every case of a failed run shares (None if it ran)."""
         if self.error is None:
             return None
-        return {"failed": self.stage, "message": fragment(self.error)}
+        return {"failed": self.stage, **({"on": self.on} if self.on else {}), "message": fragment(self.error)}
 
     def verdict(self) -> dict:
         """The verdict of the one case run, as cases.json records it."""

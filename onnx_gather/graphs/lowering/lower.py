@@ -49,6 +49,7 @@ from onnx_gather.graphs.plumbing import (
     bodies,
     referenced_attribute,
     sort_topologically,
+    unnamed,
     use_counts,
 )
 from onnx_gather.graphs.types import ValueType, value_types
@@ -117,7 +118,7 @@ class _Lowering:
 
     def _leave(self, work: DefUse, node: onnx.NodeProto, reason: str) -> None:
         self.report.left.append(
-            NodeChange(where=work.body.where, node=node.name, op_type=node.op_type, result="", reason=reason)
+            NodeChange(where=work.body.where, node=_named(work, node), op_type=node.op_type, result="", reason=reason)
         )
 
     def _lacks(self, work: DefUse, node: onnx.NodeProto, needed: tuple[int, str]) -> bool:
@@ -257,7 +258,7 @@ class _Lowering:
             emit.pad(result, padding, "pad_output", around.final)
         elif padding < 0:
             emit.unpad(result, -padding, "unpad_output", around.final)
-        change = NodeChange(where=work.body.where, node=node.name, op_type=node.op_type, result=name,
+        change = NodeChange(where=work.body.where, node=_named(work, node), op_type=node.op_type, result=name,
                             reason=f"out_of_bounds={mode}")  # fmt: skip
         self.report.changed.append(change)
         return emit.nodes
@@ -326,6 +327,11 @@ def _read_attributes(types: dict[str, ValueType], node: onnx.NodeProto) -> tuple
     if input_type is None or input_type.rank is None or indices_type is None:
         return attributes, mode, f"the rank of input {node.input[0]!r} is unknown (no shape information)"
     return attributes, mode, None
+
+
+def _named(work: DefUse, node: onnx.NodeProto) -> str:
+    """``node``'s name, or what reports call a node without one."""
+    return node.name or unnamed(node, work.position[id(node)])
 
 
 def _lowered(model: onnx.ModelProto, raise_to: int = 0) -> tuple[onnx.ModelProto, _Lowering]:

@@ -25,8 +25,10 @@ from onnx_gather.graphs.plumbing import bodies, orders, sort_topologically, unna
 from onnx_gather.graphs.ranks import Observer
 
 # Verdicts: the provider runs it on DirectML; keeps it on its CPU provider; takes it and fails; DirectML at the
-# feature level cannot express it; the ranks are unknown (the provider decides when it runs).
-STATUSES = ("DirectML", "CPU", "fails", "refused", "unknown")
+# feature level cannot express it; the ranks are unknown (the provider decides when it runs); a DML node (a converted
+# model's) whose operator DirectML at the feature level takes, which tells nothing of where the provider would place
+# the gather it came from (that depends on the original's types and opsets).
+STATUSES = ("DirectML", "CPU", "fails", "refused", "unknown", "DML")
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,7 @@ def _standard(change: NodeChange, level_name: str, placed: Placed | None) -> Ver
     provider's graph partitioning puts it (``placed``)."""
 
     def verdict(status: str, reason: str) -> Verdict:
-        name = change.node or f"{change.op_type} #{change.position}"
-        return Verdict(change.where, name, change.op_type, status, reason, change.ranks)
+        return Verdict(change.where, change.node, change.op_type, status, reason, change.ranks)
 
     if placed is not None and placed.why in REASONS:
         return verdict("CPU", REASONS[placed.why])
@@ -113,8 +114,11 @@ def check(
             batch = next((a.i for a in node.attribute if a.name == "batch_dimension_count"), 0)
             dml = (node.op_type, data.rank, data.elem_type, indices.elem_type, batch)
             refusal = judge(level, *dml)
-            reason = refusal or _describe(*dml)
-            verdicts.append(Verdict(body.where, name, node.op_type, "refused" if refusal else "DirectML", reason))
+            if refusal:
+                verdicts.append(Verdict(body.where, name, node.op_type, "refused", refusal))
+                continue
+            reason = f"{_describe(*dml)}; onnx-gather's op: check the original model for where the provider places it"
+            verdicts.append(Verdict(body.where, name, node.op_type, "DML", reason))
     return verdicts
 
 
@@ -134,6 +138,7 @@ def summary(verdicts: list[Verdict], feature_level: str) -> str:
     parts = [f"{counts[s]} {label}" for s, label in (
         ("DirectML", "on DirectML"), ("CPU", "on the CPU provider"), ("fails", "failing"),
         ("refused", "refused"), ("unknown", "unknown until the model runs"),
+        ("DML", "as DML nodes (converted by onnx-gather: check the original model for placement)"),
     ) if counts[s]]  # fmt: skip
     return (
         f"{counted(len(verdicts), 'gather')} at DirectML feature level {feature_level}: {', '.join(parts) or 'none'}."

@@ -276,7 +276,7 @@ def place_nodes(model: onnx.ModelProto) -> dict[str, list[Placed]]:
                 verdicts.append(Placed("CPU", UNSUPPORTED))
             else:
                 verdicts.append(Placed("DirectML", DIRECTML))
-            stack.extend((inner, graph) for inner in inner_bodies(body, node))
+            stack.extend((inner, graph) for inner in inner_bodies(body, node, position))
         placed[body.where] = verdicts
     return placed
 
