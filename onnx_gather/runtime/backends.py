@@ -103,9 +103,12 @@ class Backend:
     description = ""
     runs_dml_ops = False  # whether a model that already holds onnx-gather's DML ops runs here
 
-    def __init__(self, device_id: int = 0, out_of_bounds: str = "directml") -> None:
+    def __init__(
+        self, device_id: int = 0, out_of_bounds: str = "directml", max_output_elements: int = ops.MAX_OUTPUT_ELEMENTS
+    ) -> None:
         self.device_id = device_id  # for the hardware providers
         self.out_of_bounds = out_of_bounds  # for the routes through DML form
+        self.max_output_elements = max_output_elements  # for the custom ops
 
     def unavailable(self) -> str | None:
         """None if this backend can run here, else why not."""
@@ -145,7 +148,8 @@ class PyOp(Backend):
         converted = traced(
             to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds))
         )
-        session = ops.InferenceSession(converted.SerializeToString(), quiet_options(model.path.parent))
+        session = ops.InferenceSession(converted.SerializeToString(), quiet_options(model.path.parent),
+                                       max_output_elements=self.max_output_elements)  # fmt: skip
         with ops.counting_out_of_bounds() as counts:
             outputs = session.run(None, _for_onnxruntime(feeds))
         # Every DML node in model order; one that never ran (an If branch not taken) met none.
@@ -354,8 +358,11 @@ BACKENDS = tuple(_CLASSES)
 DEFAULT_BACKENDS = BACKENDS[:-1]  # parity's and the demo's: the reference evaluator only when named
 
 
-def create(name: str, device_id: int = 0, out_of_bounds: str = "directml") -> Backend:
-    """The backend called ``name`` (one of ``BACKENDS``)."""
+def create(
+    name: str, device_id: int = 0, out_of_bounds: str = "directml", max_output_elements: int = ops.MAX_OUTPUT_ELEMENTS
+) -> Backend:
+    """The backend called ``name`` (one of ``BACKENDS``); ``pyop``'s ops refuse an output of more than
+    ``max_output_elements`` elements."""
     if name not in _CLASSES:
         raise UserError(f"unknown backend {name!r} (expected one of: {', '.join(BACKENDS)})")
-    return _CLASSES[name](device_id, out_of_bounds)
+    return _CLASSES[name](device_id, out_of_bounds, max_output_elements)

@@ -15,7 +15,7 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +55,13 @@ class _Operator:
     function: Callable[..., np.ndarray]
     attributes: dict[str, int]  # name -> bridge type
 
-    def call(self, feed: Sequence[np.ndarray], attributes: dict[str, str]) -> np.ndarray:
+    def call(self, feed: Sequence[np.ndarray], attributes: dict[str, str], max_output_elements: int) -> np.ndarray:
         # The bridge checks each attribute's type when the session is created, then hands it over as a string.
         arguments = {
             name: text if self.attributes[name] == PyCustomOpDef.dt_string else int(text)
             for name, text in attributes.items()
         }
-        return self.function(*feed, **arguments)
+        return self.function(*feed, **arguments, max_output_elements=max_output_elements)
 
 
 def _count(input: np.ndarray, indices: np.ndarray, attributes: dict) -> int:
@@ -81,10 +81,11 @@ def _count(input: np.ndarray, indices: np.ndarray, attributes: dict) -> int:
 def _traced(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """``function`` that also counts, under the node's name, the out-of-bounds indices it meets."""
 
-    def traced(input: np.ndarray, indices: np.ndarray, node: str, **attributes: object) -> np.ndarray:
+    def traced(input: np.ndarray, indices: np.ndarray, node: str, *, max_output_elements: int,
+               **attributes: object) -> np.ndarray:  # fmt: skip
         if _state.out_of_bounds is not None:
             _state.out_of_bounds[node] += _count(input, indices, attributes)
-        return function(input, indices, **attributes)
+        return function(input, indices, max_output_elements=max_output_elements, **attributes)
 
     return traced
 
@@ -124,14 +125,27 @@ _OPERATORS = _UNTABLED + tuple(
 )
 
 
+# An op refuses, before allocating it, an output of more elements than this (or than its session's
+# ``max_output_elements``; the command line's --max-elements).
+MAX_OUTPUT_ELEMENTS = 2**31
+
+
+@dataclass
+class _Run:
+    """One ``InferenceSession.run`` under way: its session's output limit, and the errors its ops met."""
+
+    max_output_elements: int
+    errors: list[BaseException] = field(default_factory=list)
+
+
 class _RunState(threading.local):
-    """Per thread: the errors our ops met during the current ``InferenceSession.run``, if one is under way.
+    """Per thread: the ``InferenceSession.run`` under way, if any.
 
     ONNX Runtime runs a session's kernels on the thread that called ``run`` (sequential execution).
     """
 
     def __init__(self) -> None:
-        self.errors: list[BaseException] | None = None
+        self.run: _Run | None = None
         self.out_of_bounds: Counter | None = None  # per node, while ``counting_out_of_bounds`` is active
 
 
@@ -148,8 +162,8 @@ _bridge_invoke: Callable[..., tuple] | None = None  # the bridge's own hook, onc
 def _record(operator: _Operator, error: BaseException) -> None:
     if not isinstance(error, semantics.GatherError):
         error = RuntimeError(f"{operator.op_type}: {type(error).__name__}: {error}")
-    if _state.errors is not None:
-        _state.errors.append(error)
+    if _state.run is not None:
+        _state.run.errors.append(error)
     else:
         _log.error("%s (the node's output is empty)", error)
 
@@ -159,8 +173,9 @@ def _invoke(op_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> t
     if operator is None:
         assert _bridge_invoke is not None  # set by _register_operators, before any op can run
         return _bridge_invoke(op_id, feed, attributes)
+    limit = MAX_OUTPUT_ELEMENTS if _state.run is None else _state.run.max_output_elements
     try:
-        result = np.ascontiguousarray(operator.call(feed, attributes))
+        result = np.ascontiguousarray(operator.call(feed, attributes, limit))
     except BaseException as error:  # anything that escapes into the bridge aborts the process
         _record(operator, error)
         result = np.empty((0,), feed[0].dtype)
@@ -220,13 +235,6 @@ def register(options: onnxruntime.SessionOptions) -> onnxruntime.SessionOptions:
     return options
 
 
-def set_max_output_elements(limit: int) -> None:
-    """From now on the ops refuse, before allocating it, an output of more than ``limit`` elements."""
-    if limit < 1:
-        raise UserError(f"the output element limit must be positive, got {limit}")
-    kernels.max_output_elements = limit
-
-
 def session_options() -> onnxruntime.SessionOptions:
     """New ``onnxruntime.SessionOptions`` with DmlGather, DmlGatherElements and DmlGatherNd registered."""
     return register(onnxruntime.SessionOptions())
@@ -266,8 +274,8 @@ class InferenceSession(onnxruntime.InferenceSession):
     """An ``onnxruntime.InferenceSession`` with the custom ops registered.
 
     ``run`` raises the error a DML op met (an out-of-bounds index in ``error`` mode, shapes DirectML
-    would refuse) as a Python exception; a plain ``onnxruntime.InferenceSession`` can only log it.
-    ``model`` is a path, serialized bytes or an ``onnx.ModelProto``.
+    would refuse, an output of more than ``max_output_elements`` elements) as a Python exception; a plain
+    ``onnxruntime.InferenceSession`` can only log it. ``model`` is a path, serialized bytes or an ``onnx.ModelProto``.
     """
 
     def __init__(
@@ -275,8 +283,13 @@ class InferenceSession(onnxruntime.InferenceSession):
         model: str | os.PathLike | bytes | onnx.ModelProto,
         sess_options: onnxruntime.SessionOptions | None = None,
         providers: Sequence[str] | None = None,
+        *,
+        max_output_elements: int = MAX_OUTPUT_ELEMENTS,
         **kwargs: Any,
     ) -> None:
+        if max_output_elements < 1:
+            raise UserError(f"the output element limit must be positive, got {max_output_elements}")
+        self.max_output_elements = max_output_elements
         options = register(sess_options or onnxruntime.SessionOptions())
         if options.execution_mode != onnxruntime.ExecutionMode.ORT_SEQUENTIAL:
             raise UserError("onnx_gather.InferenceSession needs sequential execution (execution_mode ORT_SEQUENTIAL)")
@@ -286,16 +299,17 @@ class InferenceSession(onnxruntime.InferenceSession):
 
     def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list:
         """Run the model as ``onnxruntime.InferenceSession.run`` does, raising any error a DML op met."""
-        outer, _state.errors = _state.errors, []
+        outer, _state.run = _state.run, _Run(self.max_output_elements)
+        errors = _state.run.errors
         try:
             try:
                 outputs = super().run(output_names, input_feed, run_options)
             except Exception as runtime_error:
-                if _state.errors:
-                    raise _state.errors[0] from runtime_error
+                if errors:
+                    raise errors[0] from runtime_error
                 raise
-            if _state.errors:
-                raise _state.errors[0]
+            if errors:
+                raise errors[0]
             return outputs
         finally:
-            _state.errors = outer
+            _state.run = outer
