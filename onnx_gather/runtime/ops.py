@@ -12,11 +12,13 @@ import contextlib
 import importlib.metadata
 import logging
 import os
+import signal
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -132,10 +134,48 @@ MAX_OUTPUT_ELEMENTS = 2**31
 
 @dataclass
 class _Run:
-    """One ``InferenceSession.run`` under way: its session's output limit, and the errors its ops met."""
+    """One ``InferenceSession.run`` under way: its session's output limit, its ``onnxruntime.RunOptions``, the errors
+    its ops met, and what stops it (an interrupt: KeyboardInterrupt, SystemExit), to be raised once ONNX Runtime is
+    out of the way (raised inside an op, it would abort the process)."""
 
     max_output_elements: int
-    errors: list[BaseException] = field(default_factory=list)
+    options: onnxruntime.RunOptions
+    errors: list[Exception] = field(default_factory=list)
+    stop: BaseException | None = None
+
+    def interrupt(self, interrupt: BaseException) -> None:
+        """Stop the run before its next node (ONNX Runtime's terminate flag); ``run`` raises ``interrupt``."""
+        if self.stop is None:
+            self.stop = interrupt
+        self.options.terminate = True
+
+    def raise_stop(self) -> None:
+        if self.stop is not None:
+            raise self.stop
+
+
+@contextlib.contextmanager
+def _interrupts_stop(run: _Run) -> Iterator[None]:
+    """While active, the SIGINT handler set from Python (Python's own raises KeyboardInterrupt) is called by one that
+    does not raise: what it raises stops ``run`` instead. Only the main thread receives signals and can set handlers;
+    on another thread, or where SIGINT is ignored or left to the system, nothing changes."""
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if on_main else None
+    if not callable(previous):
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        try:
+            previous(signum, frame)
+        except BaseException as interrupt:  # raised inside an op, it would abort the process
+            run.interrupt(interrupt)
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class _RunState(threading.local):
@@ -159,7 +199,7 @@ TESTED_EXTENSIONS = "0.15"
 _bridge_invoke: Callable[..., tuple] | None = None  # the bridge's own hook, once ours is in front of it
 
 
-def _record(operator: _Operator, error: BaseException) -> None:
+def _record(operator: _Operator, error: Exception) -> None:
     if not isinstance(error, semantics.GatherError):
         error = RuntimeError(f"{operator.op_type}: {type(error).__name__}: {error}")
     if _state.run is not None:
@@ -173,12 +213,20 @@ def _invoke(op_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> t
     if operator is None:
         assert _bridge_invoke is not None  # set by _register_operators, before any op can run
         return _bridge_invoke(op_id, feed, attributes)
-    limit = MAX_OUTPUT_ELEMENTS if _state.run is None else _state.run.max_output_elements
-    try:
-        result = np.ascontiguousarray(operator.call(feed, attributes, limit))
-    except BaseException as error:  # anything that escapes into the bridge aborts the process
-        _record(operator, error)
-        result = np.empty((0,), feed[0].dtype)
+    run = _state.run
+    result = np.empty((0,), feed[0].dtype)  # what an op that fails returns, and every op of a stopped run
+    if run is None or run.stop is None:  # a stopped run ends before its next node
+        try:  # anything that escapes into the bridge aborts the process
+            limit = MAX_OUTPUT_ELEMENTS if run is None else run.max_output_elements
+            result = np.ascontiguousarray(operator.call(feed, attributes, limit))
+        except Exception as error:
+            _record(operator, error)
+        except BaseException as interrupt:  # KeyboardInterrupt, SystemExit: no error of the op's
+            if run is None:
+                _log.error("%s: %s outside onnx_gather.InferenceSession.run, which alone can raise it (the node's "
+                           "output is empty)", operator.op_type, type(interrupt).__name__)  # fmt: skip
+            else:
+                run.interrupt(interrupt)
     return (op_id, result.shape, result)
 
 
@@ -297,19 +345,33 @@ class InferenceSession(onnxruntime.InferenceSession):
         model, self._tables = _detached(model, options)
         super().__init__(model, options, providers or ["CPUExecutionProvider"], **kwargs)
 
-    def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list:
-        """Run the model as ``onnxruntime.InferenceSession.run`` does, raising any error a DML op met."""
-        outer, _state.run = _state.run, _Run(self.max_output_elements)
-        errors = _state.run.errors
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: dict[str, Any],
+        run_options: onnxruntime.RunOptions | None = None,
+    ) -> list:
+        """Run the model as ``onnxruntime.InferenceSession.run`` does, raising any error a DML op met. Ctrl-C (SIGINT,
+        on the main thread) stops the run before its next node and raises KeyboardInterrupt (or what the SIGINT
+        handler raises; one that does not raise lets the run go on)."""
+        options = run_options if run_options is not None else onnxruntime.RunOptions()
+        terminate = options.terminate
+        run = _Run(self.max_output_elements, options)
+        outer, _state.run = _state.run, run
         try:
             try:
-                outputs = super().run(output_names, input_feed, run_options)
-            except Exception as runtime_error:
-                if errors:
-                    raise errors[0] from runtime_error
+                with _interrupts_stop(run):
+                    outputs = super().run(output_names, input_feed, options)
+            except Exception as runtime_error:  # "Exiting due to terminate flag" when stopped
+                run.raise_stop()
+                if run.errors:
+                    raise run.errors[0] from runtime_error
                 raise
-            if errors:
-                raise errors[0]
+            run.raise_stop()
+            if run.errors:
+                raise run.errors[0]
             return outputs
         finally:
+            if run.stop is not None:  # the flag was set here: the caller's options serve again
+                options.terminate = terminate
             _state.run = outer
