@@ -13,6 +13,8 @@ import pytest
 from conftest import assert_identical, run_dml
 
 import onnx_gather
+from onnx_gather.app.cli import main
+from onnx_gather.app.demo import sample_model_path
 from onnx_gather.core import contract
 from onnx_gather.core.examples import EXAMPLES
 from onnx_gather.core.semantics import GatherError
@@ -156,6 +158,35 @@ def test_a_failed_run_leaves_the_session_working():
     with pytest.raises(GatherError):
         session.run(None, {"input": data, "indices": np.array([4])})
     assert_identical(session.run(None, {"input": data, "indices": np.array([3, -4])})[0], np.array([3, 0], np.int32))
+
+
+GATHER_400 = single_node_model("DmlGather", np.float32, np.int64, axis=0, index_dimensions=1, out_of_bounds="clamp")
+FEEDS_400 = {"input": np.zeros((20, 20), np.float32), "indices": np.arange(20).reshape(1, 20)}  # 400 elements out
+
+
+def test_the_output_limit_belongs_to_its_session():
+    limited = onnx_gather.InferenceSession(GATHER_400, max_output_elements=399)
+    with pytest.raises(
+        GatherError, match=r"^DmlGather: the output \(20, 20\) would have 400 elements, more than the limit 399$"
+    ):
+        limited.run(None, FEEDS_400)
+    assert onnx_gather.InferenceSession(GATHER_400).run(None, FEEDS_400)[0].shape == (20, 20)
+    assert onnx_gather.InferenceSession(GATHER_400, max_output_elements=400).run(None, FEEDS_400)[0].shape == (20, 20)
+    with pytest.raises(GatherError, match="more than the limit 399"):  # the others did not change it
+        limited.run(None, FEEDS_400)
+    with pytest.raises(ValueError, match="the output element limit must be positive, got 0"):
+        onnx_gather.InferenceSession(GATHER_400, max_output_elements=0)
+
+
+@pytest.mark.parametrize("command", ["run", "parity"])
+def test_a_commands_max_elements_limits_only_its_own_run(command, capsys):
+    # --max-elements was a module global that every later session of the process kept.
+    backends = ["--backend", "pyop"] if command == "run" else ["--backends", "pyop,cpu"]
+    assert main([command, str(sample_model_path()), *backends, "--max-elements", "10"]) == 1
+    said = capsys.readouterr()
+    assert "more than the limit 10" in said.out + said.err
+    assert onnx_gather.InferenceSession(GATHER_400).run(None, FEEDS_400)[0].shape == (20, 20)
+    assert run_dml("DmlGather", FEEDS_400["input"], FEEDS_400["indices"], axis=0, index_dimensions=1).shape == (20, 20)
 
 
 def test_session_accepts_a_path_bytes_and_model(tmp_path):

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx_gather
 from onnx_gather.core.semantics import GatherError
-from onnx_gather.runtime import backends, ops, tables
+from onnx_gather.runtime import ops, tables
 
 RNG = np.random.default_rng(5)
 TABLE = RNG.standard_normal((50, 8)).astype(np.float32)
@@ -136,7 +136,7 @@ def test_a_table_op_whose_table_no_session_holds_fails_naming_it(caplog):
 
 
 def test_out_of_bounds_indices_are_counted_per_node_on_a_table():
-    session = onnx_gather.InferenceSession(backends.traced(onnx_gather.to_dml(_lookup())))
+    session = onnx_gather.InferenceSession(ops.traced(onnx_gather.to_dml(_lookup())))
     with ops.counting_out_of_bounds() as counts:
         session.run(None, {"ids": np.array([[50, 1, -51]], np.int64)})
     assert dict(counts) == {"Gather_0": 2}

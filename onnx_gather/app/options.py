@@ -17,7 +17,7 @@ import onnx
 from onnx_gather.app.parser import UsageError, number
 from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
 from onnx_gather.graphs import model_io
-from onnx_gather.runtime import backends, inputs, ops
+from onnx_gather.runtime import backends, inputs
 from onnx_gather.runtime.comparison import OTHER_TOLERANCE, TYPE_TOLERANCES, Tolerance
 from onnx_gather.runtime.inputs import Feeds
 from onnx_gather.runtime.observe import Observation
@@ -129,12 +129,17 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def build_backend(args: argparse.Namespace, name: str) -> backends.Backend:
+    """The backend ``name``, built with the backend options (``--max-elements`` is the limit of its custom ops)."""
+    return backends.create(name, args.device_id, args.out_of_bounds, args.max_elements)
+
+
 def usable_backends(
     args: argparse.Namespace, names: Sequence[str], model: backends.Model
 ) -> dict[str, backends.Backend]:
     """The backends ``names`` (each once), built with the backend options; one that cannot run here, or cannot take
     ``model``, raises ``CannotRun`` (exit 4)."""
-    built = {name: backends.create(name, args.device_id, args.out_of_bounds) for name in dict.fromkeys(names)}
+    built = {name: build_backend(args, name) for name in dict.fromkeys(names)}
     for name, backend in built.items():
         reason = backend.unavailable()
         if reason is not None:
@@ -151,12 +156,6 @@ def warned_feeds(choice: InputChoice, model: onnx.ModelProto, max_elements: int)
     if feeds.warning:
         print(f"onnx-gather: warning: {feeds.warning}", file=sys.stderr)
     return feeds
-
-
-def limit_outputs(args: argparse.Namespace) -> int:
-    """``--max-elements``, set as the custom ops' limit too; returns it."""
-    ops.set_max_output_elements(args.max_elements)
-    return args.max_elements
 
 
 def add_tolerance_options(parser: argparse.ArgumentParser) -> None:

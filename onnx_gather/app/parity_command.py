@@ -88,12 +88,12 @@ class ParityCommand(Command):
         options.add_backend_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        choice, max_elements = InputChoice.of(args), options.limit_outputs(args)
+        choice, max_elements = InputChoice.of(args), args.max_elements
         named = args.backends is not None
         asked = args.backends if named else list(backends.DEFAULT_BACKENDS)
         required = frozenset(asked if named and not args.allow_skipped else ())
         names = dict.fromkeys((args.reference, *asked))  # each once
-        built = {name: backends.create(name, args.device_id, args.out_of_bounds) for name in names}
+        built = {name: options.build_backend(args, name) for name in names}
         paths = _model_paths(args.models)
         if len(paths) > 1 and (choice.inputs or args.save_inputs):
             raise UsageError("--inputs and --save-inputs take a single model")

@@ -59,9 +59,8 @@ class ReduceCommand(Command):
         feeds_file = output.with_suffix(".npz")
         options.check_outputs({"-o": args.output, f"-o's inputs file {feeds_file}": str(feeds_file)},
                               options.read_files(args.model, model.proto, choice.inputs))  # fmt: skip
-        max_elements = options.limit_outputs(args)
         built = options.usable_backends(args, [args.backend, args.reference], model)
-        feeds = options.warned_feeds(choice, model.proto, max_elements)
+        feeds = options.warned_feeds(choice, model.proto, args.max_elements)
 
         def progress(line: str) -> None:
             print(f"reduce: {line}", file=sys.stderr, flush=True)

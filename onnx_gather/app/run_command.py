@@ -40,9 +40,8 @@ class RunCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         model, choice = backends.Model.read(args.model), InputChoice.of(args)
         options.check_outputs({"--outputs": args.outputs}, options.read_files(args.model, model.proto, choice.inputs))
-        max_elements = options.limit_outputs(args)
         backend = options.usable_backends(args, [args.backend], model)[args.backend]
-        feeds = options.warned_feeds(choice, model.proto, max_elements)
+        feeds = options.warned_feeds(choice, model.proto, args.max_elements)
         progress = Progress(1, sys.stderr)
         progress.step(f"{args.model}: {args.backend}")
         try:

@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime
-from onnx import helper
 
 from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
@@ -93,11 +92,6 @@ class CannotRun(UserError):
     nothing of it was compared. The command line exits 4."""
 
 
-def holds_dml_ops(model: onnx.ModelProto) -> bool:
-    """Whether ``model`` holds onnx-gather's DML ops (a model ``convert`` wrote), in any graph."""
-    return any(contract.is_dml(node) for body in bodies(model) for node in body.nodes)
-
-
 class DeviceError(RuntimeError):
     """The backend's device cannot be used (no such device, the provider did not take the session)."""
 
@@ -109,9 +103,12 @@ class Backend:
     description = ""
     runs_dml_ops = False  # whether a model that already holds onnx-gather's DML ops runs here
 
-    def __init__(self, device_id: int = 0, out_of_bounds: str = "directml") -> None:
+    def __init__(
+        self, device_id: int = 0, out_of_bounds: str = "directml", max_output_elements: int = ops.MAX_OUTPUT_ELEMENTS
+    ) -> None:
         self.device_id = device_id  # for the hardware providers
         self.out_of_bounds = out_of_bounds  # for the routes through DML form
+        self.max_output_elements = max_output_elements  # for the custom ops
 
     def unavailable(self) -> str | None:
         """None if this backend can run here, else why not."""
@@ -119,7 +116,7 @@ class Backend:
 
     def refusal(self, model: onnx.ModelProto) -> str | None:
         """None if this backend can take ``model`` as far as can be told before running it, else why not."""
-        if not self.runs_dml_ops and holds_dml_ops(model):
+        if not self.runs_dml_ops and any(contract.is_dml(node) for body in bodies(model) for node in body.nodes):
             return (f"the model holds onnx-gather's DML ops, which the {self.name} backend cannot run: use pyop, or "
                     "`onnx-gather lower` the model into standard ONNX first")  # fmt: skip
         return None
@@ -130,18 +127,6 @@ class Backend:
     def versions(self) -> dict[str, str]:
         """What this backend runs on, by package: for reports (call it only when the backend is available)."""
         return {"onnxruntime": onnxruntime.__version__}
-
-
-def traced(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with each DML node swapped for its traced twin, which counts out-of-bounds indices by node name."""
-    result = onnx.ModelProto()
-    result.CopyFrom(model)
-    for body in bodies(result):
-        for node in body.nodes:
-            if contract.is_dml(node):
-                node.op_type = ops.TRACED[node.op_type]
-                node.attribute.append(helper.make_attribute("node", node.name))
-    return result
 
 
 def _observation(model: Model, feeds: Mapping[str, np.ndarray]) -> Observation:
@@ -155,10 +140,11 @@ class PyOp(Backend):
     description = "to_dml(model) with the custom ops in ONNX Runtime: DirectML's semantics, the reference"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
-        converted = traced(
+        converted = ops.traced(
             to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds))
         )
-        session = ops.InferenceSession(converted.SerializeToString(), quiet_options(model.folder))
+        session = ops.InferenceSession(converted.SerializeToString(), quiet_options(model.folder),
+                                       max_output_elements=self.max_output_elements)  # fmt: skip
         with ops.counting_out_of_bounds() as counts:
             outputs = session.run(None, inputs.for_onnxruntime(feeds))
         # Every DML node in model order; one that never ran (an If branch not taken) met none.
@@ -400,8 +386,11 @@ BACKENDS = tuple(_CLASSES)
 DEFAULT_BACKENDS = BACKENDS[:-1]  # parity's and the demo's: the reference evaluator only when named
 
 
-def create(name: str, device_id: int = 0, out_of_bounds: str = "directml") -> Backend:
-    """The backend called ``name`` (one of ``BACKENDS``)."""
+def create(
+    name: str, device_id: int = 0, out_of_bounds: str = "directml", max_output_elements: int = ops.MAX_OUTPUT_ELEMENTS
+) -> Backend:
+    """The backend called ``name`` (one of ``BACKENDS``); ``pyop``'s ops refuse an output of more than
+    ``max_output_elements`` elements."""
     if name not in _CLASSES:
         raise UserError(f"unknown backend {name!r} (expected one of: {', '.join(BACKENDS)})")
-    return _CLASSES[name](device_id, out_of_bounds)
+    return _CLASSES[name](device_id, out_of_bounds, max_output_elements)

@@ -18,9 +18,6 @@ from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 from onnx_gather.core import semantics
 from onnx_gather.graphs.emit import single_node_model
 
-# No output larger than this is allocated (ops.set_max_output_elements; the command line's --max-elements).
-max_output_elements = 2**31
-
 
 def _signed_indices(indices: np.ndarray, size: int) -> np.ndarray | None:
     """Signed indices with the same values, or None if an unsigned index is out of bounds.
@@ -47,8 +44,12 @@ _NATIVE_GATHER_SLICE_BYTES = 2**10
 _NATIVE_GATHER_OUTPUT_BYTES = 2**23
 
 
-def gather(input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: int, out_of_bounds: str) -> np.ndarray:
-    """DML_GATHER with the results of ``semantics.dml_gather``."""
+def gather(
+    input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: int, out_of_bounds: str, *,
+    max_output_elements: int,
+) -> np.ndarray:  # fmt: skip
+    """DML_GATHER with the results of ``semantics.dml_gather``; no output of more than ``max_output_elements``
+    elements is allocated (so in the other two)."""
     output_sizes = semantics.validate_gather(input, indices, axis, index_dimensions, out_of_bounds)
     semantics.check_output_elements("DmlGather", output_sizes, max_output_elements)
     plain = semantics.plain_gather(input.shape, indices.shape, axis, index_dimensions)
@@ -79,7 +80,9 @@ def _native(op_type: str, dtype: np.dtype, index_dtype: np.dtype, **attributes: 
     return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def gather_elements(input: np.ndarray, indices: np.ndarray, axis: int, out_of_bounds: str) -> np.ndarray:
+def gather_elements(
+    input: np.ndarray, indices: np.ndarray, axis: int, out_of_bounds: str, *, max_output_elements: int
+) -> np.ndarray:
     """DML_GATHER_ELEMENTS with the results of ``semantics.dml_gather_elements``."""
     semantics.validate_gather_elements(input, indices, axis, out_of_bounds)
     semantics.check_output_elements("DmlGatherElements", indices.shape, max_output_elements)
@@ -100,6 +103,8 @@ def gather_nd(
     indices_dimension_count: int,
     batch_dimension_count: int,
     out_of_bounds: str,
+    *,
+    max_output_elements: int,
 ) -> np.ndarray:
     """DML_GATHER_ND1 with the results of ``semantics.dml_gather_nd``."""
     counts = (input_dimension_count, indices_dimension_count, batch_dimension_count)

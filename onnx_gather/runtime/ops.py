@@ -12,11 +12,13 @@ import contextlib
 import importlib.metadata
 import logging
 import os
+import signal
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,7 @@ from onnxruntime_extensions import _ocos as bridge
 from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
+from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime import kernels, tables
 
 # The bridge's name of each type a DML node carries (contract.NODE_DATA_TYPES: DirectML's less FLOAT16, which the
@@ -55,13 +58,13 @@ class _Operator:
     function: Callable[..., np.ndarray]
     attributes: dict[str, int]  # name -> bridge type
 
-    def call(self, feed: Sequence[np.ndarray], attributes: dict[str, str]) -> np.ndarray:
+    def call(self, feed: Sequence[np.ndarray], attributes: dict[str, str], max_output_elements: int) -> np.ndarray:
         # The bridge checks each attribute's type when the session is created, then hands it over as a string.
         arguments = {
             name: text if self.attributes[name] == PyCustomOpDef.dt_string else int(text)
             for name, text in attributes.items()
         }
-        return self.function(*feed, **arguments)
+        return self.function(*feed, **arguments, max_output_elements=max_output_elements)
 
 
 def _count(input: np.ndarray, indices: np.ndarray, attributes: dict) -> int:
@@ -81,10 +84,11 @@ def _count(input: np.ndarray, indices: np.ndarray, attributes: dict) -> int:
 def _traced(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """``function`` that also counts, under the node's name, the out-of-bounds indices it meets."""
 
-    def traced(input: np.ndarray, indices: np.ndarray, node: str, **attributes: object) -> np.ndarray:
+    def traced(input: np.ndarray, indices: np.ndarray, node: str, *, max_output_elements: int,
+               **attributes: object) -> np.ndarray:  # fmt: skip
         if _state.out_of_bounds is not None:
             _state.out_of_bounds[node] += _count(input, indices, attributes)
-        return function(input, indices, **attributes)
+        return function(input, indices, max_output_elements=max_output_elements, **attributes)
 
     return traced
 
@@ -103,6 +107,18 @@ _UNTABLED = _BASE_OPERATORS + tuple(
     _Operator(TRACED[o.op_type], _traced(o.function), {**o.attributes, "node": PyCustomOpDef.dt_string})
     for o in _BASE_OPERATORS
 )
+
+
+def traced(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each DML node swapped for its traced twin, which counts out-of-bounds indices by node name."""
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    for body in bodies(result):
+        for node in body.nodes:
+            if contract.is_dml(node):
+                node.op_type = TRACED[node.op_type]
+                node.attribute.append(onnx.helper.make_attribute("node", node.name))
+    return result
 
 
 def _tabled(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
@@ -124,14 +140,65 @@ _OPERATORS = _UNTABLED + tuple(
 )
 
 
+# An op refuses, before allocating it, an output of more elements than this (or than its session's
+# ``max_output_elements``; the command line's --max-elements).
+MAX_OUTPUT_ELEMENTS = 2**31
+
+
+@dataclass
+class _Run:
+    """One ``InferenceSession.run`` under way: its session's output limit, its ``onnxruntime.RunOptions``, the errors
+    its ops met, and what stops it (an interrupt: KeyboardInterrupt, SystemExit), to be raised once ONNX Runtime is
+    out of the way (raised inside an op, it would abort the process)."""
+
+    max_output_elements: int
+    options: onnxruntime.RunOptions
+    errors: list[Exception] = field(default_factory=list)
+    stop: BaseException | None = None
+
+    def interrupt(self, interrupt: BaseException) -> None:
+        """Stop the run before its next node (ONNX Runtime's terminate flag); ``run`` raises ``interrupt``."""
+        if self.stop is None:
+            self.stop = interrupt
+        self.options.terminate = True
+
+    def raise_stop(self) -> None:
+        if self.stop is not None:
+            raise self.stop
+
+
+@contextlib.contextmanager
+def _interrupts_stop(run: _Run) -> Iterator[None]:
+    """While active, the SIGINT handler set from Python (Python's own raises KeyboardInterrupt) is called by one that
+    does not raise: what it raises stops ``run`` instead. Only the main thread receives signals and can set handlers;
+    on another thread, or where SIGINT is ignored or left to the system, nothing changes."""
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if on_main else None
+    if not callable(previous):
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        try:
+            previous(signum, frame)
+        except BaseException as interrupt:  # raised inside an op, it would abort the process
+            run.interrupt(interrupt)
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class _RunState(threading.local):
-    """Per thread: the errors our ops met during the current ``InferenceSession.run``, if one is under way.
+    """Per thread: the ``InferenceSession.run`` under way, if any.
 
     ONNX Runtime runs a session's kernels on the thread that called ``run`` (sequential execution).
     """
 
     def __init__(self) -> None:
-        self.errors: list[BaseException] | None = None
+        self.run: _Run | None = None
         self.out_of_bounds: Counter | None = None  # per node, while ``counting_out_of_bounds`` is active
 
 
@@ -145,11 +212,11 @@ TESTED_EXTENSIONS = "0.15"
 _bridge_invoke: Callable[..., tuple] | None = None  # the bridge's own hook, once ours is in front of it
 
 
-def _record(operator: _Operator, error: BaseException) -> None:
+def _record(operator: _Operator, error: Exception) -> None:
     if not isinstance(error, semantics.GatherError):
         error = RuntimeError(f"{operator.op_type}: {type(error).__name__}: {error}")
-    if _state.errors is not None:
-        _state.errors.append(error)
+    if _state.run is not None:
+        _state.run.errors.append(error)
     else:
         _log.error("%s (the node's output is empty)", error)
 
@@ -159,11 +226,20 @@ def _invoke(op_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> t
     if operator is None:
         assert _bridge_invoke is not None  # set by _register_operators, before any op can run
         return _bridge_invoke(op_id, feed, attributes)
-    try:
-        result = np.ascontiguousarray(operator.call(feed, attributes))
-    except BaseException as error:  # anything that escapes into the bridge aborts the process
-        _record(operator, error)
-        result = np.empty((0,), feed[0].dtype)
+    run = _state.run
+    result = np.empty((0,), feed[0].dtype)  # what an op that fails returns, and every op of a stopped run
+    if run is None or run.stop is None:  # a stopped run ends before its next node
+        try:  # anything that escapes into the bridge aborts the process
+            limit = MAX_OUTPUT_ELEMENTS if run is None else run.max_output_elements
+            result = np.ascontiguousarray(operator.call(feed, attributes, limit))
+        except Exception as error:
+            _record(operator, error)
+        except BaseException as interrupt:  # KeyboardInterrupt, SystemExit: no error of the op's
+            if run is None:
+                _log.error("%s: %s outside onnx_gather.InferenceSession.run, which alone can raise it (the node's "
+                           "output is empty)", operator.op_type, type(interrupt).__name__)  # fmt: skip
+            else:
+                run.interrupt(interrupt)
     return (op_id, result.shape, result)
 
 
@@ -220,13 +296,6 @@ def register(options: onnxruntime.SessionOptions) -> onnxruntime.SessionOptions:
     return options
 
 
-def set_max_output_elements(limit: int) -> None:
-    """From now on the ops refuse, before allocating it, an output of more than ``limit`` elements."""
-    if limit < 1:
-        raise UserError(f"the output element limit must be positive, got {limit}")
-    kernels.max_output_elements = limit
-
-
 def session_options() -> onnxruntime.SessionOptions:
     """New ``onnxruntime.SessionOptions`` with DmlGather, DmlGatherElements and DmlGatherNd registered."""
     return register(onnxruntime.SessionOptions())
@@ -266,8 +335,8 @@ class InferenceSession(onnxruntime.InferenceSession):
     """An ``onnxruntime.InferenceSession`` with the custom ops registered.
 
     ``run`` raises the error a DML op met (an out-of-bounds index in ``error`` mode, shapes DirectML
-    would refuse) as a Python exception; a plain ``onnxruntime.InferenceSession`` can only log it.
-    ``model`` is a path, serialized bytes or an ``onnx.ModelProto``.
+    would refuse, an output of more than ``max_output_elements`` elements) as a Python exception; a plain
+    ``onnxruntime.InferenceSession`` can only log it. ``model`` is a path, serialized bytes or an ``onnx.ModelProto``.
     """
 
     def __init__(
@@ -275,8 +344,13 @@ class InferenceSession(onnxruntime.InferenceSession):
         model: str | os.PathLike | bytes | onnx.ModelProto,
         sess_options: onnxruntime.SessionOptions | None = None,
         providers: Sequence[str] | None = None,
+        *,
+        max_output_elements: int = MAX_OUTPUT_ELEMENTS,
         **kwargs: Any,
     ) -> None:
+        if max_output_elements < 1:
+            raise UserError(f"the output element limit must be positive, got {max_output_elements}")
+        self.max_output_elements = max_output_elements
         options = register(sess_options or onnxruntime.SessionOptions())
         if options.execution_mode != onnxruntime.ExecutionMode.ORT_SEQUENTIAL:
             raise UserError("onnx_gather.InferenceSession needs sequential execution (execution_mode ORT_SEQUENTIAL)")
@@ -284,18 +358,33 @@ class InferenceSession(onnxruntime.InferenceSession):
         model, self._tables = _detached(model, options)
         super().__init__(model, options, providers or ["CPUExecutionProvider"], **kwargs)
 
-    def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list:
-        """Run the model as ``onnxruntime.InferenceSession.run`` does, raising any error a DML op met."""
-        outer, _state.errors = _state.errors, []
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: dict[str, Any],
+        run_options: onnxruntime.RunOptions | None = None,
+    ) -> list:
+        """Run the model as ``onnxruntime.InferenceSession.run`` does, raising any error a DML op met. Ctrl-C (SIGINT,
+        on the main thread) stops the run before its next node and raises KeyboardInterrupt (or what the SIGINT
+        handler raises; one that does not raise lets the run go on)."""
+        options = run_options if run_options is not None else onnxruntime.RunOptions()
+        terminate = options.terminate
+        run = _Run(self.max_output_elements, options)
+        outer, _state.run = _state.run, run
         try:
             try:
-                outputs = super().run(output_names, input_feed, run_options)
-            except Exception as runtime_error:
-                if _state.errors:
-                    raise _state.errors[0] from runtime_error
+                with _interrupts_stop(run):
+                    outputs = super().run(output_names, input_feed, options)
+            except Exception as runtime_error:  # "Exiting due to terminate flag" when stopped
+                run.raise_stop()
+                if run.errors:
+                    raise run.errors[0] from runtime_error
                 raise
-            if _state.errors:
-                raise _state.errors[0]
+            run.raise_stop()
+            if run.errors:
+                raise run.errors[0]
             return outputs
         finally:
-            _state.errors = outer
+            if run.stop is not None:  # the flag was set here: the caller's options serve again
+                options.terminate = terminate
+            _state.run = outer
