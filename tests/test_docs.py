@@ -203,7 +203,7 @@ def test_the_json_keys_docs_cli_lists_are_a_parity_reports(tmp_path, capsys):
 def test_ci_runs_exactly_the_readmes_test_command():
     readme = (ROOT / "README.md").read_text()
     commands = [line for block in re.findall(r"```sh\n(.*?)```", readme, re.DOTALL) for line in block.splitlines()]
-    tests = [line for line in commands if line.startswith("python3 -m venv") and line.endswith("pytest -q")]
+    tests = [line for line in commands if line.startswith("python3 -m venv") and line.endswith("pytest -q -n 2")]
     assert len(tests) == 1, tests
     assert (ROOT / ".ci" / "run").read_text().splitlines()[-1] == tests[0]
     assert "export CI=true" in (ROOT / ".ci" / "run").read_text()
