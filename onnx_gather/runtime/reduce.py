@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from onnx_gather.core.words import counted
 from onnx_gather.graphs.extract import main_graph_types, window
 from onnx_gather.graphs.plumbing import sort_topologically, unnamed
 from onnx_gather.runtime import divergence
@@ -173,11 +174,11 @@ class Reducer:
             removed = self._named(sorted(set(smallest[0]) - set(step.kept))) if step.shows else []
             if step.shows and len(step.kept) < len(smallest[0]):
                 smallest[0] = step.kept
-            left = step.most_left + 2 * math.ceil(math.log2(max(step.smallest, 1)))
-            what = f"{len(step.kept)} nodes: shows it" if step.shows else f"{len(step.kept)} nodes: does not"
+            left = step.most_left + 2 * math.ceil(math.log2(max(step.smallest, 1)))  # halvings to come
+            what = f"{counted(len(step.kept), 'node')}: {'shows it' if step.shows else 'does not'}"
             gone = f", left out {_listed(removed)}" if removed else ""
             self.progress(f"  run {step.tests}: {what}{gone}; smallest so far {step.smallest} "
-                          f"(about {left} runs more, {time.monotonic() - start:.0f} s so far)")  # fmt: skip
+                          f"(about {counted(left, 'run')} more, {time.monotonic() - start:.0f} s so far)")  # fmt: skip
 
         def more() -> bool:  # one run kept for the window found
             return self.runs < budget.runs - 1 and time.monotonic() - start < budget.seconds
