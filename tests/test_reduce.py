@@ -345,3 +345,32 @@ def test_a_failure_before_the_reference_runs_is_not_called_the_reference_s(tmp_p
     assert main(["reduce", str(path), "--backend", "cpu", "--inputs", str(given), "-o", str(tmp_path / "s.onnx")]) == 3
     error = capsys.readouterr().err
     assert "internal error: RuntimeError: marking broke" in error and "the reference" not in error
+
+
+@pytest.mark.directml
+def test_directmls_reshape_failure_on_dynamic_shapes_reduces_to_the_nodes_that_show_that_failure(tmp_path, capsys):
+    """DirectML fails on Reshape with allowzero=1 and a -1 only where the dims are dynamic, with a code by what takes
+    the Reshape's output (8007023E where a node does, 8007000E where it is a graph output; with fixed dims: 80070057
+    at session creation). Windows declared with the reference's fixed shapes never showed it again; a window of the
+    Reshape alone shows another code. So the 1-minimal window is the Reshape and its consumer."""
+    require_directml(wine=True)
+    nodes = [h.make_node("Add", ["x", "one"], ["a"], name="add"),
+             h.make_node("Reshape", ["a", "flat"], ["r"], name="view", allowzero=1),
+             h.make_node("Relu", ["r"], ["y"], name="relu")]  # fmt: skip
+    graph = h.make_graph(
+        nodes, "view", [h.make_tensor_value_info("x", T.FLOAT, ["batch", "sequence", 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["n"])],
+        [numpy_helper.from_array(np.array(1, np.float32), "one"), numpy_helper.from_array(np.array([-1]), "flat")],
+    )  # fmt: skip
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), tmp_path / "view.onnx")
+    out = tmp_path / "small.onnx"
+    arguments = ["reduce", str(tmp_path / "view.onnx"), "--backend", "dml", "--reference", "cpu",
+                 "--shape", "x:2x3x4", "-o", str(out)]  # fmt: skip
+    assert main(arguments) == 0
+    printed = capsys.readouterr().out
+    assert [node.name for node in onnx.load(out).graph.node] == ["view", "relu"]
+    whole, window_line = printed.splitlines()[1:3]
+    assert "running Reshape node. Name:'view'" in whole and "8007023E" in whole
+    assert "8007023E" in window_line
+    declared = onnx.load(out).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param for d in declared][:2] == ["batch", "sequence"]  # as the model declares it
