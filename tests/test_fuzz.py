@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 FUZZ = Path(__file__).resolve().parent.parent / "tools" / "fuzz.py"
 
 
+@pytest.mark.slow
 def test_fuzzed_dml_nodes_never_abort_and_fail_only_cleanly():
     result = subprocess.run(
         [sys.executable, str(FUZZ), "--examples", "600", "--seed", "1"], capture_output=True, text=True,

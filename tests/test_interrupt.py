@@ -29,6 +29,8 @@ from onnx import numpy_helper
 import onnx_gather
 from onnx_gather.runtime import ops
 
+pytestmark = pytest.mark.slow  # real processes and signals, a second or two each
+
 # A chain of Gathers over a 2000 x n float input: at n = 2000 some 4 ms a node here (16 MB moved; at least 1.5 ms on
 # any machine), so 1 to 3 s in all, far longer than the longest delay before the signal; a stopped run ends within a
 # node. (More nodes would make the conversion and the session the slow part: some 9 s to the first op for 4,000.)

@@ -100,6 +100,7 @@ def test_subgraphs_nested_as_deep_as_protobuf_allows_convert_and_run():
     assert onnx_gather.InferenceSession(converted).run(None, feeds)[0].tolist() == [4.0, 0.0]
 
 
+@pytest.mark.slow
 def test_a_model_of_100000_nodes_converts():
     sys.path.insert(0, str(TOOLS))
     try:

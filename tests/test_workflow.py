@@ -13,6 +13,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from onnx_gather.app.cli import COMMANDS, main
 from onnx_gather.directml.layout import ORT_DIRECTML_VERSION
 
@@ -70,6 +72,7 @@ def _collected(arguments: list[str]) -> set[str]:
     return {line for line in done.stdout.splitlines() if "::" in line}
 
 
+@pytest.mark.slow
 def test_the_workflows_test_selection_is_exactly_the_tests_marked_directml_and_some():
     command = _one("python -m pytest")
     assert command[:3] == ["python", "-m", "pytest"] and "-k" not in command
