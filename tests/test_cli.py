@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -494,3 +495,17 @@ def test_a_node_without_a_name_is_named_alike_by_every_command(tmp_path, capsys)
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid(DOMAIN, 1)]), model)
     assert main(["check", str(model)]) == 2
     assert "node 'Neg #0' (Neg) uses 'nothing', which nothing defines" in capsys.readouterr().err
+
+
+def test_a_reader_that_goes_away_ends_the_command_silently_with_141(tmp_path):
+    """``onnx-gather check many.onnx | head -1``: the pipe closes while check still writes (a line per gather, more
+    than a pipe holds); no error line."""
+    data = numpy_helper.from_array(np.arange(4, dtype=np.float32), "data")
+    nodes = [h.make_node("Gather", ["data", "i"], [f"g{k}"], name=f"gather_number_{k}", axis=0) for k in range(3000)]
+    outputs = [h.make_tensor_value_info(f"g{k}", T.FLOAT, [2]) for k in range(3000)]
+    graph = h.make_graph(nodes, "many", [h.make_tensor_value_info("i", T.INT64, [2])], outputs, [data])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), tmp_path / "many.onnx")
+    command = (f"{shlex.quote(sys.executable)} -m onnx_gather check {shlex.quote(str(tmp_path / 'many.onnx'))} "
+               "| head -1 >/dev/null; echo ${PIPESTATUS[0]}")  # fmt: skip
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True, timeout=120)
+    assert result.stdout.strip() == "141" and result.stderr == ""

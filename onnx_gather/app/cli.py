@@ -1,16 +1,17 @@
 """The ``onnx-gather`` command line: its commands (each declares its options beside its run: ``app.command``) and
 how a run ends. Exit codes: 0 success, 1 a check failed, 2 bad input (one line on stderr), 3 an internal error,
-4 a backend asked for could not run (too little compared), 130 interrupted."""
+4 a backend asked for could not run (too little compared), 130 interrupted, 141 the output's reader went away."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
 
 from onnx_gather.app import demo, documents, options
-from onnx_gather.app.command import INCOMPLETE, Command
+from onnx_gather.app.command import BROKEN_PIPE, INCOMPLETE, Command
 from onnx_gather.app.model_commands import CheckCommand, ConvertCommand, LowerCommand
 from onnx_gather.app.parity_command import ParityCommand
 from onnx_gather.app.parser import build_parser
@@ -83,7 +84,7 @@ _BY_NAME = {command.name: command for command in COMMANDS}
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 success, 1 a check failed, 2 bad input, 3 an internal error,
-    4 a backend asked for could not run, 130 interrupted)."""
+    4 a backend asked for could not run, 130 interrupted, 141 the output's reader went away)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     try:
@@ -93,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         Progress(0, sys.stderr).clear()
         print("onnx-gather: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of our output went away (`| head`): nothing more to say, to anyone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes it
+        return BROKEN_PIPE
     except CannotRun as error:  # nothing compared: neither a difference nor bad input
         print(f"onnx-gather: cannot run: {one_line(error, typed=False)}", file=sys.stderr)
         return INCOMPLETE

@@ -8,6 +8,7 @@ import argparse
 # A backend asked for could not run here or could not take the model, so too little was compared to pass (exit 1 is
 # a difference or a failure, 2 bad input, 3 onnx-gather's own error, 130 interrupted).
 INCOMPLETE = 4
+BROKEN_PIPE = 141  # the output's reader went away (`| head`), as a shell reports a process ended by SIGPIPE
 
 
 class Command:
