@@ -1,5 +1,5 @@
-"""What a parity run found besides its outputs' comparisons, in words and as the JSON report holds it: ties, and the
-run with every value marked (``--all-tensors``)."""
+"""What a parity run found besides its outputs' comparisons, in words and as the JSON report holds it: ties, outputs
+of another shape than the model declares, and the run with every value marked (``--all-tensors``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from onnx_gather.core.words import counted, listed
 from onnx_gather.runtime import divergence
 from onnx_gather.runtime.comparison import Comparison
 from onnx_gather.runtime.divergence import Divergence
-from onnx_gather.runtime.parity import Parity
+from onnx_gather.runtime.inputs import dims_text
+from onnx_gather.runtime.parity import Declared, Parity
 
 
 def figure(value: float | None) -> str:
@@ -50,6 +51,27 @@ def tied_backends(parity: Parity) -> list[str]:
     """The backends with an output outside tolerance only by the order of tied keys."""
     tied = {name for by in parity.outputs.values() for name, c in by.items() if c.ties and not c.within_tolerance}
     return [name for name in parity.backends if name in tied]
+
+
+def _declared(entry: Declared) -> str:
+    return "[" + ", ".join("?" if dim is None else str(dim) for dim in entry.declared) + "]"
+
+
+def declared_lines(parity: Parity) -> list[str]:
+    """The outputs of another shape than the model declares for them."""
+    lines = []
+    for entry in parity.declared:
+        who = f"the reference {entry.backend}" if entry.backend == parity.reference else entry.backend
+        lines.append(f"Output {entry.output!r}: the model declares {_declared(entry)}, {who} computed "
+                     f"{dims_text(entry.computed)} (ONNX Runtime's CPU provider warns of it; its DirectML provider "
+                     "fails where a fixed dim differs at the same rank).")  # fmt: skip
+    return lines
+
+
+def declared_entry(parity: Parity) -> dict:
+    """The same, as the JSON report's ``declared_shapes``."""
+    return {entry.output: {"declared": list(entry.declared), "computed": list(entry.computed),
+                           "backend": entry.backend} for entry in parity.declared}  # fmt: skip
 
 
 def _state(comparison: Comparison, strict_ties: bool) -> str:

@@ -86,6 +86,8 @@ def document(reported: Reported) -> dict:
         report["warning"] = feeds.warning
     if parity.random_nodes:
         report["random_nodes"] = parity.random_nodes
+    if parity.declared:
+        report["declared_shapes"] = findings.declared_entry(parity)
     if parity.strict_ties:
         report["strict_ties"] = True
     report.update(findings.marked_entries(parity))
@@ -248,6 +250,7 @@ def text(reported: Reported) -> str:
         *_random(parity),
         *_placement(parity),
         *_notes(parity),
+        *findings.declared_lines(parity),
         *findings.marked_lines(parity),
         _out_of_bounds(parity),
         _summary(parity),
@@ -294,7 +297,7 @@ def markdown(runs: Sequence[Reported], refused: Mapping[Path, str] | None = None
             ]
             section += ["", *_markdown_table(output_rows, header)]
         divergence = findings.marked_lines(parity)
-        section += ["", *map(_escape, [*_placement(parity), *_notes(parity)])]
+        section += ["", *map(_escape, [*_placement(parity), *_notes(parity), *findings.declared_lines(parity)])]
         section += ["", *map(_escape, divergence)] if divergence else []
         section += ["", _escape(_out_of_bounds(parity)), "", f"**{_escape(_summary(parity))}**"]
         if reported.hint:

@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import onnx
+
 from onnx_gather.graphs.plumbing import random_nodes
+from onnx_gather.graphs.types import ValueType
 from onnx_gather.runtime import divergence
 from onnx_gather.runtime.backends import Backend, CannotRun, Model, Outcome
 from onnx_gather.runtime.comparison import Comparison, Tolerance, compare
@@ -63,6 +66,36 @@ def _run(backend: Backend, model: Model, feeds: Feeds) -> BackendRun:
     return BackendRun(backend.name, "ok", seconds=seconds, versions=backend.versions(), outcome=outcome)
 
 
+@dataclass(frozen=True)
+class Declared:
+    """An output whose shape, as a backend computed it, contradicts the shape the model declares for it: another
+    rank, or a fixed dim that differs (ONNX Runtime's CPU provider warns, its DirectML provider fails on the
+    latter)."""
+
+    output: str
+    declared: tuple[int | str | None, ...]  # a fixed size, a symbol, or None for a dim left unnamed
+    computed: tuple[int, ...]
+    backend: str  # which computed it: the reference, or where it did not run, the first backend that did
+
+
+def contradicted(model: onnx.ModelProto, runs: Mapping[str, BackendRun]) -> list[Declared]:
+    """The outputs of ``model`` whose shape, as the first of ``runs`` that computed it has it, contradicts the
+    declared one."""
+    found = []
+    for value in model.graph.output:
+        declared = ValueType.of(value)
+        ran = [(name, run.outcome.outputs[value.name]) for name, run in runs.items()
+               if run.outcome is not None and value.name in run.outcome.outputs]  # fmt: skip
+        if declared is None or declared.dims is None or not ran:
+            continue
+        name, shape = ran[0][0], ran[0][1].shape
+        if len(shape) != len(declared.dims) or any(
+            isinstance(dim, int) and 0 <= dim != size for dim, size in zip(declared.dims, shape, strict=True)
+        ):
+            found.append(Declared(value.name, declared.dims, tuple(shape), name))
+    return found
+
+
 @dataclass
 class Parity:
     """A parity run: each backend's fate and, per output of the model, each backend's comparison with the
@@ -79,6 +112,7 @@ class Parity:
     random_nodes: list[str] = field(default_factory=list)  # nodes that draw new values on every run
     required: frozenset[str] = frozenset()  # backends that must run for the run to pass (named, not allowed to skip)
     strict_ties: bool = False  # outputs apart only by the order of tied keys fail
+    declared: list[Declared] = field(default_factory=list)  # outputs of another shape than the model declares
     # ``all_tensors``: the backends' runs with every value marked as an output, every value of those compared
     # (the model's outputs too), and per backend the first divergences
     marked_runs: dict[str, BackendRun] | None = None
@@ -209,7 +243,7 @@ def run_parity(
     runs, outputs = _compared(model, feeds, order, tolerance)
     parity = Parity(
         model.path, reference.name, tolerance, feeds, runs, outputs, reference.out_of_bounds,
-        random_nodes(model.proto), required, strict_ties,
+        random_nodes(model.proto), required, strict_ties, contradicted(model.proto, runs),
     )  # fmt: skip
     if all_tensors:
         parity.marked_runs, parity.marked = _compared(divergence.marked(model), feeds, order, tolerance)
