@@ -284,7 +284,7 @@ def test_all_tensors_runs_again_without_the_marked_values_that_came_back_empty(t
     model = backends.Model(path, onnx.load(path))
     parity = run_parity(model, Feeds(EMPTY_FEEDS), [backends.create("dml")], backends.create("cpu"), Tolerance(),
                         all_tensors=True)  # fmt: skip
-    dml = parity.backends["dml"].outcome
+    dml = parity.marked_runs["dml"].outcome
     assert dml.outputs["z"].shape == (0,) and not dml.notes  # z, marked, came back empty: the run was made again
     assert dml.outputs["y"].tolist() == [-1, -2, -3] and dml.outputs["w"].tolist() == [1, 2, 3]
     assert parity.passed and parity.compared == 1

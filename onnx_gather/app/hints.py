@@ -7,7 +7,7 @@ import re
 import onnx
 
 from onnx_gather.app.options import InputChoice
-from onnx_gather.core.words import counted
+from onnx_gather.core.words import counted, listed
 from onnx_gather.directml.process import DirectMlError, RunnerError
 from onnx_gather.directml.worker import FallbackFailure
 from onnx_gather.graphs.allowzero import allowzero_reshapes
@@ -72,7 +72,12 @@ def failure_hint(error: BaseException, backend: str, model: onnx.ModelProto, fee
 
 
 def parity_hint(parity: Parity, model: onnx.ModelProto, choice: InputChoice) -> str:
-    """The hints for every backend that failed in ``parity``, each once."""
-    hints = (failure_hint(run.error, name, model, parity.feeds, choice)
-             for name, run in parity.backends.items() if run.error is not None)  # fmt: skip
+    """The hints for every backend that failed in ``parity``, each once; and where one failed while an output has
+    another shape than the model declares, that declaration."""
+    hints = [failure_hint(run.error, name, model, parity.feeds, choice)
+             for name, run in parity.backends.items() if run.error is not None]  # fmt: skip
+    if parity.declared and any(run.error is not None for run in parity.backends.values()):
+        outputs = listed(entry.output for entry in parity.declared)
+        hints.append(f"the model declares another shape for {outputs} than computed (see above), which ONNX "
+                     "Runtime's DirectML provider fails on where a fixed dim differs: correct or clear it")  # fmt: skip
     return "; ".join(dict.fromkeys(hint for hint in hints if hint))

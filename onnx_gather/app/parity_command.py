@@ -85,6 +85,11 @@ class ParityCommand(Command):
             help="compare every intermediate value too, and name the first nodes whose outputs differ while their "
             "inputs agree (marking values as outputs can change what a backend fuses)",
         )  # fmt: skip
+        parser.add_argument(
+            "--strict-ties", action="store_true",
+            help="fail an output that differs only by the order of sort keys equal within tolerance (TopK, ArgMax, "
+            "ArgMin, NonMaxSuppression, and what gathers by their indices), which otherwise passes as TIED",
+        )  # fmt: skip
         options.add_backend_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -120,7 +125,7 @@ class ParityCommand(Command):
             shown = {name: Announced(backend, progress, model.path) for name, backend in built.items()}
             parity = run_parity(
                 model, feeds, [shown[name] for name in asked], shown[args.reference], options.tolerance(args),
-                all_tensors=args.all_tensors, required=required,
+                all_tensors=args.all_tensors, required=required, strict_ties=args.strict_ties,
             )  # fmt: skip
             runs.append(Reported(parity, parity_hint(parity, model.proto, choice)))
             progress.model_done()

@@ -4,16 +4,16 @@ made here only, from the typed results, with the hint the caller worded."""
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from onnx_gather.app import findings
+from onnx_gather.app.findings import comparison_entry, figure
 from onnx_gather.graphs.types import array_type
-from onnx_gather.runtime import divergence
 from onnx_gather.runtime.comparison import Comparison
-from onnx_gather.runtime.divergence import Divergence
 from onnx_gather.runtime.inputs import Feeds, dims_text
 from onnx_gather.runtime.parity import BackendRun, Parity
 
@@ -24,14 +24,6 @@ class Reported:
 
     parity: Parity
     hint: str = ""
-
-
-def comparison_entry(comparison: Comparison) -> dict:
-    """A comparison as the JSON report holds it."""
-    report = asdict(comparison)
-    if not comparison.note:
-        del report["note"]  # else it says what differs: types, shapes
-    return report
 
 
 def _outputs(by_backend: Mapping[str, Comparison]) -> dict:
@@ -52,15 +44,6 @@ def _backend(run: BackendRun) -> dict:
 def _notes(parity: Parity) -> list[str]:
     """What makes some outputs of a backend unreliable, backend by backend."""
     return [f"{name}: {note}." for name, run in parity.backends.items() if run.outcome for note in run.outcome.notes]
-
-
-def _divergence_entry(found: Divergence) -> dict:
-    entry = {"node": found.node, "op_type": found.op_type, "output": found.output,
-             "max_abs": found.comparison.max_abs, "max_rel": found.comparison.max_rel,
-             "mismatches": found.comparison.mismatches}  # fmt: skip
-    if found.placement is not None:
-        entry["placement"] = found.placement
-    return entry
 
 
 def _input(name: str, array: np.ndarray, feeds: Feeds) -> dict:
@@ -103,24 +86,12 @@ def document(reported: Reported) -> dict:
         report["warning"] = feeds.warning
     if parity.random_nodes:
         report["random_nodes"] = parity.random_nodes
-    if parity.divergence is not None:
-        report["all_tensors"] = {"compared": parity.compared, "absent": parity.absent, "note": divergence.NOTE}
-        report["divergence"] = {name: list(map(_divergence_entry, found)) for name, found in parity.divergence.items()}
+    if parity.declared:
+        report["declared_shapes"] = findings.declared_entry(parity)
+    if parity.strict_ties:
+        report["strict_ties"] = True
+    report.update(findings.marked_entries(parity))
     return report
-
-
-def _verdict(comparison: Comparison) -> str:
-    if comparison.note:
-        return "DIFFERENT: " + comparison.note
-    if comparison.equal:
-        return "bit-identical"
-    return "within tolerance" if comparison.within_tolerance else "DIFFERENT"
-
-
-def _number(value: float | None) -> str:
-    if value is None:  # a STRING or BOOL output: compared for equality only
-        return ""
-    return "0" if value == 0 else f"{value:.3g}"
 
 
 def _rows(parity: Parity) -> tuple[list[list[str]], list[list[str]]]:
@@ -135,44 +106,67 @@ def _rows(parity: Parity) -> tuple[list[list[str]], list[list[str]]]:
         for name, comparison in by_backend.items():
             first = comparison.first_mismatch
             output_rows.append([
-                output, name, _verdict(comparison), _number(comparison.max_abs), _number(comparison.max_rel),
+                output, name, findings.verdict(comparison), figure(comparison.max_abs), figure(comparison.max_rel),
                 str(comparison.mismatches), "" if first is None else str(tuple(first)),
                 f"{comparison.atol:g} / {comparison.rtol:g}",
             ])  # fmt: skip
     return backend_rows, output_rows
 
 
-def _summary(parity: Parity) -> str:
-    """The last line: PASSED only where every backend asked for compared every output (docs/cli.md, exit codes)."""
-    compared, skipped = parity.complete, list(parity.skipped)
-    within = f"every output of {', '.join(compared)} is within tolerance of the reference {parity.reference}"
-    if parity.verdict == "passed":
-        return f"PASSED: {within}."
-    not_run = f"could not run: {', '.join(skipped)}" if skipped else ""
-    if parity.verdict == "partial":
-        return f"PARTIAL: {within}; {not_run} (see above)."
-    if parity.verdict == "incomplete":
-        problems = []
-        if not parity.reference_ran:
-            problems.append(f"the reference {parity.reference} could not run")
-        named = [name for name in skipped if name in parity.required]
-        if named:
-            problems.append(f"{', '.join(named)} could not run, though named (--allow-skipped accepts that)")
-        if not compared:
-            problems.append("no backend besides the reference compared every output")
-        return "INCOMPLETE: " + "; ".join(problems) + "."
-    failed_outputs = sorted(
-        {name for by_backend in parity.outputs.values() for name, c in by_backend.items() if not c.within_tolerance}
-    )
+def _in_order(parity: Parity, names: Iterable[str]) -> str:
+    """Backend names, in the run's order."""
+    named = set(names)
+    return ", ".join(name for name in parity.backends if name in named)
+
+
+def _failed(parity: Parity, not_run: str) -> str:
+    """The last line of a run that failed, with every reason."""
     errors = [name for name, run in parity.backends.items() if run.status == "error"]
+    marked_errors = [name for name, run in (parity.marked_runs or {}).items()
+                     if run.status == "error" and name not in errors]  # fmt: skip
+    rejected, marked = parity.rejected(parity.outputs), parity.rejected(parity.marked or {})
+    tied = [name for name, values in rejected.items() if all(parity.outputs[v][name].ties for v in values)]
     problems = []
     if errors and parity.reference in errors:
         problems.append(f"the reference {parity.reference} failed")
-    if failed_outputs:
-        problems.append(f"outputs outside tolerance on {', '.join(failed_outputs)}")
+    if rejected:
+        strict = f" (on {', '.join(tied)} only by the order of tied keys: --strict-ties)" if tied else ""
+        problems.append(f"outputs outside tolerance on {_in_order(parity, rejected)}{strict}")
+    if marked:
+        problems.append(f"with every value marked (--all-tensors), values outside tolerance on "
+                        f"{_in_order(parity, marked)}")  # fmt: skip
     if errors:
         problems.append(f"errors on {', '.join(errors)}")
+    if marked_errors:
+        problems.append(f"errors on {', '.join(marked_errors)} with every value marked")
     return "FAILED: " + "; ".join(problems + ([not_run] if not_run else [])) + "."
+
+
+def _summary(parity: Parity) -> str:
+    """The last line: PASSED only where every backend asked for compared every output, and nothing compared is
+    outside tolerance (docs/cli.md, exit codes)."""
+    compared, skipped = parity.complete, list(parity.skipped)
+    values = "every output and intermediate value" if parity.marked is not None else "every output"
+    within = f"{values} of {', '.join(compared)} is within tolerance of the reference {parity.reference}"
+    tied = findings.tied_backends(parity)
+    if tied and not parity.strict_ties:
+        within += f", or apart only by the order of tied keys (TIED above, on {', '.join(tied)})"
+    not_run = f"could not run: {', '.join(skipped)}" if skipped else ""
+    if parity.verdict == "passed":
+        return f"PASSED: {within}."
+    if parity.verdict == "partial":
+        return f"PARTIAL: {within}; {not_run} (see above)."
+    if parity.verdict == "failed":
+        return _failed(parity, not_run)
+    problems = []
+    if not parity.reference_ran:
+        problems.append(f"the reference {parity.reference} could not run")
+    named = [name for name in skipped if name in parity.required]
+    if named:
+        problems.append(f"{', '.join(named)} could not run, though named (--allow-skipped accepts that)")
+    if not compared:
+        problems.append("no backend besides the reference compared every output")
+    return "INCOMPLETE: " + "; ".join(problems) + "."
 
 
 PREDICTIONS = {
@@ -210,27 +204,6 @@ def _placement(parity: Parity) -> list[str]:
         for provider, value in placed.items():
             if provider != "DmlExecutionProvider" and value["names"]:
                 lines.append(f"  on {provider}: {', '.join(value['names'])}")
-    return lines
-
-
-def _divergence(parity: Parity) -> list[str]:
-    """With --all-tensors: per backend, the first nodes whose outputs differ while their inputs agree."""
-    if parity.divergence is None:
-        return []
-    lines = [f"All tensors: {parity.compared} intermediate values compared too ({divergence.NOTE})."]
-    for backend, absent in parity.absent.items():
-        reasons = "; ".join(sorted(set(absent.values())))
-        lines.append(f"{backend} could not return {len(absent)} of them, left out: {', '.join(absent)} ({reasons})")
-    for backend, found in parity.divergence.items():
-        if not found:
-            lines.append(f"{backend}: no node's outputs differ beyond tolerance while its inputs agree.")
-            continue
-        lines.append(f"{backend}: first nodes whose outputs differ while their inputs agree, in topological order:")
-        for entry in found:
-            where = f", on {entry.placement}" if entry.placement is not None else ""
-            figures = f"max abs {_number(entry.comparison.max_abs)}, max rel {_number(entry.comparison.max_rel)}"
-            lines.append(f"  node {entry.node!r} ({entry.op_type}{where}): output {entry.output!r}, "
-                         f"{figures}, {entry.comparison.mismatches} mismatches")  # fmt: skip
     return lines
 
 
@@ -277,7 +250,8 @@ def text(reported: Reported) -> str:
         *_random(parity),
         *_placement(parity),
         *_notes(parity),
-        *_divergence(parity),
+        *findings.declared_lines(parity),
+        *findings.marked_lines(parity),
         _out_of_bounds(parity),
         _summary(parity),
     ]
@@ -322,8 +296,8 @@ def markdown(runs: Sequence[Reported], refused: Mapping[Path, str] | None = None
                 "atol / rtol",
             ]
             section += ["", *_markdown_table(output_rows, header)]
-        divergence = _divergence(parity)
-        section += ["", *map(_escape, [*_placement(parity), *_notes(parity)])]
+        divergence = findings.marked_lines(parity)
+        section += ["", *map(_escape, [*_placement(parity), *_notes(parity), *findings.declared_lines(parity)])]
         section += ["", *map(_escape, divergence)] if divergence else []
         section += ["", _escape(_out_of_bounds(parity)), "", f"**{_escape(_summary(parity))}**"]
         if reported.hint:

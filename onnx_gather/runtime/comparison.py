@@ -46,6 +46,18 @@ def _pair(pair: tuple[float, float]) -> str:
 
 
 @dataclass(frozen=True)
+class Tie:
+    """A sort-like node (TopK, ArgMax, ArgMin, NonMaxSuppression) that ordered keys equal within their tolerance
+    otherwise than the reference did (``runtime.ties``)."""
+
+    node: str  # its name, or what reports call a node without one
+    op_type: str
+    rows: tuple[int, ...]  # the positions ordered otherwise: along TopK's axis, rows of NonMaxSuppression's
+    # selected indices, or flat positions of ArgMax's and ArgMin's output
+    key_gap: float  # the largest difference between two keys taken as equal there
+
+
+@dataclass(frozen=True)
 class Comparison:
     """One output of one backend against the reference's, held to ``atol`` and ``rtol``."""
 
@@ -58,6 +70,12 @@ class Comparison:
     atol: float
     rtol: float
     note: str = ""  # what differs when the comparison cannot be made position by position
+    # Where it is outside tolerance only because sort-like nodes ordered tied keys otherwise: those nodes
+    ties: tuple[Tie, ...] = ()
+
+    def accepted(self, strict_ties: bool = False) -> bool:
+        """Whether it passes: within tolerance, or (unless ``strict_ties``) apart only by the order of tied keys."""
+        return self.within_tolerance or (bool(self.ties) and not strict_ties)
 
 
 def _integer_difference(reference: np.ndarray, actual: np.ndarray) -> np.ndarray:

@@ -4,7 +4,7 @@ Polygraphy's ``--onnx-outputs mark all``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import onnx
@@ -17,15 +17,17 @@ from onnx_gather.runtime.comparison import Comparison
 NOTE = "marking every value as an output can change what a backend fuses, and so what it computes"
 
 
-def marked(model: Model) -> Model:
-    """``model`` with every typed value its main graph's nodes make added to its outputs (``Model.marked``)."""
+def marked(model: Model, only: Collection[str] | None = None) -> Model:
+    """``model`` with every typed value its main graph's nodes make (or those of them in ``only``) added to its
+    outputs (``Model.marked``)."""
     types = value_types(model.proto).get(0, {})
     present = {value.name for value in (*model.proto.graph.input, *model.proto.graph.output)}
     added = []
     for node in model.proto.graph.node:
         for name in node.output:
             value_type = types.get(name)
-            if name and name not in present and value_type is not None and value_type.elem_type:
+            wanted = only is None or name in only
+            if wanted and name and name not in present and value_type is not None and value_type.elem_type:
                 added.append(value_type.value_info(name))
                 present.add(name)
     outputs = [*model.proto.graph.output, *added]
@@ -50,13 +52,14 @@ class Divergence:
 
 def first_divergences(
     model: onnx.ModelProto, outputs: Mapping[str, Mapping[str, Comparison]], backend: str, ran: Outcome,
-    limit: int = 5,
+    strict_ties: bool = False, limit: int = 5,
 ) -> list[Divergence]:  # fmt: skip
     """The first ``limit`` nodes, in topological order, with an output outside tolerance on ``backend`` (which
     computed ``ran``) while every input of theirs that was compared is within it (graph inputs and weights are the
-    same everywhere); a node with an input the backend could not return is not judged."""
+    same everywhere); a node with an input the backend could not return is not judged. An output apart only by the
+    order of tied keys counts as within tolerance unless ``strict_ties``."""
     within: dict[str, bool | None] = dict.fromkeys(ran.absent)
-    within.update({name: by[backend].within_tolerance for name, by in outputs.items() if backend in by})
+    within.update({name: by[backend].accepted(strict_ties) for name, by in outputs.items() if backend in by})
     placement = ran.placement
     found = []
     for position, node in enumerate(model.graph.node):

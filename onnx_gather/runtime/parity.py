@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import onnx
+
 from onnx_gather.graphs.plumbing import random_nodes
+from onnx_gather.graphs.types import ValueType
 from onnx_gather.runtime import divergence
 from onnx_gather.runtime.backends import Backend, CannotRun, Model, Outcome
 from onnx_gather.runtime.comparison import Comparison, Tolerance, compare
 from onnx_gather.runtime.divergence import Divergence
 from onnx_gather.runtime.inputs import Feeds
+from onnx_gather.runtime.ties import find_ties
 
 
 def one_line(error: BaseException, typed: bool = True) -> str:
@@ -61,10 +66,41 @@ def _run(backend: Backend, model: Model, feeds: Feeds) -> BackendRun:
     return BackendRun(backend.name, "ok", seconds=seconds, versions=backend.versions(), outcome=outcome)
 
 
+@dataclass(frozen=True)
+class Declared:
+    """An output whose shape, as a backend computed it, contradicts the shape the model declares for it: another
+    rank, or a fixed dim that differs (ONNX Runtime's CPU provider warns, its DirectML provider fails on the
+    latter)."""
+
+    output: str
+    declared: tuple[int | str | None, ...]  # a fixed size, a symbol, or None for a dim left unnamed
+    computed: tuple[int, ...]
+    backend: str  # which computed it: the reference, or where it did not run, the first backend that did
+
+
+def contradicted(model: onnx.ModelProto, runs: Mapping[str, BackendRun]) -> list[Declared]:
+    """The outputs of ``model`` whose shape, as the first of ``runs`` that computed it has it, contradicts the
+    declared one."""
+    found = []
+    for value in model.graph.output:
+        declared = ValueType.of(value)
+        ran = [(name, run.outcome.outputs[value.name]) for name, run in runs.items()
+               if run.outcome is not None and value.name in run.outcome.outputs]  # fmt: skip
+        if declared is None or declared.dims is None or not ran:
+            continue
+        name, shape = ran[0][0], ran[0][1].shape
+        if len(shape) != len(declared.dims) or any(
+            isinstance(dim, int) and 0 <= dim != size for dim, size in zip(declared.dims, shape, strict=True)
+        ):
+            found.append(Declared(value.name, declared.dims, tuple(shape), name))
+    return found
+
+
 @dataclass
 class Parity:
     """A parity run: each backend's fate and, per output of the model, each backend's comparison with the
-    reference's (with ``all_tensors``, per backend the first nodes whose outputs differ while their inputs agree)."""
+    reference's (with ``all_tensors``, the same of a run with every value marked as an output, and per backend the
+    first nodes whose outputs differ while their inputs agree)."""
 
     model: Path
     reference: str
@@ -74,9 +110,14 @@ class Parity:
     outputs: dict[str, dict[str, Comparison]]  # output -> backend -> comparison with the reference
     out_of_bounds_mode: str
     random_nodes: list[str] = field(default_factory=list)  # nodes that draw new values on every run
-    compared: int = 0  # intermediate values compared too (``all_tensors``)
-    divergence: dict[str, list[Divergence]] | None = None  # backend -> first divergences (``all_tensors``)
     required: frozenset[str] = frozenset()  # backends that must run for the run to pass (named, not allowed to skip)
+    strict_ties: bool = False  # outputs apart only by the order of tied keys fail
+    declared: list[Declared] = field(default_factory=list)  # outputs of another shape than the model declares
+    # ``all_tensors``: the backends' runs with every value marked as an output, every value of those compared
+    # (the model's outputs too), and per backend the first divergences
+    marked_runs: dict[str, BackendRun] | None = None
+    marked: dict[str, dict[str, Comparison]] | None = None
+    divergence: dict[str, list[Divergence]] | None = None
 
     @property
     def reference_ran(self) -> bool:
@@ -89,14 +130,21 @@ class Parity:
         return dict(outcome.out_of_bounds) if outcome is not None else {}
 
     @property
+    def compared(self) -> int:
+        """How many intermediate values were compared too (``all_tensors``)."""
+        return len(self.marked) - len(self.outputs) if self.marked is not None else 0
+
+    @property
     def absent(self) -> dict[str, dict[str, str]]:
         """Per backend, the marked values (``all_tensors``) it could not return, with why."""
-        return {name: run.outcome.absent for name, run in self.backends.items() if run.outcome and run.outcome.absent}
+        runs = (self.marked_runs or {}).items()
+        return {name: run.outcome.absent for name, run in runs if run.outcome and run.outcome.absent}
 
     @property
     def failures(self) -> list[Exception]:
-        """The errors of the backends that failed, in their order."""
-        return [run.error for run in self.backends.values() if run.error is not None]
+        """The errors of the backends that failed, in their order (then those of the marked runs)."""
+        runs = [*self.backends.values(), *(self.marked_runs or {}).values()]
+        return [run.error for run in runs if run.error is not None]
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -109,10 +157,34 @@ class Parity:
         return [name for name, run in self.backends.items() if name != self.reference and run.status == "ok"
                 and all(name in by_backend for by_backend in self.outputs.values())]  # fmt: skip
 
+    def rejected(self, tensors: Mapping[str, Mapping[str, Comparison]]) -> dict[str, list[str]]:
+        """Per backend, the values of ``tensors`` that do not pass: outside tolerance (and not only by tied keys,
+        unless ``strict_ties``)."""
+        found: dict[str, list[str]] = {}
+        for value, by_backend in tensors.items():
+            for name, comparison in by_backend.items():
+                if not comparison.accepted(self.strict_ties):
+                    found.setdefault(name, []).append(value)
+        return found
+
+    @property
+    def intermediates_rejected(self) -> dict[str, list[str]]:
+        """Per backend, the intermediate values (``all_tensors``) that do not pass."""
+        intermediates = {name: by for name, by in (self.marked or {}).items() if name not in self.outputs}
+        return self.rejected(intermediates)
+
+    @property
+    def marking_changed(self) -> list[tuple[str, str, Comparison, Comparison]]:
+        """``all_tensors``: the outputs that pass on a backend in one run and not in the other, as (output, backend,
+        comparison unmarked, comparison with every value marked)."""
+        return [(output, name, comparison, marked) for output, by_backend in self.outputs.items()
+                for name, comparison in by_backend.items()
+                if (marked := (self.marked or {}).get(output, {}).get(name)) is not None
+                and comparison.accepted(self.strict_ties) != marked.accepted(self.strict_ties)]  # fmt: skip
+
     @property
     def verdict(self) -> Verdict:
-        within = all(c.within_tolerance for by_backend in self.outputs.values() for c in by_backend.values())
-        if self.failures or not within:
+        if self.failures or self.rejected(self.outputs) or self.rejected(self.marked or {}):
             return "failed"
         if not self.reference_ran or not self.complete or self.required & self.skipped.keys():
             return "incomplete"
@@ -125,6 +197,30 @@ class Parity:
         return self.verdict in ("passed", "partial")
 
 
+def _compared(
+    model: Model, feeds: Feeds, order: Sequence[Backend], tolerance: Tolerance
+) -> tuple[dict[str, BackendRun], dict[str, dict[str, Comparison]]]:
+    """Each backend of ``order`` (the reference first) run on ``model``, and every output of it compared with the
+    reference's; those apart only by the order of tied keys say so (``Comparison.ties``)."""
+    runs = {backend.name: _run(backend, model, feeds) for backend in order}
+    expected = runs[order[0].name].outcome
+    tensors: dict[str, dict[str, Comparison]] = {name: {} for name in model.output_names}
+    for backend in order[1:]:
+        outcome = runs[backend.name].outcome
+        if expected is None or outcome is None:
+            continue
+        for output in model.output_names:
+            if output in expected.outputs and output in outcome.outputs:  # else a marked value it did not return
+                tensors[output][backend.name] = compare(expected.outputs[output], outcome.outputs[output], tolerance)
+        differing = [name for name, by in tensors.items()
+                     if backend.name in by and not by[backend.name].within_tolerance]  # fmt: skip
+        if differing:
+            ties = find_ties(model, feeds.arrays, order[0], backend, outcome, differing, tolerance)
+            for name, found in ties.items():
+                tensors[name][backend.name] = dataclasses.replace(tensors[name][backend.name], ties=found)
+    return runs, tensors
+
+
 def run_parity(
     model: Model,
     feeds: Feeds,
@@ -134,31 +230,25 @@ def run_parity(
     *,
     all_tensors: bool = False,
     required: frozenset[str] = frozenset(),
+    strict_ties: bool = False,
 ) -> Parity:
     """Run ``model`` on ``reference`` and then each of ``backends`` (built once by the caller; one named as the
-    reference is not run twice), and compare every output with the reference's. ``all_tensors``: every intermediate
-    value is compared too, and ``divergence`` names, per backend, the first nodes whose outputs differ while their
-    inputs agree. ``required``: the backends whose skipping leaves the run incomplete (those the user named); the
-    others may be skipped as long as one besides the reference compares every output."""
+    reference is not run twice), and compare every output with the reference's. ``all_tensors``: each is run again
+    with every intermediate value marked as an output, every value is compared, and ``divergence`` names, per
+    backend, the first nodes whose outputs differ while their inputs agree (the unmarked run's outputs are judged
+    all the same: marking can change what a backend fuses). ``required``: the backends whose skipping leaves the run
+    incomplete (those the user named); the others may be skipped as long as one besides the reference compares every
+    output. ``strict_ties``: an output apart only by the order of tied keys fails."""
     order = [reference, *(backend for backend in backends if backend.name != reference.name)]
-    wide = divergence.marked(model) if all_tensors else model
-    runs = {backend.name: _run(backend, wide, feeds) for backend in order}
-    expected = runs[reference.name].outcome
-    tensors: dict[str, dict[str, Comparison]] = {name: {} for name in wide.output_names}
-    for name, run in runs.items():
-        if expected is None or run.outcome is None or name == reference.name:
-            continue
-        for output in wide.output_names:
-            if output in expected.outputs and output in run.outcome.outputs:  # else a marked value it did not return
-                tensors[output][name] = compare(expected.outputs[output], run.outcome.outputs[output], tolerance)
+    runs, outputs = _compared(model, feeds, order, tolerance)
     parity = Parity(
-        model.path, reference.name, tolerance, feeds, runs, {name: tensors[name] for name in model.output_names},
-        reference.out_of_bounds, random_nodes(model.proto), required=required,
+        model.path, reference.name, tolerance, feeds, runs, outputs, reference.out_of_bounds,
+        random_nodes(model.proto), required, strict_ties, contradicted(model.proto, runs),
     )  # fmt: skip
     if all_tensors:
-        parity.compared = len(tensors) - len(model.output_names)
+        parity.marked_runs, parity.marked = _compared(divergence.marked(model), feeds, order, tolerance)
         parity.divergence = {
-            name: divergence.first_divergences(model.proto, tensors, name, run.outcome)
-            for name, run in runs.items() if run.outcome is not None and name != reference.name
+            name: divergence.first_divergences(model.proto, parity.marked, name, run.outcome, strict_ties)
+            for name, run in parity.marked_runs.items() if run.outcome is not None and name != reference.name
         }  # fmt: skip
     return parity

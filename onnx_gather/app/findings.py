@@ -1,0 +1,136 @@
+"""What a parity run found besides its outputs' comparisons, in words and as the JSON report holds it: ties, outputs
+of another shape than the model declares, and the run with every value marked (``--all-tensors``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from onnx_gather.core.words import counted, listed
+from onnx_gather.runtime import divergence
+from onnx_gather.runtime.comparison import Comparison
+from onnx_gather.runtime.divergence import Divergence
+from onnx_gather.runtime.inputs import dims_text
+from onnx_gather.runtime.parity import Declared, Parity
+
+
+def figure(value: float | None) -> str:
+    """A figure of a comparison, short: "" for none (STRING and BOOL outputs are compared for equality only)."""
+    if value is None:
+        return ""
+    return "0" if value == 0 else f"{value:.3g}"
+
+
+def comparison_entry(comparison: Comparison) -> dict:
+    """A comparison as the JSON report holds it."""
+    report = asdict(comparison)
+    if not comparison.note:
+        del report["note"]  # else it says what differs: types, shapes
+    if not comparison.ties:
+        del report["ties"]  # else the sort-like nodes that ordered tied keys otherwise
+    return report
+
+
+def verdict(comparison: Comparison) -> str:
+    """A comparison's verdict, as the report's table says it."""
+    if comparison.note:
+        return "DIFFERENT: " + comparison.note
+    if comparison.equal:
+        return "bit-identical"
+    if comparison.within_tolerance:
+        return "within tolerance"
+    if comparison.ties:
+        return "TIED: " + "; ".join(
+            f"{'row' if len(tie.rows) == 1 else 'rows'} {listed(map(str, tie.rows), quoted=False)} of {tie.op_type} "
+            f"{tie.node!r}, key gap {figure(tie.key_gap)}"
+            for tie in comparison.ties
+        )
+    return "DIFFERENT"
+
+
+def tied_backends(parity: Parity) -> list[str]:
+    """The backends with an output outside tolerance only by the order of tied keys."""
+    tied = {name for by in parity.outputs.values() for name, c in by.items() if c.ties and not c.within_tolerance}
+    return [name for name in parity.backends if name in tied]
+
+
+def _declared(entry: Declared) -> str:
+    return "[" + ", ".join("?" if dim is None else str(dim) for dim in entry.declared) + "]"
+
+
+def declared_lines(parity: Parity) -> list[str]:
+    """The outputs of another shape than the model declares for them."""
+    lines = []
+    for entry in parity.declared:
+        who = f"the reference {entry.backend}" if entry.backend == parity.reference else entry.backend
+        lines.append(f"Output {entry.output!r}: the model declares {_declared(entry)}, {who} computed "
+                     f"{dims_text(entry.computed)} (ONNX Runtime's CPU provider warns of it; its DirectML provider "
+                     "fails where a fixed dim differs at the same rank).")  # fmt: skip
+    return lines
+
+
+def declared_entry(parity: Parity) -> dict:
+    """The same, as the JSON report's ``declared_shapes``."""
+    return {entry.output: {"declared": list(entry.declared), "computed": list(entry.computed),
+                           "backend": entry.backend} for entry in parity.declared}  # fmt: skip
+
+
+def _state(comparison: Comparison, strict_ties: bool) -> str:
+    if comparison.accepted(strict_ties):
+        return "within tolerance" if comparison.within_tolerance else "apart only by the order of tied keys"
+    return f"outside tolerance (max abs {figure(comparison.max_abs)})" if comparison.max_abs else "different"
+
+
+def marked_lines(parity: Parity) -> list[str]:
+    """With --all-tensors: what the run with every value marked compared, what it could not return, the values
+    outside tolerance, the outputs whose verdict marking changed, and per backend the first nodes whose outputs
+    differ while their inputs agree."""
+    if parity.divergence is None or parity.marked_runs is None:
+        return []
+    lines = [f"All tensors: {parity.compared} intermediate values compared too ({divergence.NOTE})."]
+    for backend, absent in parity.absent.items():
+        reasons = "; ".join(sorted(set(absent.values())))
+        lines.append(f"{backend} could not return {len(absent)} of them, left out: {', '.join(absent)} ({reasons})")
+    for backend, run in parity.marked_runs.items():
+        if run.status == "error" and parity.backends[backend].status != "error":
+            lines.append(f"{backend} failed with every value marked: {run.reason}")
+    for backend, values in parity.intermediates_rejected.items():
+        lines.append(f"{backend}: {counted(len(values), 'intermediate value')} outside tolerance: {listed(values)}.")
+    for output, backend, unmarked, marked in parity.marking_changed:
+        lines.append(f"Output {output!r} on {backend}: {_state(unmarked, parity.strict_ties)} as the model runs, "
+                     f"{_state(marked, parity.strict_ties)} with every value marked: marking values as outputs "
+                     "stops fusions, so the unmarked run is the one that counts.")  # fmt: skip
+    for backend, found in parity.divergence.items():
+        if not found:
+            lines.append(f"{backend}: no node's outputs differ beyond tolerance while its inputs agree.")
+            continue
+        lines.append(f"{backend}: first nodes whose outputs differ while their inputs agree, in topological order:")
+        for entry in found:
+            where = f", on {entry.placement}" if entry.placement is not None else ""
+            figures = f"max abs {figure(entry.comparison.max_abs)}, max rel {figure(entry.comparison.max_rel)}"
+            lines.append(f"  node {entry.node!r} ({entry.op_type}{where}): output {entry.output!r}, "
+                         f"{figures}, {entry.comparison.mismatches} mismatches")  # fmt: skip
+    return lines
+
+
+def _divergence_entry(found: Divergence) -> dict:
+    entry = {"node": found.node, "op_type": found.op_type, "output": found.output,
+             "max_abs": found.comparison.max_abs, "max_rel": found.comparison.max_rel,
+             "mismatches": found.comparison.mismatches}  # fmt: skip
+    if found.placement is not None:
+        entry["placement"] = found.placement
+    return entry
+
+
+def marked_entries(parity: Parity) -> dict:
+    """With --all-tensors, the JSON report's ``all_tensors`` and ``divergence``; else nothing."""
+    if parity.divergence is None or parity.marked_runs is None:
+        return {}
+    changed = [{"output": output, "backend": backend, "unmarked": comparison_entry(unmarked),
+                "marked": comparison_entry(marked)}
+               for output, backend, unmarked, marked in parity.marking_changed]  # fmt: skip
+    errors = {name: run.reason for name, run in parity.marked_runs.items() if run.status == "error"}
+    return {
+        "all_tensors": {"compared": parity.compared, "absent": parity.absent, "note": divergence.NOTE,
+                        "rejected": parity.intermediates_rejected, "marking_changed": changed, "errors": errors},
+        "divergence": {name: list(map(_divergence_entry, found)) for name, found in parity.divergence.items()},
+    }  # fmt: skip

@@ -1,0 +1,85 @@
+"""parity --all-tensors: the model's own run decides the verdict, the run with every value marked as an output only
+adds; what marking changed is said; and nothing outside tolerance is ever printed under PASSED (an intermediate value
+outside tolerance fails the run, though the outputs agree)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from conftest import SUMMARIES, require_directml
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+from test_fast_gelu import APART, X, _tanh_gelu
+
+from onnx_gather.app.cli import main
+
+
+def _positive_model(tmp_path) -> tuple[str, str]:
+    """sqrt(exp(x)) > 0: every backend answers True everywhere, while their exponentials part in the last place
+    (onnx's reference evaluator computes numpy's; the custom ops ONNX Runtime's)."""
+    nodes = [h.make_node("Exp", ["x"], ["grown"], name="grow"), h.make_node("Sqrt", ["grown"], ["root"], name="root"),
+             h.make_node("Greater", ["root", "zero"], ["y"], name="positive")]  # fmt: skip
+    zero = numpy_helper.from_array(np.array(0, np.float32), "zero")
+    graph = h.make_graph(nodes, "positive", [h.make_tensor_value_info("x", T.FLOAT, [256])],
+                         [h.make_tensor_value_info("y", T.BOOL, [256])], [zero])  # fmt: skip
+    path = tmp_path / "positive.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
+    np.savez(tmp_path / "x.npz", x=np.random.default_rng(0).standard_normal(256).astype(np.float32) * 3)
+    return str(path), str(tmp_path / "x.npz")
+
+
+def _parity(tmp_path, capsys, *arguments: str) -> tuple[int, dict, list[str]]:
+    report = tmp_path / "r.json"
+    code = main(["parity", *arguments, "--all-tensors", "--report", str(report)])
+    return code, json.loads(report.read_text()), capsys.readouterr().out.strip().splitlines()
+
+
+def _nothing_outside_tolerance_under_passed(lines: list[str]) -> None:
+    if lines[-1].startswith(("PASSED", "PARTIAL")):
+        assert not [line for line in lines if "outside tolerance" in line or "DIFFERENT" in line], lines
+
+
+def test_an_intermediate_value_outside_tolerance_fails_the_run_though_the_outputs_agree(tmp_path, capsys):
+    model, inputs = _positive_model(tmp_path)
+    code, document, lines = _parity(tmp_path, capsys, model, "--inputs", inputs, "--backends", "reference")
+    assert code == 0 and document["verdict"] == "passed"  # within the default tolerance
+    _nothing_outside_tolerance_under_passed(lines)
+    arguments = [model, "--inputs", inputs, "--backends", "reference", "--atol", "0", "--rtol", "0"]
+    code, document, lines = _parity(tmp_path, capsys, *arguments)
+    assert code == 1 and document["verdict"] == "failed"
+    assert document["outputs"]["y"]["reference"]["equal"] is True  # the output agrees
+    assert document["all_tensors"]["rejected"] == {"reference": ["grown", "root"]}
+    assert [entry["node"] for entry in document["divergence"]["reference"]] == ["grow"]
+    assert "reference: 2 intermediate values outside tolerance: 'grown', 'root'." in lines
+    assert lines[-1] == "FAILED: with every value marked (--all-tensors), values outside tolerance on reference."
+    _nothing_outside_tolerance_under_passed(lines)
+
+
+@pytest.mark.directml
+def test_real_directml_fuses_tanh_gelu_unmarked_only_and_the_unmarked_difference_stands(tmp_path, capsys):
+    require_directml()
+    path = tmp_path / "gelu.onnx"
+    onnx.save(_tanh_gelu(), path)
+    np.savez(tmp_path / "x.npz", x=X[::10].copy())
+    arguments = [str(path), "--inputs", str(tmp_path / "x.npz"), "--backends", "cpu,dml", "--reference", "cpu"]
+    code, document, lines = _parity(tmp_path, capsys, *arguments)
+    assert code == 1 and document["verdict"] == "failed"
+    unmarked = document["outputs"]["y"]["dml"]
+    assert unmarked["within_tolerance"] is False and unmarked["max_abs"] > APART  # FastGelu, computed with erf
+    (changed,) = document["all_tensors"]["marking_changed"]
+    assert (changed["output"], changed["backend"], changed["unmarked"]) == ("y", "dml", unmarked)
+    assert changed["marked"]["within_tolerance"] is True  # every value marked: no fusion, the tanh formula
+    assert document["all_tensors"]["rejected"] == {} and document["divergence"]["dml"] == []
+    said = [line for line in lines if line.startswith("Output 'y' on dml: ")]
+    assert said == [f"Output 'y' on dml: outside tolerance (max abs {unmarked['max_abs']:.3g}) as the model runs, "
+                    "within tolerance with every value marked: marking values as outputs stops fusions, so the "
+                    "unmarked run is the one that counts."]  # fmt: skip
+    assert lines[-1] == "FAILED: outputs outside tolerance on dml."
+    SUMMARIES.append(
+        f"parity --all-tensors of the tanh-GELU on real DirectML: unmarked (fused into FastGelu) max abs "
+        f"{unmarked['max_abs']:.3g}, with every value marked {changed['marked']['max_abs']:.3g}"
+    )
