@@ -3,10 +3,12 @@ node deep in a long chain, cut down on another backend and on real DirectML."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
-from conftest import require_directml
+from conftest import require_directml, run_model
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
@@ -374,3 +376,29 @@ def test_directmls_reshape_failure_on_dynamic_shapes_reduces_to_the_nodes_that_s
     assert "8007023E" in window_line
     declared = onnx.load(out).graph.input[0].type.tensor_type.shape.dim
     assert [d.dim_param for d in declared][:2] == ["batch", "sequence"]  # as the model declares it
+
+
+def _logreg_iris():
+    """ONNX Runtime's own sample (onnxruntime/datasets): a classifier whose ZipMap output is a sequence of maps."""
+    import onnxruntime
+
+    return Path(onnxruntime.__file__).parent / "datasets" / "logreg_iris.onnx"
+
+
+def test_a_window_declares_a_sequence_output_as_the_model_does():
+    model = onnx.load(_logreg_iris())
+    feeds = {"float_input": np.array([[5.1, 3.5], [1.4, 0.2], [6.0, 2.9]], np.float32)}
+    values = {**feeds, **dict(zip(["label", "probabilities"], run_model(model, feeds), strict=True))}
+    reduced = window(model, set(range(len(model.graph.node))), values)
+    declared = {value.name: value.type for value in model.graph.output}
+    assert {value.name: value.type for value in reduced.graph.output} == declared  # tensor(string) before
+    onnx.checker.check_model(reduced, full_check=True)
+
+
+def test_the_dml_backend_refuses_an_output_that_is_not_a_tensor_before_running():
+    proto = onnx.load(_logreg_iris())
+    reason = backends.create("dml").refusal(proto)
+    assert reason == (
+        "output 'probabilities' is a sequence, not a tensor: the dml backend under Wine carries tensors only"
+    )
+    assert backends.create("cpu").refusal(proto) is None

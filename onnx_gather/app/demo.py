@@ -14,9 +14,10 @@ from onnx_gather.app.options import InputChoice
 from onnx_gather.app.report import Reported
 from onnx_gather.graphs.convert import convert
 from onnx_gather.runtime import backends
-from onnx_gather.runtime.backends import Backend, Model
+from onnx_gather.runtime.backends import Backend
 from onnx_gather.runtime.comparison import Tolerance
 from onnx_gather.runtime.inputs import Feeds
+from onnx_gather.runtime.model import Model
 from onnx_gather.runtime.parity import Parity, run_parity
 
 

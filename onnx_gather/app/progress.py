@@ -10,7 +10,8 @@ from typing import TextIO
 import numpy as np
 import onnx
 
-from onnx_gather.runtime.backends import Backend, Model, Outcome
+from onnx_gather.runtime.backends import Backend, Outcome
+from onnx_gather.runtime.model import Model
 
 _WIDTH = 20
 _CLEAR = "\r\033[K"  # back to the line's start, and erase it

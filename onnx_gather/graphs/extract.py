@@ -50,11 +50,16 @@ def _uses(node: onnx.NodeProto) -> set[str]:
     return (set(node.input) | implicit_inputs(node)) - {""}
 
 
-def _declared(name: str, value: Any, types: Mapping[str, ValueType]) -> onnx.ValueInfoProto:
-    """``name`` declared as the model types it (rule 5), else with the reference's type and shape."""
+def _declared(
+    name: str, value: Any, types: Mapping[str, ValueType], declared: Mapping[str, onnx.ValueInfoProto]
+) -> onnx.ValueInfoProto:
+    """``name`` declared as the model types it (rule 5), else with the reference's type and shape; a value the model
+    declares of another kind than a tensor (a sequence, a map) as the model declares it."""
     known = types.get(name)
     if known is not None and known.elem_type and known.dims is not None:
         return known.value_info(name)
+    if name in declared and not declared[name].type.HasField("tensor_type"):
+        return declared[name]
     array = np.asarray(value)
     kind = onnx.TensorProto.STRING if array.dtype.kind in "OSU" else helper.np_dtype_to_tensor_dtype(array.dtype)
     return helper.make_tensor_value_info(name, known.elem_type if known and known.elem_type else kind, array.shape)
@@ -82,6 +87,7 @@ def window(
     made = {name for node in kept for name in node.output} - {""}
     needed = sorted(set().union(*(_uses(node) for node in kept)) - made)
     weights = {tensor.name: tensor for tensor in graph.initializer if tensor.name not in values}
+    declared = {value.name: value for value in (*graph.input, *graph.output, *graph.value_info)}
     constant = constant_values(graph)
 
     result = helper.make_graph(kept, graph.name, [], [], doc_string=graph.doc_string)
@@ -91,12 +97,11 @@ def window(
         elif name in constant:
             result.initializer.append(numpy_helper.from_array(np.asarray(values[name]), name))
         else:
-            result.input.append(_declared(name, values[name], types))
+            result.input.append(_declared(name, values[name], types, declared))
     wanted = {output.name for output in graph.output}.union(*(_uses(node) for node in rest))
     outputs = [name for node in kept for name in node.output if name in wanted] or [n for n in kept[-1].output if n]
-    declared = {value.name: value for value in (*graph.output, *graph.value_info)}
     for name in outputs:
-        result.output.append(_declared(name, values[name], types) if name in values else declared[name])
+        result.output.append(_declared(name, values[name], types, declared) if name in values else declared[name])
     result.value_info.extend(value for value in graph.value_info if value.name in made and value.name not in outputs)
     return _with_graph(model, result)
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-import os
 import platform
 import re
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,45 +29,9 @@ from onnx_gather.graphs.convert import to_dml
 from onnx_gather.graphs.lowering.lower import to_onnx
 from onnx_gather.graphs.plumbing import bodies, unnamed
 from onnx_gather.runtime import inputs, ops, reference
+from onnx_gather.runtime.model import Model, with_defaults_fed, with_outputs
 from onnx_gather.runtime.observe import Observation
 from onnx_gather.runtime.sessions import quiet_options
-
-
-@dataclass
-class Model:
-    """A model of the file ``path``, read without its external data, which stays in that file's folder.
-
-    ``proto`` is the file's model itself (``as_read``, as ``Model.read`` gives it), which backends load from the
-    file, or one derived from it (other outputs, a window of it) sharing its external data, which they get as bytes
-    (ONNX Runtime told the data's folder) or written into a temporary folder of their own with the data files linked
-    there. Nothing is ever written beside the file.
-    """
-
-    path: Path
-    proto: onnx.ModelProto
-    # Values made outputs only to be compared (``parity --all-tensors``): a backend that cannot return one says so
-    # (``Outcome.absent``) instead of failing the run.
-    marked: frozenset[str] = frozenset()
-    as_read: bool = False
-
-    @classmethod
-    def read(cls, path: str | os.PathLike) -> Model:
-        """The model of the file at ``path`` (``model_io.load``: checked, its nodes sorted)."""
-        return cls(Path(path), model_io.load(path), as_read=True)
-
-    @property
-    def folder(self) -> Path:
-        """Where its external data lies."""
-        return self.path.parent
-
-    @property
-    def output_names(self) -> list[str]:
-        return [value.name for value in self.proto.graph.output]
-
-    def for_onnxruntime(self) -> str | bytes:
-        """What an ONNX Runtime session of it loads, with ``quiet_options(model.folder)``: the file, or the bytes of
-        a derived model, whose external data the session finds through that folder."""
-        return str(self.path) if self.as_read else self.proto.SerializeToString()
 
 
 @dataclass
@@ -194,7 +157,7 @@ class OpenVino(Backend):
         import openvino
 
         try:  # OpenVINO takes every initializer as a constant: those fed are left out
-            with _openvino_file(_defaults_fed(model, feeds)) as path:
+            with _openvino_file(with_defaults_fed(model, feeds)) as path:
                 compiled = openvino.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
         except RuntimeError as error:
             lacking = _NO_CONVERSION.search(str(error))
@@ -280,6 +243,17 @@ class DirectMl(_Provider):
             return f"real DirectML is not set up here ({problems[0]}): run `{directml_layout.SETUP_COMMAND}` as root"
         return None
 
+    def refusal(self, model: onnx.ModelProto) -> str | None:
+        """Under Wine, the runner carries tensors only: a model output of another kind (a sequence, a map) cannot come
+        back from it (else its reply for that output read as a value DirectML fused away)."""
+        other = [value for value in model.graph.output if not value.type.HasField("tensor_type")]
+        if other and not self.native:
+            kind = other[0].type.WhichOneof("value").removesuffix("_type").replace("_", " ")
+            return (
+                f"output {other[0].name!r} is a {kind}, not a tensor: the dml backend under Wine carries tensors only"
+            )
+        return super().refusal(model)
+
     def _session_options(self, model: Model) -> onnxruntime.SessionOptions:
         options = super()._session_options(model)
         options.enable_mem_pattern = False  # the DirectML provider requires both
@@ -313,7 +287,7 @@ class DirectMl(_Provider):
             raise DeviceError(f"real DirectML under Wine has one device, 0 (lavapipe), not {self.device_id}")
         runner = self.runner if self.runner is not None else worker.shared()
         # the runner feeds the session's inputs, which leave out those with a default; the placement log names nodes
-        loaded = runner.load(_named_nodes(_defaults_fed(model, feeds)), fallback=True, data=model.folder)
+        loaded = runner.load(_named_nodes(with_defaults_fed(model, feeds)), fallback=True, data=model.folder)
         try:
             outputs = runner.run(loaded, feeds, absent=bool(model.marked))
         finally:
@@ -330,29 +304,6 @@ class DirectMl(_Provider):
         if self.native:
             return super().versions()
         return directml_layout.Layout.default().versions()
-
-
-def with_outputs(model: Model, outputs: Sequence[onnx.ValueInfoProto], marked: frozenset[str]) -> Model:
-    """``model`` with ``outputs`` as its graph's outputs (``marked``: those made outputs only to be compared)."""
-    proto = onnx.ModelProto()
-    proto.CopyFrom(model.proto)
-    del proto.graph.output[:]
-    proto.graph.output.extend(outputs)
-    return Model(model.path, proto, marked)
-
-
-def _defaults_fed(model: Model, feeds: Mapping[str, np.ndarray]) -> Model:
-    """``model``, or where ``feeds`` override initializers (inputs with a default, ``inputs.with_defaults``), one
-    derived from it without those: for runtimes that take only a model's plain inputs as feeds."""
-    fed = {value.name for value in inputs.with_defaults(model.proto)} & set(feeds)
-    if not fed:
-        return model
-    proto = onnx.ModelProto()
-    proto.CopyFrom(model.proto)
-    kept = [tensor for tensor in proto.graph.initializer if tensor.name not in fed]
-    del proto.graph.initializer[:]
-    proto.graph.initializer.extend(kept)
-    return Model(model.path, proto, model.marked)
 
 
 def _named_nodes(model: Model) -> Path | onnx.ModelProto:

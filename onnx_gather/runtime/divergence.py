@@ -11,8 +11,9 @@ import onnx
 
 from onnx_gather.graphs.plumbing import unnamed
 from onnx_gather.graphs.types import value_types
-from onnx_gather.runtime.backends import Model, Outcome, with_outputs
+from onnx_gather.runtime.backends import Outcome
 from onnx_gather.runtime.comparison import Comparison
+from onnx_gather.runtime.model import Model, with_outputs
 
 NOTE = "marking every value as an output can change what a backend fuses, and so what it computes"
 

@@ -14,10 +14,11 @@ import onnx
 from onnx_gather.graphs.plumbing import random_nodes
 from onnx_gather.graphs.types import ValueType
 from onnx_gather.runtime import divergence
-from onnx_gather.runtime.backends import Backend, CannotRun, Model, Outcome
+from onnx_gather.runtime.backends import Backend, CannotRun, Outcome
 from onnx_gather.runtime.comparison import Comparison, Tolerance, compare
 from onnx_gather.runtime.divergence import Divergence
 from onnx_gather.runtime.inputs import Feeds
+from onnx_gather.runtime.model import Model
 from onnx_gather.runtime.ties import find_ties
 
 

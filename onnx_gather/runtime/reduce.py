@@ -27,9 +27,10 @@ from onnx_gather.core.words import counted
 from onnx_gather.graphs.extract import main_graph_types, window
 from onnx_gather.graphs.plumbing import sort_topologically, unnamed
 from onnx_gather.runtime import divergence
-from onnx_gather.runtime.backends import Backend, Model
+from onnx_gather.runtime.backends import Backend
 from onnx_gather.runtime.comparison import Tolerance, compare, excess
 from onnx_gather.runtime.minimize import Step, ddmin
+from onnx_gather.runtime.model import Model
 from onnx_gather.runtime.parity import one_line
 
 SIZE_FACTOR = 10  # a window's difference is the model's when at least a tenth of its size (in tolerances)

@@ -20,8 +20,9 @@ from onnx import helper, numpy_helper
 from onnx_gather.graphs.plumbing import Names, implicit_inputs, unnamed
 from onnx_gather.graphs.types import value_types
 from onnx_gather.runtime import divergence
-from onnx_gather.runtime.backends import Backend, Model, Outcome
+from onnx_gather.runtime.backends import Backend, Outcome
 from onnx_gather.runtime.comparison import Tie, Tolerance, compare
+from onnx_gather.runtime.model import Model
 
 # The sort-like operators: the output that holds the indices and the input that holds the keys.
 INDICES = {"TopK": 1, "ArgMax": 0, "ArgMin": 0, "NonMaxSuppression": 0}
