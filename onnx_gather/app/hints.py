@@ -31,8 +31,9 @@ _IR_VERSION = re.compile(r"Unsupported model IR version: \d+, max supported IR v
 
 # ONNX Runtime's words for a node that failed when it ran (the dml backend names every node of the main graph)
 _FAILED_RESHAPE = re.compile(r"running Reshape node\. Name:'(?P<name>[^']*)'")
-_ALLOWZERO_0 = ("`onnx-gather convert --reshape-allowzero-0` sets allowzero to 0 where no 0 can reach the shape "
-                "(`onnx-gather lower` its output to run it on DirectML)")  # fmt: skip
+_ALLOWZERO_0 = ("`onnx-gather convert --reshape-allowzero-0` sets allowzero to 0 where no 0 can reach the shape (add "
+                "--assume-nonempty-inputs where the shape is made of the inputs' dims, as PyTorch's view writes it; "
+                "`onnx-gather lower` its output to run it on DirectML)")  # fmt: skip
 
 
 def _allowzero_hint(error: DirectMlError, model: onnx.ModelProto) -> str:

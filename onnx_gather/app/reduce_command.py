@@ -13,6 +13,7 @@ from onnx_gather.app.command import Command
 from onnx_gather.app.options import InputChoice
 from onnx_gather.app.parser import UsageError, number
 from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
+from onnx_gather.core.words import listed
 from onnx_gather.graphs import model_io
 from onnx_gather.runtime import backends, inputs
 from onnx_gather.runtime.reduce import Budget, NoDifference, Reducer, ReferenceFailure
@@ -83,7 +84,7 @@ class ReduceCommand(Command):
             inputs.save_npz(feeds_file, reduction.feeds)
         count = len(model.proto.graph.node)
         print(f"{args.model}: {count} nodes cut down to {len(reduction.nodes)} that still show it on {args.backend} "
-              f"({reduction.runs} runs): {', '.join(reduction.nodes)}")  # fmt: skip
+              f"({reduction.runs} runs): {listed(reduction.nodes, 10, quoted=False)}")  # fmt: skip
         print(f"  the whole model on {args.backend}: {reduction.whole.detail}")
         print(f"  this window on {args.backend}:  {reduction.symptom.detail}")
         if not reduction.minimal:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from onnx_gather.core.words import counted
+from onnx_gather.core.words import counted, listed
 from onnx_gather.graphs.extract import main_graph_types, window
 from onnx_gather.graphs.plumbing import sort_topologically, unnamed
 from onnx_gather.runtime import divergence
@@ -177,7 +177,7 @@ class Reducer:
                 smallest[0] = step.kept
             left = step.most_left + 2 * math.ceil(math.log2(max(step.smallest, 1)))  # halvings to come
             what = f"{counted(len(step.kept), 'node')}: {'shows it' if step.shows else 'does not'}"
-            gone = f", left out {_listed(removed)}" if removed else ""
+            gone = f", left out {listed(removed, 3, quoted=False)}" if removed else ""
             self.progress(f"  run {step.tests}: {what}{gone}; smallest so far {step.smallest} "
                           f"(about {counted(left, 'run')} more, {time.monotonic() - start:.0f} s so far)")  # fmt: skip
 
@@ -199,8 +199,3 @@ class Reducer:
 
 def _note(note: str) -> str:
     return f", {note}" if note else ""
-
-
-def _listed(names: list[str], most: int = 3) -> str:
-    shown = ", ".join(names[:most])
-    return f"{shown} and {len(names) - most} more" if len(names) > most else shown
