@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-import os
 import platform
 import re
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,49 +25,11 @@ from onnx_gather.directml import layout as directml_layout
 from onnx_gather.directml import worker
 from onnx_gather.directml.process import DirectMlError
 from onnx_gather.graphs import model_io
-from onnx_gather.graphs.convert import to_dml
 from onnx_gather.graphs.lowering.lower import to_onnx
 from onnx_gather.graphs.plumbing import bodies, unnamed
 from onnx_gather.runtime import inputs, ops, reference
-from onnx_gather.runtime.observe import Observation
+from onnx_gather.runtime.model import Model, with_outputs
 from onnx_gather.runtime.sessions import quiet_options
-
-
-@dataclass
-class Model:
-    """A model of the file ``path``, read without its external data, which stays in that file's folder.
-
-    ``proto`` is the file's model itself (``as_read``, as ``Model.read`` gives it), which backends load from the
-    file, or one derived from it (other outputs, a window of it) sharing its external data, which they get as bytes
-    (ONNX Runtime told the data's folder) or written into a temporary folder of their own with the data files linked
-    there. Nothing is ever written beside the file.
-    """
-
-    path: Path
-    proto: onnx.ModelProto
-    # Values made outputs only to be compared (``parity --all-tensors``): a backend that cannot return one says so
-    # (``Outcome.absent``) instead of failing the run.
-    marked: frozenset[str] = frozenset()
-    as_read: bool = False
-
-    @classmethod
-    def read(cls, path: str | os.PathLike) -> Model:
-        """The model of the file at ``path`` (``model_io.load``: checked, its nodes sorted)."""
-        return cls(Path(path), model_io.load(path), as_read=True)
-
-    @property
-    def folder(self) -> Path:
-        """Where its external data lies."""
-        return self.path.parent
-
-    @property
-    def output_names(self) -> list[str]:
-        return [value.name for value in self.proto.graph.output]
-
-    def for_onnxruntime(self) -> str | bytes:
-        """What an ONNX Runtime session of it loads, with ``quiet_options(model.folder)``: the file, or the bytes of
-        a derived model, whose external data the session finds through that folder."""
-        return str(self.path) if self.as_read else self.proto.SerializeToString()
 
 
 @dataclass
@@ -129,20 +90,13 @@ class Backend:
         return {"onnxruntime": onnxruntime.__version__}
 
 
-def _observation(model: Model, feeds: Mapping[str, np.ndarray]) -> Observation:
-    """Ranks shape inference cannot tell come from a run on the very inputs the backend runs."""
-    return Observation(feeds=dict(feeds), folder=model.folder)
-
-
 class PyOp(Backend):
     name = "pyop"
     runs_dml_ops = True
     description = "to_dml(model) with the custom ops in ONNX Runtime: DirectML's semantics, the reference"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
-        converted = ops.traced(
-            to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds))
-        )
+        converted = ops.traced(model.converted(feeds, self.out_of_bounds))
         session = ops.InferenceSession(converted.SerializeToString(), quiet_options(model.folder),
                                        max_output_elements=self.max_output_elements)  # fmt: skip
         with ops.counting_out_of_bounds() as counts:
@@ -172,7 +126,7 @@ class Lowered(Backend):
     description = "to_onnx(to_dml(model)): DirectML's semantics in standard ONNX, ONNX Runtime CPU"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
-        lowered = to_onnx(to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds)))
+        lowered = to_onnx(model.converted(feeds, self.out_of_bounds))
         session = onnxruntime.InferenceSession(
             lowered.SerializeToString(), quiet_options(model.folder), providers=["CPUExecutionProvider"]
         )
@@ -332,15 +286,6 @@ class DirectMl(_Provider):
         return directml_layout.Layout.default().versions()
 
 
-def with_outputs(model: Model, outputs: Sequence[onnx.ValueInfoProto], marked: frozenset[str]) -> Model:
-    """``model`` with ``outputs`` as its graph's outputs (``marked``: those made outputs only to be compared)."""
-    proto = onnx.ModelProto()
-    proto.CopyFrom(model.proto)
-    del proto.graph.output[:]
-    proto.graph.output.extend(outputs)
-    return Model(model.path, proto, marked)
-
-
 def _defaults_fed(model: Model, feeds: Mapping[str, np.ndarray]) -> Model:
     """``model``, or where ``feeds`` override initializers (inputs with a default, ``inputs.with_defaults``), one
     derived from it without those: for runtimes that take only a model's plain inputs as feeds."""
@@ -373,8 +318,7 @@ class Reference(Backend):
     description = "to_dml(model) in onnx's reference evaluator: DirectML's semantics, no ONNX Runtime, FLOAT16 kept"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
-        converted = to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds),
-                           native_float16=True)  # fmt: skip
+        converted = model.converted(feeds, self.out_of_bounds, native_float16=True)
         return Outcome(_named(model, reference.evaluate(converted, feeds)))
 
     def versions(self) -> dict[str, str]:
