@@ -29,7 +29,7 @@ from onnx import TensorProto, helper
 from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
-from onnx_gather.graphs.analysis import Analysis, GatherPlan, parse_dimension_count
+from onnx_gather.graphs.analysis import Analysis, GatherPlan, Left, parse_dimension_count
 from onnx_gather.graphs.changes import Report, count_ops
 from onnx_gather.graphs.emit import Emitter
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
@@ -80,17 +80,16 @@ class _Converter:
         self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
     ) -> tuple[list[onnx.NodeProto] | None, dict[str, ValueType]]:
         plan, change = self.analysis.decide(body, types, node, index)
-        if plan is not None and change.fails:
-            if self.provider_failures == "raise":
-                raise ProviderFailure(
-                    f"{change.op_type} node {change.node!r} ({change.where}) fails on DirectML: {change.fails}. To "
-                    "compute ONNX's values instead, convert with provider_failures='onnx' (--provider-failures onnx)"
-                )
-        if plan is not None and plan.slice is not None and self.provider_failures == "raise":
-            plan = dataclasses.replace(plan, slice=None)  # dynamic dims: the DML node fails if they differ, as DirectML
-        if plan is None:
+        if isinstance(plan, Left):
             self.report.left.append(change)
             return None, {}
+        if change.fails and self.provider_failures == "raise":
+            raise ProviderFailure(
+                f"{change.op_type} node {change.node!r} ({change.where}) fails on DirectML: {change.fails}. To compute "
+                "ONNX's values instead, convert with provider_failures='onnx' (--provider-failures onnx)"
+            )
+        if plan.slice is not None and self.provider_failures == "raise":
+            plan = dataclasses.replace(plan, slice=None)  # dynamic dims: the DML node fails if they differ, as DirectML
         self.report.changed.append(change)
         return self._emit(body, node, change.result, plan, types.get(node.output[0]))
 

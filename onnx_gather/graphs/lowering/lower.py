@@ -259,7 +259,7 @@ class _Lowering:
         elif padding < 0:
             emit.unpad(result, -padding, "unpad_output", around.final)
         change = NodeChange(where=work.body.where, node=_named(work, node), op_type=node.op_type, result=name,
-                            reason=f"out_of_bounds={mode}")  # fmt: skip
+                            out_of_bounds=mode)  # fmt: skip
         self.report.changed.append(change)
         return emit.nodes
 
