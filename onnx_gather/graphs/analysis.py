@@ -46,6 +46,13 @@ def _type_name(elem_type: int) -> str:
     return TensorProto.DataType.Name(elem_type)
 
 
+@dataclass(frozen=True)
+class Left:
+    """A gather DML form leaves as it is, and why (for the report, in words)."""
+
+    reason: str
+
+
 class Analysis:
     """The model's value types with the ranks shape inference could not tell resolved, and per gather what DML form
     makes of it (``decide``)."""
@@ -196,13 +203,6 @@ class Analysis:
             batch=plan.batch,
             out_rank=plan.out_rank,
         )
-
-
-@dataclass(frozen=True)
-class Left:
-    """A gather DML form leaves as it is, and why (for the report, in words)."""
-
-    reason: str
 
 
 @dataclass(frozen=True)
