@@ -16,7 +16,12 @@ from onnx_gather.app.cli import main
 from onnx_gather.app.demo import sample_model_path
 from onnx_gather.directml import worker
 from onnx_gather.directml.process import DirectMlError
+from onnx_gather.graphs.convert import to_dml
 from onnx_gather.runtime import backends
+from onnx_gather.runtime import model as model_module
+from onnx_gather.runtime.comparison import Tolerance
+from onnx_gather.runtime.inputs import Feeds
+from onnx_gather.runtime.parity import run_parity
 
 SAMPLE = backends.Model.read(sample_model_path())
 IN_RANGE = {"token_ids": np.random.default_rng(3).permutation(32)[:18].reshape(3, 6)}
@@ -209,3 +214,27 @@ def test_dml_without_set_up_names_the_command(tmp_path, monkeypatch):
 def test_an_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="unknown backend 'tpu'"):
         backends.create("tpu")
+
+
+def test_a_parity_run_converts_once_for_each_set_of_parameters(monkeypatch):
+    """pyop and lowered share one to_dml; reference (FLOAT16 kept) has its own; other feeds convert anew."""
+    made = []
+
+    def counting(proto, **options):
+        made.append((options["out_of_bounds"], options["native_float16"], len(options["observation"].feeds)))
+        return to_dml(proto, **options)
+
+    monkeypatch.setattr(model_module, "to_dml", counting)
+    model = backends.Model.read(sample_model_path())
+    reference, *others = (backends.create(name) for name in ("pyop", "cpu", "lowered", "reference"))
+    assert run_parity(model, Feeds(IN_RANGE), others, reference, Tolerance()).passed
+    assert made == [("directml", False, 1), ("directml", True, 1)]
+    again = {"token_ids": IN_RANGE["token_ids"].copy()}  # equal feeds: the same conversions
+    assert run_parity(model, Feeds(again), others, reference, Tolerance()).passed
+    assert len(made) == 2
+    other = {"token_ids": IN_RANGE["token_ids"][:2]}
+    assert run_parity(model, Feeds(other), others, reference, Tolerance()).passed
+    assert len(made) == 4
+    clamped = backends.create("lowered", out_of_bounds="clamp")
+    assert run_parity(model, Feeds(other), [clamped], reference, Tolerance()).passed
+    assert made[4:] == [("clamp", False, 1)]

@@ -16,6 +16,7 @@ import onnx_gather
 from onnx_gather.conformance import provider_door as conformance
 from onnx_gather.core import semantics
 from onnx_gather.core.contract import DOMAIN
+from onnx_gather.graphs.analysis import Analysis, GatherPlan, Left
 from onnx_gather.graphs.convert import convert
 from onnx_gather.graphs.lowering.lower import lower
 from onnx_gather.graphs.placement.check import check
@@ -195,6 +196,25 @@ def test_string_data_stays_standard_and_is_reported():
     converted, report = convert(model)
     assert _ops(converted) == ["::Gather"]
     assert [(c.node, c.reason) for c in report.left] == [("words", "STRING data cannot be expressed for DirectML")]
+
+
+def test_decisions_are_typed_a_left_gather_says_why_a_converted_one_its_n_a_lowered_one_its_mode():
+    model = _model(
+        [h.make_node("Gather", ["x", "i"], ["y"], name="embed", axis=0),
+         h.make_node("Gather", ["w", "i"], ["z"], name="words", axis=0)],
+        [h.make_tensor_value_info("x", T.FLOAT, [4, 3]), h.make_tensor_value_info("i", T.INT64, [2]),
+         h.make_tensor_value_info("w", T.STRING, [3])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2, 3]), h.make_tensor_value_info("z", T.STRING, [2])],
+    )  # fmt: skip
+    analysis = Analysis(model)
+    body = bodies(model)[0]
+    embed, words = (analysis.decide(body, analysis.types[0], node, i)[0] for i, node in enumerate(body.nodes))
+    assert isinstance(embed, GatherPlan) and embed.form.dimension_count == 2
+    assert words == Left("STRING data cannot be expressed for DirectML")
+    converted, report = convert(model, out_of_bounds="clamp")
+    assert [(c.node, c.dimension_count, c.reason) for c in report.changed] == [("embed", 2, "")]
+    assert [(c.node, c.dimension_count, c.reason) for c in report.left] == [("words", None, words.reason)]
+    assert [(c.node, c.out_of_bounds, c.reason) for c in lower(converted)[1].changed] == [("embed", "clamp", "")]
 
 
 def test_unknown_rank_stays_standard_with_the_reason():

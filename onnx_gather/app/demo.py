@@ -54,7 +54,7 @@ def run_demo(out: TextIO, out_of_bounds: str = "directml") -> int:
     _, conversion = convert(model.proto)
     for change in conversion.changed:
         note = f"; {change.note}" if change.note else ""
-        print(f"  {change.node}: {change.op_type} -> Dml{change.op_type}, {change.reason}{note}", file=out)
+        print(f"  {change.node}: {change.op_type} -> Dml{change.op_type}, N={change.dimension_count}{note}", file=out)
 
     built = {name: backends.create(name, out_of_bounds=out_of_bounds) for name in backends.DEFAULT_BACKENDS}
     token_ids = np.random.default_rng(0).permutation(32)[:12].reshape(2, 6)  # distinct ids: no ties in TopK

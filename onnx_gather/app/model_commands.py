@@ -131,7 +131,7 @@ class LowerCommand(Command):
             model_io.save(result, args.output, args.model)
         _print_report(report, "Lowered", args.model, args.output)
         before, after = sum(report.before.values()), sum(report.after.values())
-        reading = sum(1 for change in report.changed if change.reason.startswith("out_of_bounds=directml"))
+        reading = sum(1 for change in report.changed if change.out_of_bounds.startswith("directml"))
         if reading and after > before:
             print(f"out_of_bounds=directml puts DirectML's reading of out-of-bounds indices beside the gathers that "
                   f"may meet them: {after - before:+,} nodes here. The cheaper modes add 1 to 3 nodes a gather: "

@@ -127,6 +127,7 @@ class ParityCommand(Command):
                 model, feeds, [shown[name] for name in asked], shown[args.reference], options.tolerance(args),
                 all_tensors=args.all_tensors, required=required, strict_ties=args.strict_ties,
             )  # fmt: skip
+            model.conversions.clear()  # the DML forms its backends shared: not kept while the next model runs
             runs.append(Reported(parity, parity_hint(parity, model.proto, choice)))
             progress.model_done()
             if len(paths) > 1:  # a folder's models are reported as each ends; the verdict on them all after the files

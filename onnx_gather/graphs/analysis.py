@@ -46,6 +46,13 @@ def _type_name(elem_type: int) -> str:
     return TensorProto.DataType.Name(elem_type)
 
 
+@dataclass(frozen=True)
+class Left:
+    """A gather DML form leaves as it is, and why (for the report, in words)."""
+
+    reason: str
+
+
 class Analysis:
     """The model's value types with the ranks shape inference could not tell resolved, and per gather what DML form
     makes of it (``decide``)."""
@@ -130,35 +137,36 @@ class Analysis:
 
     def decide(
         self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
-    ) -> tuple[GatherPlan | None, NodeChange]:
-        """How DML form expresses gather ``node`` (the ``index``-th of ``body``), or None; and what the report says
-        of it (for a converted node, ``result`` is the DML node's name, fresh in the model)."""
+    ) -> tuple[GatherPlan | Left, NodeChange]:
+        """How DML form expresses gather ``node`` (the ``index``-th of ``body``), or why it is left as it is; and
+        what the report says of it (for a converted node, ``result`` is the DML node's name, fresh in the model)."""
         data, indices = (types.get(name) for name in node.input[:2])
         referenced = referenced_attribute(node)
         known = data is not None and data.rank is not None and indices is not None and indices.rank is not None
         known = known and not referenced
         axis = _attribute(node, "axis", 0) % data.rank if known and data.rank else None
-        plan = referenced or _examine(body, types, node, self.dimension_count, self.unknown, self.carrying)
+        plan = Left(referenced) if referenced else _examine(body, types, node, self.dimension_count, self.unknown,
+                                                            self.carrying)  # fmt: skip
         placed = self.placed[body.where][index] if body.where in self.placed else None
         fails = ""
         if placed is not None and placed.why in REASONS:
-            plan = f"kept standard, as the DirectML provider keeps it: {REASONS[placed.why]}"
+            plan = Left(f"kept standard, as the DirectML provider keeps it: {REASONS[placed.why]}")
         elif isinstance(plan, GatherPlan):
             level = self.keep_on_cpu or FEATURE_LEVELS[HIGHEST_LEVEL]
             placement = place_gather(node.op_type, plan.data, plan.indices, plan.axis, level, plan.out_rank, plan.batch)
             if placement.provider == "CPU" and self.keep_on_cpu is not None:
-                plan = f"kept standard, as the DirectML provider keeps it: {placement.reason}"
+                plan = Left(f"kept standard, as the DirectML provider keeps it: {placement.reason}")
             elif placement.provider == "fails":
                 fails = placement.reason
-        if isinstance(plan, str):
+        if isinstance(plan, Left):
             data, indices = (data, indices) if known else (None, None)
             batch = _attribute(node, "batch_dims", 0) if not referenced else 0
-            return None, NodeChange(
+            return plan, NodeChange(
                 where=body.where,
                 node=node.name or unnamed(node, index),
                 op_type=node.op_type,
                 result="",
-                reason=plan,
+                reason=plan.reason,
                 data=data,
                 indices=indices,
                 axis=axis,
@@ -183,7 +191,6 @@ class Analysis:
             node=node.name or unnamed(node, index),
             op_type=node.op_type,
             result=name,
-            reason=f"N={plan.form.dimension_count}",
             fails=fails,
             dimension_count=plan.form.dimension_count,
             data_type=plan.data.elem_type,
@@ -234,28 +241,28 @@ class GatherPlan:
 def _examine(
     body: Body, types: dict[str, ValueType], node: onnx.NodeProto, dimension_count: int | None, unknown: dict[str, str],
     carrying: contract.Carrying,
-) -> GatherPlan | str:  # fmt: skip
+) -> GatherPlan | Left:  # fmt: skip
     """How to put ``node`` into DML form, or why it stays standard (``unknown``: why a value's rank is unknown)."""
     if len(node.input) != 2 or len(node.output) != 1:
-        return "it does not have exactly two inputs and one output"
+        return Left("it does not have exactly two inputs and one output")
     data, indices = (types.get(name) for name in node.input)
     for role, name, value_type in (("data", node.input[0], data), ("indices", node.input[1], indices)):
         if value_type is None or value_type.rank is None:
             why = unknown.get(name, "no shape information")
-            return f"the rank of {role} {name!r} is unknown ({why})"
+            return Left(f"the rank of {role} {name!r} is unknown ({why})")
     carriers = carrying.carriers
     if data.elem_type not in carrying.node_types and data.elem_type not in carriers:
-        return f"{_type_name(data.elem_type)} data cannot be expressed for DirectML"
+        return Left(f"{_type_name(data.elem_type)} data cannot be expressed for DirectML")
     if body.opset < 6 and data.elem_type in carriers:
-        return f"carrying {_type_name(data.elem_type)} needs Cast-6 (opset {body.opset})"
+        return Left(f"carrying {_type_name(data.elem_type)} needs Cast-6 (opset {body.opset})")
     axis, batch = _attribute(node, "axis", 0), _attribute(node, "batch_dims", 0)
     k = indices.dims[-1] if node.op_type == "GatherND" and indices.dims else 0
     if not isinstance(k, int):
-        return f"the length of its index tuples (the last dim of indices, {k or '?'}) is unknown"
+        return Left(f"the length of its index tuples (the last dim of indices, {k or '?'}) is unknown")
     try:
         form = dml_form(node.op_type, data.rank, indices.rank, axis, batch, k, dimension_count)
     except FormError as refused:
-        return str(refused)
+        return Left(str(refused))
     if node.op_type == "GatherND":
         return GatherPlan(data, indices, 0, form, carriers.get(data.elem_type), None)
     sliced = _slice_plan(data, indices, axis % data.rank) if node.op_type == "GatherElements" else None

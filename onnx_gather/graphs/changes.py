@@ -13,15 +13,17 @@ from onnx_gather.graphs.types import ValueType
 
 @dataclass(frozen=True, kw_only=True)
 class NodeChange:
-    """One gather node: what became of it, and why where it stayed as it was."""
+    """One gather node: what became of it, and why where it stayed as it was (the reason, in words, is for a
+    node left; a converted or lowered node's figures are typed fields, worded where they are printed)."""
 
     where: str
     node: str  # its name, or what reports call a node without one (``plumbing.unnamed``)
     op_type: str
     result: str  # the DML node's name, or "" where the node stayed standard
-    reason: str = ""
+    reason: str = ""  # why it stayed as it was
     fails: str = ""  # why ONNX Runtime's DirectML provider fails the standard gather, where it does
-    dimension_count: int | None = None  # N of the DML node
+    dimension_count: int | None = None  # N of the DML node a conversion made
+    out_of_bounds: str = ""  # the mode of the DML node a lowering replaced
     data_type: int | None = None  # the element types DirectML would see (before carrying)
     index_type: int | None = None
     note: str = ""  # how data the bridge cannot carry travels

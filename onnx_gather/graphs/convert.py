@@ -15,11 +15,14 @@ The rules (docs/semantics.md section 6), for each node in every graph, subgraph 
 5. FLOAT16 and BFLOAT16 travel as FLOAT32, BOOL as UINT8 (exact); STRING and other types stay standard.
 6. Every DML node carries every attribute, is named after the node it replaces, and its output gets a
    ``value_info`` so that shape inference carries on through it.
+7. Every DML node says what was written around it: its ``metadata_props`` entry ``WROTE`` names the nodes of rules
+   2 to 5 by their role (``lowering.through`` takes away those, and only those).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import numpy as np
@@ -29,7 +32,7 @@ from onnx import TensorProto, helper
 from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
-from onnx_gather.graphs.analysis import Analysis, GatherPlan, parse_dimension_count
+from onnx_gather.graphs.analysis import Analysis, GatherPlan, Left, parse_dimension_count
 from onnx_gather.graphs.changes import Report, count_ops
 from onnx_gather.graphs.emit import Emitter
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
@@ -39,6 +42,9 @@ from onnx_gather.graphs.types import ValueType
 
 # An end past any size: Slice clamps it, so the slice keeps the whole axis (lowering.through recognises it).
 WHOLE_AXIS = 2**62
+# The key of a DML node's ``metadata_props`` entry naming the nodes ``to_dml`` wrote around it: a JSON object, each
+# role it wrote (slice_input, carry_input, pad_input, pad_indices, unpad_output, carry_output) -> that node's name.
+WROTE = f"{DOMAIN}.wrote"
 
 
 PROVIDER_FAILURES = ("raise", "onnx")  # what to_dml does with a gather the provider fails
@@ -80,17 +86,16 @@ class _Converter:
         self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
     ) -> tuple[list[onnx.NodeProto] | None, dict[str, ValueType]]:
         plan, change = self.analysis.decide(body, types, node, index)
-        if plan is not None and change.fails:
-            if self.provider_failures == "raise":
-                raise ProviderFailure(
-                    f"{change.op_type} node {change.node!r} ({change.where}) fails on DirectML: {change.fails}. To "
-                    "compute ONNX's values instead, convert with provider_failures='onnx' (--provider-failures onnx)"
-                )
-        if plan is not None and plan.slice is not None and self.provider_failures == "raise":
-            plan = dataclasses.replace(plan, slice=None)  # dynamic dims: the DML node fails if they differ, as DirectML
-        if plan is None:
+        if isinstance(plan, Left):
             self.report.left.append(change)
             return None, {}
+        if change.fails and self.provider_failures == "raise":
+            raise ProviderFailure(
+                f"{change.op_type} node {change.node!r} ({change.where}) fails on DirectML: {change.fails}. To compute "
+                "ONNX's values instead, convert with provider_failures='onnx' (--provider-failures onnx)"
+            )
+        if plan.slice is not None and self.provider_failures == "raise":
+            plan = dataclasses.replace(plan, slice=None)  # dynamic dims: the DML node fails if they differ, as DirectML
         self.report.changed.append(change)
         return self._emit(body, node, change.result, plan, types.get(node.output[0]))
 
@@ -106,18 +111,22 @@ class _Converter:
         data, indices, form = plan.data, plan.indices, plan.form
         carried = plan.carrier or data.elem_type
         typed: dict[str, ValueType] = {}
+        wrote: dict[str, str] = {}  # role -> the value its node makes (rule 7)
         x = node.input[0]
         x_dims = data.dims
         if plan.slice is not None:
-            x = _emit_slice(emit, x, node.input[1], indices.dims, plan.axis, plan.slice)
+            x = wrote["slice_input"] = _emit_slice(emit, x, node.input[1], indices.dims, plan.axis, plan.slice)
             x_dims = tuple(d if k == plan.axis else indices.dims[k] for k, d in enumerate(data.dims))
             typed[x] = ValueType(data.elem_type, x_dims)
         if plan.carrier is not None:
-            x = emit.node("Cast", [x], "carry_input", to=plan.carrier)
+            x = wrote["carry_input"] = emit.node("Cast", [x], "carry_input", to=plan.carrier)
             typed[x] = ValueType(carried, x_dims)
-        x = emit.pad(x, form.input_ones, "pad_input")
+        if form.input_ones:
+            x = wrote["pad_input"] = emit.pad(x, form.input_ones, "pad_input")
         typed[x] = ValueType(carried, (1,) * form.input_ones + x_dims)
-        i = emit.pad(node.input[1], form.indices_ones, "pad_indices")
+        i = node.input[1]
+        if form.indices_ones:
+            i = wrote["pad_indices"] = emit.pad(i, form.indices_ones, "pad_indices")
         typed[i] = ValueType(indices.elem_type, (1,) * form.indices_ones + indices.dims)
         last = form.output_ones == 0 and plan.carrier is None
         dml_output = node.output[0] if last else self.names.fresh(f"{name}/output")
@@ -125,20 +134,22 @@ class _Converter:
         if mode == "directml" and plan.carrier is not None and plan.data.elem_type != TensorProto.BOOL:
             mode = contract.DIRECTML_16BIT  # the op sees FLOAT32; DirectML's reading depends on the 2-byte type
         attributes = {**form.attributes, "out_of_bounds": mode}
-        emit.nodes.append(
-            helper.make_node(
-                contract.BY_STANDARD[node.op_type].op_type, [x, i], [dml_output], name=name, domain=DOMAIN, **attributes
-            )
+        dml = helper.make_node(
+            contract.BY_STANDARD[node.op_type].op_type, [x, i], [dml_output], name=name, domain=DOMAIN, **attributes
         )
+        emit.nodes.append(dml)
         out_dims = _known_dims(plan.out_dims, known)
         typed[dml_output] = ValueType(carried, (1,) * form.output_ones + out_dims)
         y = dml_output
-        if not last:
-            y = emit.unpad(y, form.output_ones, "unpad_output", None if plan.carrier else node.output[0])
+        if form.output_ones:
+            y = wrote["unpad_output"] = emit.unpad(y, form.output_ones, "unpad_output",
+                                                   None if plan.carrier else node.output[0])  # fmt: skip
             typed[y] = ValueType(carried, out_dims)
         if plan.carrier is not None:
-            emit.node("Cast", [y], "carry_output", node.output[0], to=data.elem_type)
+            wrote["carry_output"] = emit.node("Cast", [y], "carry_output", node.output[0], to=data.elem_type)
         typed[node.output[0]] = ValueType(data.elem_type, out_dims)
+        made_by = {output: made.name for made in emit.nodes for output in made.output}
+        dml.metadata_props.add(key=WROTE, value=json.dumps({role: made_by[value] for role, value in wrote.items()}))
         return emit.nodes, typed
 
 

@@ -25,12 +25,10 @@ from onnx_gather.directml import layout as directml_layout
 from onnx_gather.directml import worker
 from onnx_gather.directml.process import DirectMlError
 from onnx_gather.graphs import model_io
-from onnx_gather.graphs.convert import to_dml
 from onnx_gather.graphs.lowering.lower import to_onnx
 from onnx_gather.graphs.plumbing import bodies, unnamed
 from onnx_gather.runtime import inputs, ops, reference
 from onnx_gather.runtime.model import Model, with_defaults_fed, with_outputs
-from onnx_gather.runtime.observe import Observation
 from onnx_gather.runtime.sessions import quiet_options
 
 
@@ -92,20 +90,13 @@ class Backend:
         return {"onnxruntime": onnxruntime.__version__}
 
 
-def _observation(model: Model, feeds: Mapping[str, np.ndarray]) -> Observation:
-    """Ranks shape inference cannot tell come from a run on the very inputs the backend runs."""
-    return Observation(feeds=dict(feeds), folder=model.folder)
-
-
 class PyOp(Backend):
     name = "pyop"
     runs_dml_ops = True
     description = "to_dml(model) with the custom ops in ONNX Runtime: DirectML's semantics, the reference"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
-        converted = ops.traced(
-            to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds))
-        )
+        converted = ops.traced(model.converted(feeds, self.out_of_bounds))
         session = ops.InferenceSession(converted.SerializeToString(), quiet_options(model.folder),
                                        max_output_elements=self.max_output_elements)  # fmt: skip
         with ops.counting_out_of_bounds() as counts:
@@ -135,7 +126,7 @@ class Lowered(Backend):
     description = "to_onnx(to_dml(model)): DirectML's semantics in standard ONNX, ONNX Runtime CPU"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
-        lowered = to_onnx(to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds)))
+        lowered = to_onnx(model.converted(feeds, self.out_of_bounds))
         session = onnxruntime.InferenceSession(
             lowered.SerializeToString(), quiet_options(model.folder), providers=["CPUExecutionProvider"]
         )
@@ -324,8 +315,7 @@ class Reference(Backend):
     description = "to_dml(model) in onnx's reference evaluator: DirectML's semantics, no ONNX Runtime, FLOAT16 kept"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
-        converted = to_dml(model.proto, out_of_bounds=self.out_of_bounds, observation=_observation(model, feeds),
-                           native_float16=True)  # fmt: skip
+        converted = model.converted(feeds, self.out_of_bounds, native_float16=True)
         return Outcome(_named(model, reference.evaluate(converted, feeds)))
 
     def versions(self) -> dict[str, str]:

@@ -4,7 +4,8 @@ The rules, for each ``DmlGather`` and ``DmlGatherElements`` node:
 
 1. Padding that ``to_dml`` added (a leading-ones ``Unsqueeze`` in front, a ``Squeeze`` behind, the
    ``Cast`` pairs that carry FLOAT16, BFLOAT16 and BOOL) is looked through and removed where nothing
-   else uses it, so a round trip does not grow the graph.
+   else uses it, so a round trip does not grow the graph: the nodes the DML node names (``convert.WROTE``), or
+   where it has no such entry, those recognised by their pattern (``lowering.through``).
 2. The node becomes the standard op on what remains: the DML output is the standard output with
    leading ones (docs/semantics.md section 6), added back with ``Unsqueeze`` where anything needs them.
 3. ``out_of_bounds``: ``error`` is the native op's own check; ``clamp`` is one ``Clip`` of the indices
@@ -259,7 +260,7 @@ class _Lowering:
         elif padding < 0:
             emit.unpad(result, -padding, "unpad_output", around.final)
         change = NodeChange(where=work.body.where, node=_named(work, node), op_type=node.op_type, result=name,
-                            reason=f"out_of_bounds={mode}")  # fmt: skip
+                            out_of_bounds=mode)  # fmt: skip
         self.report.changed.append(change)
         return emit.nodes
 

@@ -1,9 +1,14 @@
 """What ``to_dml`` put around a DML node that lowering can take away again: the leading ones it padded the data,
 the indices and the output with, the Slice before GatherElements, a Cast pair carrying a type (``look_through``);
-and the ranks of a DML node's values where a graph declares none (``complete``)."""
+and the ranks of a DML node's values where a graph declares none (``complete``).
+
+A DML node says which nodes ``to_dml`` wrote around it (``convert.WROTE``): only those are taken away. A DML node
+without that entry (converted before onnx-gather wrote it, or made by hand) has them recognised by their pattern
+alone, as before."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,7 +16,7 @@ import onnx
 
 from onnx_gather.core import contract, semantics
 from onnx_gather.core.form import output_rank
-from onnx_gather.graphs.convert import WHOLE_AXIS
+from onnx_gather.graphs.convert import WHOLE_AXIS, WROTE
 from onnx_gather.graphs.plumbing import DefUse
 from onnx_gather.graphs.types import ValueType
 
@@ -54,10 +59,16 @@ def look_through(
     gather, elements = node.op_type == "DmlGather", node.op_type == "DmlGatherElements"
     n = types[node.input[0]].rank
     around = Surroundings(node.input[0], 0, node.input[1], 0, node.output[0])
-    pad = work.private_producer(node.input[0])
+    wrote = _wrote(node)
+
+    def ours(found: onnx.NodeProto | None, role: str) -> onnx.NodeProto | None:
+        """``found``, where it is the node ``to_dml`` wrote as ``role`` (without a tag: any node)."""
+        return found if found is None or wrote is None or wrote.get(role) == found.name else None
+
+    pad = ours(work.private_producer(node.input[0]), "pad_input")
     if pad is not None and (count := leading_ones(work, pad, "Unsqueeze")) is not None and count <= axis:
         around.data, around.data_ones = pad.input[0], count
-    pad_i = work.private_producer(node.input[1])
+    pad_i = ours(work.private_producer(node.input[1]), "pad_indices")
     if pad_i is not None and (count := leading_ones(work, pad_i, "Unsqueeze")) is not None:
         if elements or n - count >= index_dimensions:
             around.indices, around.index_ones = pad_i.input[0], count
@@ -75,14 +86,14 @@ def look_through(
         return around
     around.removals += [(pad, pad.input[0])] if around.data_ones else []
     around.removals += [(pad_i, pad_i.input[0])] if around.index_ones else []
-    unpad = work.sole_consumer(around.final)
+    unpad = ours(work.sole_consumer(around.final), "unpad_output")
     if unpad is not None and (count := leading_ones(work, unpad, "Squeeze")) is not None:
         around.final, around.unpadded = unpad.output[0], count
         around.removals.append((unpad, unpad.input[0]))
-    cast_in = work.private_producer(around.data)
+    cast_in = ours(work.private_producer(around.data), "carry_input")
     if cast_in is not None and cast_in.op_type == "Cast":
         source = types.get(cast_in.input[0])
-        cast_out = work.sole_consumer(around.final)
+        cast_out = ours(work.sole_consumer(around.final), "carry_output")
         if (
             source is not None
             and contract.CARRIERS.get(source.elem_type) == cast_in.attribute[0].i
@@ -94,11 +105,24 @@ def look_through(
             around.removals += [(cast_in, cast_in.input[0]), (cast_out, cast_out.input[0])]
     if elements and not mode.startswith("directml"):  # DirectML reads within the sliced tensor's memory
         index_dims = (types.get(around.indices) or types[node.input[1]]).dims
-        cut = sliced_source(work, around.data, around.indices, index_dims, axis - around.data_ones)
+        cut = ours(sliced_source(work, around.data, around.indices, index_dims, axis - around.data_ones), "slice_input")
         if cut is not None:
             around.data = cut.input[0]
             around.removals.append((cut, cut.input[0]))
     return around
+
+
+def _wrote(node: onnx.NodeProto) -> dict[str, str] | None:
+    """The nodes ``to_dml`` wrote around DML ``node``, by role, or None where it does not say (no ``WROTE`` entry).
+    An entry that is not a JSON object of names names none."""
+    text = next((entry.value for entry in node.metadata_props if entry.key == WROTE), None)
+    if text is None:
+        return None
+    try:
+        wrote = json.loads(text)
+    except ValueError:
+        return {}
+    return wrote if isinstance(wrote, dict) else {}
 
 
 def leading_ones(work: DefUse, node: onnx.NodeProto, op_type: str) -> int | None:
