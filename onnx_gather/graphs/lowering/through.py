@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 
 from onnx_gather.core import contract, semantics
-from onnx_gather.core.form import output_rank
+from onnx_gather.core.sizes import output_rank
 from onnx_gather.graphs.convert import WHOLE_AXIS
 from onnx_gather.graphs.plumbing import DefUse
 from onnx_gather.graphs.types import ValueType

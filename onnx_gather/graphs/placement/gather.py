@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from onnx import TensorProto
 
 from onnx_gather.core import contract
-from onnx_gather.core.contract import MAX_DIMENSION_COUNT
+from onnx_gather.core.sizes import MAX_DIMENSION_COUNT
 from onnx_gather.core.words import counted
 from onnx_gather.graphs.types import ValueType
 
