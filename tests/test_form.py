@@ -8,7 +8,8 @@ import onnx
 import pytest
 
 from onnx_gather.core import contract, semantics
-from onnx_gather.core.form import DmlForm, FormError, dml_form, output_rank
+from onnx_gather.core.form import DmlForm, FormError, dml_form
+from onnx_gather.core.sizes import output_rank
 
 
 @pytest.mark.parametrize(
@@ -88,15 +89,6 @@ def test_refusals(arguments, message):
 def test_a_given_dimension_count_is_the_callers():
     """The lowering gives a DML node's N, which to_dml never makes above 8: only the ranks are held to it."""
     assert dml_form("Gather", 2, 1, 0, dimension_count=9) == DmlForm("Gather", 9, 7, 8, 7, 7, 2)
-
-
-@pytest.mark.parametrize(
-    ("arguments", "rank"),
-    [(("Gather", 3, 2), 4), (("Gather", 3, 0), 2), (("GatherElements", 3, 3), 3), (("GatherND", 3, 3, 1, 2), 2),
-     (("GatherND", 2, 2, 0, 2), 1), (("GatherND", 4, 2, 0, 1), 4)],
-)  # fmt: skip
-def test_output_rank(arguments, rank):
-    assert output_rank(*arguments) == rank
 
 
 def _nd(data: np.ndarray, indices: np.ndarray, batch: int) -> np.ndarray:

@@ -3,7 +3,8 @@ the element types DirectML and the custom ops carry, and what the other types tr
 
 The custom ops (``runtime.ops``), the validator, the converter, the lowering, ``check``, onnx's reference evaluator
 and the conformance tools all read it. ``register_schemas()`` declares the ops to onnx as operator schemas with
-type and shape inference, so that ``onnx.shape_inference`` and ``onnx.checker`` know DML nodes.
+type and shape inference (the output sizes by ``core.sizes``), so that ``onnx.shape_inference`` and ``onnx.checker``
+know DML nodes.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, defs
 
+from onnx_gather.core import sizes
+
 DOMAIN = "onnx_gather"
 DOMAIN_VERSION = 1
-MAX_DIMENSION_COUNT = 8
 
 # What an out-of-bounds index does (docs/semantics.md section 4): what real DirectML reads, the default; clamped
 # into its axis (WebNN); a zero (OpenVINO's Gather); an error (ONNX Runtime's CPU kernels).
@@ -149,41 +151,28 @@ def is_dml(node: onnx.NodeProto) -> bool:
     return node.domain == DOMAIN and node.op_type in BY_TYPE
 
 
-def output_dims(op: DmlOp, input: Sequence, indices: Sequence, attributes: dict[str, int], one: object,
-                tuple_length: int | None) -> list | None:  # fmt: skip
-    """The output's dims from the inputs' (any objects: onnx's dims, sizes), ``one`` where DirectML pads, or None
-    where the rank does not fit (GatherND: or the tuple length, the indices' last size, is not known).
-    ``core.semantics`` checks the shapes themselves; this only states the sizes."""
-    n = len(input)
-    if len(indices) != n or not 1 <= n <= MAX_DIMENSION_COUNT:
-        return None
-    if op.op_type == "DmlGatherElements":
-        return list(indices)
-    if op.op_type == "DmlGather":
-        axis, index_dimensions = attributes.get("axis", 0), attributes.get("index_dimensions", 0)
-        if not (0 <= axis < n and 0 <= index_dimensions <= n):
-            return None
-        sizes = [*input[:axis], *indices[n - index_dimensions :], *input[axis + 1 :]]
-        return [one] * (n - len(sizes)) + sizes[max(len(sizes) - n, 0) :]
-    counts = [attributes.get(a, 0) for a in ("input_dimension_count", "indices_dimension_count")]
-    batch = attributes.get("batch_dimension_count", 0)
-    if tuple_length is None or not all(1 <= count <= n for count in counts):
-        return None
-    data, index = input[n - counts[0] :], indices[n - counts[1] :]
-    if not 0 <= batch < min(len(data), len(index)):
-        return None
-    sizes = [*index[:-1], *data[batch + tuple_length :]]
-    return [one] * (n - len(sizes)) + sizes if len(sizes) <= n else None
-
-
 _ONE = onnx.TensorShapeProto.Dimension(dim_value=1)
+
+
+def _output_dims(operator: str, input: Sequence, indices: Sequence, attributes: dict[str, int]) -> Sequence | None:
+    """The output's dims from the inputs' onnx dims (``core.sizes``' rules, ``_ONE`` where DirectML pads), wherever
+    the ranks and attributes state them, DirectML taking them or not; None where they do not, or where GatherND's
+    tuple length, the indices' last dim, is not a number."""
+    if operator.startswith("GATHER_ND"):
+        last = indices[-1] if indices else None
+        if last is None or not last.HasField("dim_value"):
+            return None
+        indices = [*indices[:-1], last.dim_value]
+    result = sizes.output_sizes(operator, input, indices, attributes, _ONE)
+    return result.stated if isinstance(result, sizes.Refusal) else result
 
 
 def _inference(op: DmlOp) -> Callable[[onnx.shape_inference.InferenceContext], None]:
     """onnx's type and shape inference for ``op``: the input's element type, and the output's dims where the inputs'
     ranks are known (sizes and symbols carried over from the inputs). Called per DML node by every inference over a
-    DML model, so it moves onnx's dims as they are and reads only the attributes it needs."""
-    ints = [a.name for a in op.attributes if a.type == _INT] if op.op_type != "DmlGatherElements" else []
+    DML model, so it moves onnx's dims as they are."""
+    ints = [a.name for a in op.attributes if a.type == _INT]
+    operator = op.directml.removeprefix("DML_")
 
     def infer(context: onnx.shape_inference.InferenceContext) -> None:
         input = context.get_input_type(0)
@@ -193,11 +182,8 @@ def _inference(op: DmlOp) -> Callable[[onnx.shape_inference.InferenceContext], N
         output.tensor_type.elem_type = input.tensor_type.elem_type
         indices = context.get_input_type(1)
         if input.tensor_type.HasField("shape") and indices is not None and indices.tensor_type.HasField("shape"):
-            index_dims = indices.tensor_type.shape.dim
-            last = index_dims[-1] if index_dims else None
             attributes = {name: a.i for name in ints if (a := context.get_attribute(name)) is not None}
-            tuple_length = last.dim_value if last is not None and last.HasField("dim_value") else None
-            dims = output_dims(op, input.tensor_type.shape.dim, index_dims, attributes, _ONE, tuple_length)
+            dims = _output_dims(operator, input.tensor_type.shape.dim, indices.tensor_type.shape.dim, attributes)
             if dims is not None:
                 output.tensor_type.shape.dim.extend(dims)
         context.set_output_type(0, output)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onnx_gather.core.contract import MAX_DIMENSION_COUNT
 from onnx_gather.core.errors import UserError
+from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, output_rank
 
 
 class FormError(UserError):
@@ -41,14 +41,6 @@ class DmlForm:
         return {"axis": self.axis}
 
 
-def output_rank(op: str, data_rank: int, indices_rank: int, batch_dims: int = 0, tuple_length: int = 0) -> int:
-    """The standard output's rank: Gather ``r + q - 1``, GatherElements ``r``, GatherND ``(q - 1) + (r - batch_dims
-    - tuple_length)``, for data of rank ``r`` and indices of rank ``q``."""
-    if op == "GatherND":
-        return indices_rank - 1 + data_rank - batch_dims - tuple_length
-    return data_rank + indices_rank - 1 if op == "Gather" else data_rank
-
-
 def dml_form(
     op: str, data_rank: int, indices_rank: int, axis: int = 0, batch_dims: int = 0, tuple_length: int = 0,
     dimension_count: int | None = None,
@@ -59,7 +51,7 @@ def dml_form(
     1. Gather and GatherElements take an ``axis`` in ``[-r, r)``; a negative one counts from the end. GatherElements
        takes indices of rank r only. GatherND takes ``batch_dims`` in ``[0, min(r, q))`` and index tuples of
        ``tuple_length`` k (the indices' last size) from 1 to ``r - batch_dims``.
-    2. The standard output's rank is ``output_rank``: Gather ``r + q - 1`` (scalar indices: ``r - 1``),
+    2. The standard output's rank is ``core.sizes.output_rank``: Gather ``r + q - 1`` (scalar indices: ``r - 1``),
        GatherElements r, GatherND ``(q - 1) + (r - batch_dims - k)`` (k = r: the indices' leading dims only).
     3. The dimension count N is ``dimension_count`` where given (``to_dml`` takes 1 to 8, 4 emulating DirectML's
        feature levels below 3.0; the lowering gives a DML node's), else the least that holds every tensor: the

@@ -10,12 +10,12 @@ This module imports no runtime; ``onnx_gather.conformance.direct_door`` holds it
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
-from onnx_gather.core.contract import INDEX_TYPE_NAMES, MAX_DIMENSION_COUNT
+from onnx_gather.core.contract import INDEX_TYPE_NAMES
 from onnx_gather.core.descs import Case, DescOutcome, TensorDesc
+from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, Refusal, output_sizes
 
 REFUSED = DescOutcome("create 0x80070057", None)  # every refusal: CreateOperator returns E_INVALIDARG
 _WORD = np.uint64(0xFFFFFFFF)
@@ -51,75 +51,10 @@ def _output_overlap(desc: TensorDesc) -> str | None:
     return None
 
 
-def _stripped(sizes: tuple[int, ...] | list[int]) -> tuple[int, ...]:
-    """Sizes without their leading 1s."""
-    first = next((d for d, size in enumerate(sizes) if size != 1), len(sizes))
-    return tuple(sizes[first:])
-
-
-def gather_unsafe(input_sizes: tuple[int, ...], indices_sizes: tuple[int, ...], axis: int, m: int) -> str | None:
-    """Why DirectML is not safe on a DML_GATHER of these shapes, or None where it computes what ``predict`` says:
-    outputs that crop index entries of C (DirectML takes them and corrupts its process's memory), and index sizes
-    before the last ``m`` (``IndexDimensions``) that, without their leading 1s, do not start the input's sizes before
-    ``axis`` without theirs (DirectML refuses most, takes some and its process then dies)."""
-    n = len(input_sizes)
-    if m - 1 > axis:
-        return (f"DML_GATHER whose output crops index entries of C (index_dimensions {m} above axis {axis} + 1): "
-                "DirectML takes it, then later operators in its process crash on a write to a wild address inside "
-                "DirectML.dll (docs/semantics.md section 8)")  # fmt: skip
-    leading, batch = _stripped(indices_sizes[: n - m]), _stripped(input_sizes[:axis])
-    if leading != batch[: len(leading)] or len(leading) > len(batch):
-        return (f"DML_GATHER with index sizes {indices_sizes[: n - m]} before the last {m} that, without leading 1s, "
-                f"do not start the input's sizes before axis {axis}, {input_sizes[:axis]}: DirectML refuses most such "
-                "descs, but takes some and its process then ends (docs/semantics.md section 8)")  # fmt: skip
-    return None
-
-
-def gather_sizes(
-    input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int, index_dimensions: int,
-    first_size: int | None = None,
-) -> tuple[int, ...]:  # fmt: skip
-    """DML_GATHER: the one output size DirectML takes: the last N entries of ``C = input[:axis] + indices[N-m:] +
-    input[axis+1:]``, whatever they crop; for m = 0 (C one shorter), ``first_size`` before them (DirectML takes any;
-    None: 1)."""
-    n = len(input_sizes)
-    c = (*input_sizes[:axis], *indices_sizes[n - index_dimensions :], *input_sizes[axis + 1 :])
-    first = (first_size,) if len(c) < n and first_size is not None else (1,) * (n - len(c))
-    return (*first, *c[max(len(c) - n, 0) :])
-
-
-def nd_output_sizes(case: Case) -> tuple[int, ...]:
-    """DML_GATHER_ND(1): ``Q[:-1] + X[B+k:]`` with 1s prepended (X, Q the meaningful input and indices sizes)."""
-    n = len(case.input.sizes)
-    data, index = _nd_sizes(case)
-    batch = case.attributes.get("batch_dimension_count", 0)
-    sizes = (*index[:-1], *data[batch + index[-1] :])
-    return (1,) * (n - len(sizes)) + sizes
-
-
 def _nd_sizes(case: Case) -> tuple[tuple[int, ...], tuple[int, ...]]:
     n = len(case.input.sizes)
     x, q = case.attributes["input_dimension_count"], case.attributes["indices_dimension_count"]
     return tuple(case.input.sizes[n - x :]), tuple(case.indices.sizes[n - q :])
-
-
-def _nd_refusal(case: Case) -> str | None:
-    n = len(case.input.sizes)
-    x, q = case.attributes["input_dimension_count"], case.attributes["indices_dimension_count"]
-    batch = case.attributes.get("batch_dimension_count", 0)
-    if not (1 <= x <= n and 1 <= q <= n):
-        return f"input_dimension_count {x} or indices_dimension_count {q} outside 1 to {n}"
-    for role, desc, count in (("input", case.input, x), ("indices", case.indices, q)):
-        if any(size != 1 for size in desc.sizes[: n - count]):
-            return f"{role} sizes {desc.sizes} not 1 before the last {count}"
-    if not (batch < x and batch < q):
-        return f"batch_dimension_count {batch} not below both dimension counts ({x}, {q})"
-    k = case.indices.sizes[-1]
-    if not 1 <= k <= x - batch:
-        return f"index tuples of {k} coordinates (1 to {x - batch} fit)"
-    if (q - 1) + (x - batch - k) > n:
-        return f"an output of {(q - 1) + (x - batch - k)} dimensions, more than {n} (nothing is cropped)"
-    return None
 
 
 def refusal(case: Case) -> str | None:
@@ -135,27 +70,12 @@ def refusal(case: Case) -> str | None:
         return f"indices of type {case.indices.dtype} ({', '.join(INDEX_TYPE_NAMES)})"
     if case.output.dtype != case.input.dtype:
         return f"output type {case.output.dtype} unlike the input's {case.input.dtype}"
-    if case.operator in ("GATHER_ND", "GATHER_ND1"):
-        reason = _nd_refusal(case)
-        if reason:
-            return reason
-        sizes = nd_output_sizes(case)
-    else:
-        axis = case.attributes["axis"]
-        if axis >= n:
-            return f"axis {axis} of {n} dimensions"
-        if case.operator == "GATHER_ELEMENTS":
-            if any(case.indices.sizes[d] != case.input.sizes[d] for d in range(n) if d != axis):
-                return f"indices sizes {case.indices.sizes} unlike the input's {case.input.sizes} off the axis"
-            sizes = case.indices.sizes
-        elif case.attributes["index_dimensions"] > n:
-            return f"index_dimensions {case.attributes['index_dimensions']} above the dimension count {n}"
-        else:
-            unsafe = gather_unsafe(case.input.sizes, case.indices.sizes, axis, case.attributes["index_dimensions"])
-            if unsafe:
-                raise NotPredicted(unsafe)
-            first = case.output.sizes[0] if case.output.sizes else None
-            sizes = gather_sizes(case.input.sizes, case.indices.sizes, axis, case.attributes["index_dimensions"], first)
+    pad = case.output.sizes[0] if case.operator == "GATHER" else 1  # DML_GATHER takes any size before a short C
+    sizes = output_sizes(case.operator, case.input.sizes, case.indices.sizes, case.attributes, pad)
+    if isinstance(sizes, Refusal):
+        if sizes.unsafe:
+            raise NotPredicted(sizes.reason)
+        return sizes.reason
     if tuple(case.output.sizes) != tuple(sizes):
         return f"output sizes {case.output.sizes}, not {tuple(sizes)}"
     return _output_overlap(case.output)

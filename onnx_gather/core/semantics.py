@@ -2,7 +2,8 @@
 tensors ONNX Runtime's provider hands DirectML; ``onnx_gather.core.predict`` states DirectML for any buffer desc.
 
 This module is the reference the rest of the package is tested against. It imports no
-runtime: every rule is readable here, and testable without ONNX Runtime.
+runtime: every rule is readable here (the sizes each op takes and gives in ``core.sizes``), and testable without
+ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -11,16 +12,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from onnx_gather.core import predict
-from onnx_gather.core.contract import (
-    ATTRIBUTE_VALUES,
-    DATA_DTYPES,
-    INDEX_DTYPES,
-    MAX_DIMENSION_COUNT,
-    OUT_OF_BOUNDS_MODES,
-)
+from onnx_gather.core.contract import ATTRIBUTE_VALUES, DATA_DTYPES, INDEX_DTYPES, OUT_OF_BOUNDS_MODES
 from onnx_gather.core.errors import UserError
 from onnx_gather.core.reading import axis_words, directml_desc_gather, directml_gather_nd, directml_read, element_size
+from onnx_gather.core.sizes import Refusal, gather_elements_sizes, gather_nd_sizes, gather_sizes
 
 
 class GatherError(UserError):
@@ -45,41 +40,20 @@ def check_out_of_bounds(op: str, out_of_bounds: str) -> None:
         )
 
 
-def _check_dimension_counts(op: str, input_sizes: Sequence[int], indices_sizes: Sequence[int]) -> int:
-    n = len(input_sizes)
-    if len(indices_sizes) != n:
-        raise GatherError(
-            f"{op}: input has {n} dimensions {tuple(input_sizes)} but indices has {len(indices_sizes)} "
-            f"{tuple(indices_sizes)}; DirectML needs the same dimension count (pad with leading 1s)"
-        )
-    if not 1 <= n <= MAX_DIMENSION_COUNT:
-        raise GatherError(f"{op}: dimension count {n} is outside DirectML's range 1 to {MAX_DIMENSION_COUNT}")
-    return n
-
-
-def _check_axis(op: str, axis: int, n: int) -> None:
-    if not 0 <= axis < n:
-        raise GatherError(f"{op}: axis {axis} is out of range [0, {n}) for {n}-dimensional tensors")
-
-
 def gather_output_sizes(
     input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int, index_dimensions: int
 ) -> tuple[int, ...]:
-    """The output sizes of DML_GATHER, validating the shapes and attributes (docs/semantics.md sections 2 and 8).
+    """The output sizes of DML_GATHER (``core.sizes.gather_sizes``); a GatherError where DirectML refuses the shapes
+    and attributes, or is not safe on them (docs/semantics.md sections 2 and 8)."""
+    attributes = {"axis": axis, "index_dimensions": index_dimensions}
+    return _taken("DmlGather", gather_sizes(input_sizes, indices_sizes, attributes))
 
-    ``C = input[:axis] + indices[N - index_dimensions:] + input[axis + 1:]``; DirectML takes exactly its last N
-    entries, with a 1 prepended where it is shorter. Where DirectML is not safe (``predict.gather_unsafe``): an
-    error.
-    """
-    op = "DmlGather"
-    n = _check_dimension_counts(op, input_sizes, indices_sizes)
-    _check_axis(op, axis, n)
-    if not 0 <= index_dimensions <= n:
-        raise GatherError(f"{op}: index_dimensions {index_dimensions} is out of range [0, {n}]")
-    unsafe = predict.gather_unsafe(tuple(input_sizes), tuple(indices_sizes), axis, index_dimensions)
-    if unsafe:
-        raise GatherError(f"{op}: {unsafe}")
-    return predict.gather_sizes(input_sizes, indices_sizes, axis, index_dimensions)
+
+def _taken(op: str, result: tuple | Refusal) -> tuple[int, ...]:
+    """The output sizes ``core.sizes`` gives, or the GatherError saying why DirectML does not take them."""
+    if isinstance(result, Refusal):
+        raise GatherError(f"{op}: {result.reason}")
+    return result
 
 
 def plain_gather(input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int, index_dimensions: int) -> bool:
@@ -99,22 +73,6 @@ def check_output_elements(op: str, sizes: Sequence[int], limit: int) -> None:
         raise GatherError(
             f"{op}: the output {tuple(sizes)} would have {elements} elements, more than the limit {limit}"
         )
-
-
-def check_gather_elements(input_sizes: Sequence[int], indices_sizes: Sequence[int], axis: int) -> None:
-    """Validate DML_GATHER_ELEMENTS shapes and axis (docs/semantics.md section 3); the output sizes are the indices'."""
-    op = "DmlGatherElements"
-    n = _check_dimension_counts(op, input_sizes, indices_sizes)
-    _check_axis(op, axis, n)
-    for d in range(n):
-        if d != axis and indices_sizes[d] != input_sizes[d]:
-            raise GatherError(
-                f"{op}: indices sizes {tuple(indices_sizes)} differ from input sizes {tuple(input_sizes)} on dimension "
-                f"{d} ({indices_sizes[d]} != {input_sizes[d]}): DirectML refuses DML_GATHER_ELEMENTS unless they are "
-                f"equal off axis {axis} (CreateOperator 0x80070057), and ONNX Runtime's DirectML provider fails such a "
-                "GatherElements when it creates the session, or when it runs where the dims are dynamic "
-                "(AbiCustomRegistry.cpp(519) 80070057)"
-            )
 
 
 def fix_indices(op: str, indices: np.ndarray, size: int, out_of_bounds: str) -> tuple[np.ndarray, np.ndarray]:
@@ -240,7 +198,7 @@ def dml_gather_elements(
 def validate_gather_elements(input: np.ndarray, indices: np.ndarray, axis: int, out_of_bounds: str) -> None:
     """A GatherError where DirectML refuses DML_GATHER_ELEMENTS's types, shapes or attributes."""
     check_types("DmlGatherElements", input.dtype, indices.dtype)
-    check_gather_elements(input.shape, indices.shape, axis)
+    _taken("DmlGatherElements", gather_elements_sizes(input.shape, indices.shape, {"axis": axis}))
     check_out_of_bounds("DmlGatherElements", out_of_bounds)
 
 
@@ -264,41 +222,11 @@ def gather_nd_output_sizes(
     indices_dimension_count: int,
     batch_dimension_count: int,
 ) -> tuple[int, ...]:
-    """The output sizes of DML_GATHER_ND1, validating the shapes and attributes (docs/semantics.md section 3b).
-
-    Of the N sizes, the last ``input_dimension_count`` of the input and ``indices_dimension_count`` of the indices
-    count (the rest must be 1s); the first ``batch_dimension_count`` of those are batches, equal in both; the
-    indices' last size k is the tuple length. ``C = indices[:-1] + input[batch + k:]``, right-aligned to N: the batch
-    sizes are the indices', which DirectML lets differ from the input's (section 3b).
-    """
-    op = "DmlGatherNd"
-    n = _check_dimension_counts(op, input_sizes, indices_sizes)
-    for name, count, sizes in (("input", input_dimension_count, input_sizes),
-                               ("indices", indices_dimension_count, indices_sizes)):  # fmt: skip
-        if not 1 <= count <= n:
-            raise GatherError(f"{op}: {name}_dimension_count {count} is out of range [1, {n}]")
-        if any(size != 1 for size in sizes[: n - count]):
-            raise GatherError(
-                f"{op}: {name} sizes {tuple(sizes)} with {name}_dimension_count {count} have leading sizes "
-                f"{tuple(sizes[: n - count])}; the {n - count} irrelevant leading sizes must be 1"
-            )
-    data, index = tuple(input_sizes[n - input_dimension_count :]), tuple(indices_sizes[n - indices_dimension_count :])
-    batch = batch_dimension_count
-    if not 0 <= batch < min(len(data), len(index)):
-        raise GatherError(
-            f"{op}: batch_dimension_count {batch} is out of range [0, {min(len(data), len(index))}) for "
-            f"input_dimension_count {len(data)} and indices_dimension_count {len(index)}"
-        )
-    k = index[-1]
-    if not 1 <= k <= len(data) - batch:
-        raise GatherError(
-            f"{op}: index tuples of {k} coordinates (the indices' last size) do not fit the input's "
-            f"{len(data) - batch} dimensions after {batch} batch dimensions (1 to {len(data) - batch})"
-        )
-    sizes = (*index[:-1], *data[batch + k :])
-    if len(sizes) > n:
-        raise GatherError(f"{op}: output sizes {sizes} have {len(sizes)} dimensions, more than the dimension count {n}")
-    return (1,) * (n - len(sizes)) + sizes
+    """The output sizes of DML_GATHER_ND1 (``core.sizes.gather_nd_sizes``); a GatherError where DirectML refuses the
+    shapes and attributes (docs/semantics.md section 3b)."""
+    attributes = {"input_dimension_count": input_dimension_count, "indices_dimension_count": indices_dimension_count,
+                  "batch_dimension_count": batch_dimension_count}  # fmt: skip
+    return _taken("DmlGatherNd", gather_nd_sizes(input_sizes, indices_sizes, attributes))
 
 
 def _tuple_view(

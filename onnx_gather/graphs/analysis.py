@@ -13,7 +13,8 @@ from onnx import TensorProto, helper
 
 from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
-from onnx_gather.core.form import DmlForm, FormError, dml_form, output_rank
+from onnx_gather.core.form import DmlForm, FormError, dml_form
+from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, gather_c, gather_nd_c, output_rank
 from onnx_gather.graphs.changes import NodeChange
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, FeatureLevel, place_gather
 from onnx_gather.graphs.placement.nodes import REASONS, place_nodes
@@ -32,8 +33,8 @@ def parse_dimension_count(value: str | int) -> int | None:
         count = int(value)
     except (TypeError, ValueError):
         count = 0
-    if not 1 <= count <= contract.MAX_DIMENSION_COUNT:
-        raise UserError(f"dimension_count must be 'auto' or 1 to {contract.MAX_DIMENSION_COUNT}, got {value!r}")
+    if not 1 <= count <= MAX_DIMENSION_COUNT:
+        raise UserError(f"dimension_count must be 'auto' or 1 to {MAX_DIMENSION_COUNT}, got {value!r}")
     return count
 
 
@@ -226,12 +227,11 @@ class GatherPlan:
 
     @property
     def out_dims(self) -> tuple:
+        """The standard output's dims: C of the DML op (``core.sizes``) of the standard input's and indices'."""
         data, indices = self.data.dims, self.indices.dims
         if self.op == "Gather":
-            return (*data[: self.axis], *indices, *data[self.axis + 1 :])
-        if self.op == "GatherND":
-            return (*indices[:-1], *data[self.batch + self.form.tuple_length :])
-        return indices
+            return gather_c(data, indices, self.axis, len(indices))
+        return gather_nd_c(data, indices, self.batch) if self.op == "GatherND" else indices
 
     @property
     def out_rank(self) -> int:

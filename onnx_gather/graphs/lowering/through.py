@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from onnx_gather.core import contract, semantics
-from onnx_gather.core.form import output_rank
+from onnx_gather.core import contract
+from onnx_gather.core.sizes import Refusal, gather_sizes, output_rank
 from onnx_gather.graphs.convert import WHOLE_AXIS, WROTE
 from onnx_gather.graphs.plumbing import DefUse
 from onnx_gather.graphs.types import ValueType
@@ -79,10 +79,9 @@ def look_through(
         # with static sizes only.
         input_dims, indices_dims = types[node.input[0]].dims, types[node.input[1]].dims
         if all(isinstance(d, int) for d in (*input_dims, *indices_dims)):
-            try:
-                around.crop_to = list(semantics.gather_output_sizes(input_dims, indices_dims, axis, index_dimensions))
-            except semantics.GatherError:
-                pass
+            sizes = gather_sizes(input_dims, indices_dims, {"axis": axis, "index_dimensions": index_dimensions})
+            if not isinstance(sizes, Refusal):
+                around.crop_to = list(sizes)
         return around
     around.removals += [(pad, pad.input[0])] if around.data_ones else []
     around.removals += [(pad_i, pad_i.input[0])] if around.index_ones else []

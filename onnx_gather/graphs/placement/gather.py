@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from onnx import TensorProto
 
 from onnx_gather.core import contract
-from onnx_gather.core.contract import MAX_DIMENSION_COUNT
+from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, off_axis_difference
 from onnx_gather.core.words import counted
 from onnx_gather.graphs.types import ValueType
 
@@ -127,14 +127,14 @@ def place_gather(
                                       f"{indices.dims[d]}); the provider takes the node and fails when the session "
                                       "is created (MLOperatorAuthorImpl.cpp(2853) 80070057)")  # fmt: skip
     if op_type == "GatherElements":
-        pairs = [(d, a, b) for d, (a, b) in enumerate(zip(data.dims, indices.dims, strict=True)) if d != axis]
-        differ = [d for d, a, b in pairs if isinstance(a, int) and isinstance(b, int) and a != b]
-        if differ:
-            return Placement("fails", f"its indices differ from the data off the axis (dimension {differ[0]}: "
-                                      f"{indices.dims[differ[0]]} != {data.dims[differ[0]]}); DirectML refuses such a "
+        d = off_axis_difference(data.dims, indices.dims, axis)
+        if d is not None:
+            return Placement("fails", f"its indices differ from the data off the axis (dimension {d}: "
+                                      f"{indices.dims[d]} != {data.dims[d]}); DirectML refuses such a "
                                       "DML_GATHER_ELEMENTS and the provider fails when the session is created "
                                       "(AbiCustomRegistry.cpp(519) 80070057)")  # fmt: skip
-        if any(a is None or b is None or a != b for _, a, b in pairs):
+        pairs = [(a, b) for d, (a, b) in enumerate(zip(data.dims, indices.dims, strict=True)) if d != axis]
+        if any(a is None or b is None or a != b for a, b in pairs):
             return Placement("DirectML", "runs on DirectML if its indices match the data off the axis when it runs "
                                          "(dynamic dims); the run fails if they do not")  # fmt: skip
     return Placement("DirectML", "runs on DirectML")
