@@ -109,7 +109,10 @@ def assert_all_identical(actual: list[np.ndarray], expected: list[np.ndarray], c
 SUMMARIES: list[str] = []
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
+    seed = config.getoption("randomly_seed", default=None)  # pytest-randomly's header is hidden by -q
+    if seed is not None:
+        terminalreporter.write_line(f"Tests ran in random order: --randomly-seed={seed} repeats it.")
     for text in SUMMARIES:
         terminalreporter.write_sep("-", "real DirectML")
         terminalreporter.write_line(text)
