@@ -97,7 +97,7 @@ def test_converted_and_lowered_graphs_give_the_native_outputs(graph, dimension_c
 def dml_graphs_with_bad_indices(draw):
     """A DML node fed indices from a wide range: negative, out of bounds, huge unsigned ones."""
     op = draw(st.sampled_from(["DmlGather", "DmlGatherElements"]))
-    dtype = np.dtype(draw(st.sampled_from(onnx_gather.runtime.ops.DATA_DTYPES)))
+    dtype = np.dtype(draw(st.sampled_from(onnx_gather.runtime.ops.NODE_DTYPES)))
     index_dtype = np.dtype(draw(st.sampled_from(onnx_gather.core.contract.INDEX_DTYPES)))
     n = draw(st.integers(1, 4))
     axis = draw(st.integers(0, n - 1))

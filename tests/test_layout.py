@@ -55,7 +55,7 @@ def test_module_names_are_unique():
 
 # Public names defined in more than one module because they mean the same thing there: the rule in numpy (core) and
 # the same rule built as ONNX nodes (the lowering); the two conformance doors' parallel API; the console script's
-# entry point, which calls the command line's.
+# entry point, which calls the command line's. A constant means one thing: its one definition is imported elsewhere.
 SAME_MEANING = {
     "fix_indices": {"core/semantics.py", "graphs/lowering/native.py"},
     "axis_words": {"core/reading.py", "graphs/lowering/dml_memory.py"},
@@ -67,13 +67,31 @@ SAME_MEANING = {
 }
 
 
+def _assigned(node: ast.stmt) -> list[str]:
+    """The names a module-level assignment binds (``A = ...``, ``A: T = ...``, ``A, B = ...``)."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    names = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+    return [n.id for n in names if isinstance(n, ast.Name)]
+
+
+def _public_names(tree: ast.Module) -> list[str]:
+    """A module's public functions and classes, and its public constants (upper-case names bound at module level)."""
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.append(node.name)
+        else:
+            names.extend(name for name in _assigned(node) if name.isupper())
+    return [name for name in names if not name.startswith("_")]
+
+
 def test_public_names_are_unique_in_meaning():
-    """A public function or class name is defined in one module, but where it means the same thing (SAME_MEANING)."""
+    """A public function, class or constant name is defined in one module, but where it means the same thing
+    (SAME_MEANING): a constant of one name and two meanings (two DATA_TYPES) would leave a reader to guess."""
     defined: dict[str, set[str]] = {}
     for path in MODULES:
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.name.startswith("_"):
-                defined.setdefault(node.name, set()).add(path.relative_to(PACKAGE).as_posix())
+        for name in _public_names(ast.parse(path.read_text())):
+            defined.setdefault(name, set()).add(path.relative_to(PACKAGE).as_posix())
     shared = {name: places for name, places in defined.items() if len(places) > 1}
     assert shared == SAME_MEANING
 

@@ -29,7 +29,7 @@ def test_documented_example_in_onnxruntime(example):
 
 
 @pytest.mark.parametrize("index_dtype", contract.INDEX_DTYPES, ids=str)
-@pytest.mark.parametrize("data_dtype", ops.DATA_DTYPES, ids=str)
+@pytest.mark.parametrize("data_dtype", ops.NODE_DTYPES, ids=str)
 def test_every_data_and_index_type_is_registered(data_dtype, index_dtype):
     data = np.arange(12).astype(data_dtype).reshape(3, 4)
     indices = np.array([[2, 0, 1, 2]], index_dtype)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import helper
 
+from onnx_gather.conformance.provider_door import CASES_PER_MODEL
 from onnx_gather.core import contract, predict
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.descs import Case, DescOutcome, TensorDesc, from_buffer
@@ -30,7 +31,6 @@ OPERATORS = ("GATHER", "GATHER_ELEMENTS", "GATHER_ND", "GATHER_ND1")
 KINDS = ("refused", "in range", "out of bounds", "not predicted")
 # The custom op of each DirectML operator (GATHER_ND is GATHER_ND1 without batch dimensions).
 _CUSTOM_OPS = {op.directml.removeprefix("DML_"): op.op_type for op in contract.OPS} | {"GATHER_ND": "DmlGatherNd"}
-CASES_PER_MODEL = 250
 
 
 @dataclass

@@ -26,17 +26,17 @@ from onnx_gather.graphs.lowering.lower import to_onnx
 from onnx_gather.runtime.ops import InferenceSession
 
 # The 12 data types of the harness, as DirectML's tables name them: DirectML's 11 and BOOL.
-DATA_TYPES = {**contract.DIRECTML_DTYPES, "BOOL": np.dtype(np.bool_)}
-ALL = tuple(DATA_TYPES)
-INDEX_TYPES = (np.int32, np.int64)  # what ONNX's Gather and GatherElements take
-MAX_ELEMENTS = 2048  # per tensor, so that a model of hundreds of cases stays small
+HARNESS_DTYPES = {**contract.DIRECTML_DTYPES, "BOOL": np.dtype(np.bool_)}
+ALL = tuple(HARNESS_DTYPES)
+STANDARD_INDEX_DTYPES = (np.int32, np.int64)  # what ONNX's Gather and GatherElements take
+MAX_CASE_ELEMENTS = 2048  # per tensor, so that a model of hundreds of cases stays small
 CASES_PER_MODEL = 250
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
 def type_name(dtype: np.dtype) -> str:
     """DirectML's name of a numpy type (FLOAT32, BOOL, ...)."""
-    return next(name for name, t in DATA_TYPES.items() if np.dtype(t) == np.dtype(dtype))
+    return next(name for name, t in HARNESS_DTYPES.items() if np.dtype(t) == np.dtype(dtype))
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def _index_values(rng: np.random.Generator, count: int, size: int, dtype: type, 
 def _shape(rng: np.random.Generator, rank: int, high: int) -> tuple[int, ...]:
     while True:
         shape = tuple(int(s) for s in rng.integers(1, high + 1, rank))
-        if int(np.prod(shape)) <= MAX_ELEMENTS:
+        if int(np.prod(shape)) <= MAX_CASE_ELEMENTS:
             return shape
 
 
@@ -129,8 +129,8 @@ def random_gather_case(
 ) -> GatherCase:
     """A random case: ranks 1 to 6, every axis (negative half the time), scalar indices too, data of ``data_types``."""
     op = "Gather" if rng.random() < 0.6 else "GatherElements"
-    dtype = DATA_TYPES[data_types[rng.integers(len(data_types))]]
-    index_type = np.int64 if beyond_int32 else INDEX_TYPES[rng.integers(2)]
+    dtype = HARNESS_DTYPES[data_types[rng.integers(len(data_types))]]
+    index_type = np.int64 if beyond_int32 else STANDARD_INDEX_DTYPES[rng.integers(2)]
     r = int(rng.integers(1, 7))
     data_shape = _shape(rng, r, 5)
     axis = int(rng.integers(r))
@@ -139,7 +139,7 @@ def random_gather_case(
         index_shape = _shape(rng, q, 3)
     else:
         index_shape = (*data_shape[:axis], int(rng.integers(1, 6)), *data_shape[axis + 1 :])
-        if int(np.prod(index_shape)) > MAX_ELEMENTS:
+        if int(np.prod(index_shape)) > MAX_CASE_ELEMENTS:
             index_shape = data_shape
     size = data_shape[axis]
     indices = rng.integers(-size, size, index_shape).astype(index_type)
@@ -159,7 +159,7 @@ def random_nd_case(
 ) -> GatherCase:
     """A random GatherND: data ranks 1 to 6, batch_dims 0 to 2, every tuple length, data of ``data_types``, INT64
     indices (all GatherND takes), N up to 8."""
-    dtype = DATA_TYPES[data_types[rng.integers(len(data_types))]]
+    dtype = HARNESS_DTYPES[data_types[rng.integers(len(data_types))]]
     while True:
         r = int(rng.integers(1, 7))
         batch = int(rng.integers(0, min(r, 3)))
@@ -341,7 +341,7 @@ def results_table(run: Run) -> str:
     """Per data type: cases in range, out of bounds, and with int64 values beyond int32, and how many match."""
     header = ["data type", "in range", "match", "out of bounds", "match", "elements differing", "beyond int32", "match"]
     rows = []
-    for name, dtype in DATA_TYPES.items():
+    for name, dtype in HARNESS_DTYPES.items():
         mine = [o for o in run.outcomes if o.case.data.dtype == np.dtype(dtype)]
         inside = [o for o in mine if not o.case.out_of_bounds]
         outside = [o for o in mine if o.case.out_of_bounds and not o.case.beyond_int32]

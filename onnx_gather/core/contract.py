@@ -60,6 +60,7 @@ DATA_TYPES = (
 _BY_DIRECTML = {t.directml: t for t in DATA_TYPES}
 INDEX_TYPES = tuple(_BY_DIRECTML[name] for name in ("INT64", "INT32", "UINT64", "UINT32"))
 DATA_DTYPES = tuple(t.numpy for t in DATA_TYPES)
+DATA_TYPE_NAMES = tuple(t.directml for t in DATA_TYPES)  # FLOAT32, FLOAT16, ... in that order
 INDEX_TYPE_NAMES = tuple(sorted(t.directml for t in INDEX_TYPES))  # INT32, INT64, UINT32, UINT64
 INDEX_DTYPES = tuple(t.numpy for t in INDEX_TYPES)
 DIRECTML_DTYPES = {t.directml: t.numpy for t in DATA_TYPES}  # descs' element types by DirectML's names

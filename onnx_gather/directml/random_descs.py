@@ -18,20 +18,19 @@ from collections.abc import Sequence
 import numpy as np
 
 from onnx_gather.core import contract
-from onnx_gather.core.contract import DIRECTML_DTYPES
+from onnx_gather.core.contract import DATA_TYPE_NAMES, DIRECTML_DTYPES
 from onnx_gather.core.descs import Case, TensorDesc, packed_strides
 
 Rng = np.random.Generator
-DATA_TYPES = tuple(DIRECTML_DTYPES)
-MAX_ELEMENTS = 400  # per tensor
-OPERATORS = {"GATHER": 0.4, "GATHER_ELEMENTS": 0.25, "GATHER_ND1": 0.25, "GATHER_ND": 0.1}
+MAX_DESC_ELEMENTS = 400  # per tensor
+OPERATOR_WEIGHTS = {"GATHER": 0.4, "GATHER_ELEMENTS": 0.25, "GATHER_ND1": 0.25, "GATHER_ND": 0.1}
 
 
 def _itemsize(dtype: str) -> int:
     return np.dtype(DIRECTML_DTYPES[dtype]).itemsize
 
 
-def _sizes(rng: Rng, count: int, budget: int = MAX_ELEMENTS) -> list[int]:
+def _sizes(rng: Rng, count: int, budget: int = MAX_DESC_ELEMENTS) -> list[int]:
     sizes = [int(rng.choice([1, 1, 2, 2, 3, 3, 4, 5, 7])) for _ in range(count)]
     while math.prod(sizes) > budget:
         sizes[int(rng.integers(0, count))] = 1
@@ -187,9 +186,9 @@ def _change(rng: Rng, operator: str, attributes: dict, sizes: list[list[int]], t
     change = str(rng.choice(["index type", "output type", "output size", "dimension count", "attribute", "zero size",
                              "total", "alignment"]))  # fmt: skip
     if change == "index type":
-        types[1] = str(rng.choice(DATA_TYPES))
+        types[1] = str(rng.choice(DATA_TYPE_NAMES))
     elif change == "output type":
-        types[2] = str(rng.choice(DATA_TYPES))
+        types[2] = str(rng.choice(DATA_TYPE_NAMES))
     elif change == "output size":
         sizes[2][int(rng.integers(0, n))] = int(rng.choice([1, 2, 3, 5]))
     elif change == "dimension count":
@@ -207,9 +206,9 @@ def _change(rng: Rng, operator: str, attributes: dict, sizes: list[list[int]], t
     return change
 
 
-def random_case(rng: Rng, data_types: Sequence[str] = DATA_TYPES) -> Case:
+def random_case(rng: Rng, data_types: Sequence[str] = DATA_TYPE_NAMES) -> Case:
     """One random case (see the module's docstring) of one of ``data_types``."""
-    operator = str(rng.choice(list(OPERATORS), p=list(OPERATORS.values())))
+    operator = str(rng.choice(list(OPERATOR_WEIGHTS), p=list(OPERATOR_WEIGHTS.values())))
     n = int(rng.choice(np.arange(1, 9), p=[0.08, 0.16, 0.17, 0.17, 0.13, 0.11, 0.09, 0.09]))
     types = [str(rng.choice(data_types)), str(rng.choice(contract.INDEX_TYPE_NAMES))]
     types.append(types[0])
@@ -254,7 +253,7 @@ def _padded(desc: TensorDesc, values: np.ndarray | None) -> bytes:
     return bytes(buffer)
 
 
-def random_cases(seed: int, count: int, data_types: Sequence[str] = DATA_TYPES) -> list[Case]:
+def random_cases(seed: int, count: int, data_types: Sequence[str] = DATA_TYPE_NAMES) -> list[Case]:
     """``count`` random cases from ``seed``, their data of ``data_types`` (all 11 by default)."""
     rng = np.random.default_rng(seed)
     return [random_case(rng, data_types) for _ in range(count)]

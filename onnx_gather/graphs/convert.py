@@ -239,21 +239,11 @@ def to_dml(
 ) -> onnx.ModelProto:
     """Every standard Gather, GatherElements and GatherND that DirectML can express, rewritten into DML form.
 
-    ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider
-    does) or a fixed N from 1 to 8 (4 emulates feature levels below 3.0). ``out_of_bounds`` is written
-    on every DML node. ``options`` are ``convert``'s: ``observation``, ``keep_on_cpu``, ``native_float16``,
-    ``provider_failures``. Where ONNX shape inference cannot tell a gather's ranks, ONNX Runtime's symbolic shape
-    inference is asked (nothing runs); what it cannot tell either is read off one run of the model with ONNX Runtime
-    on the inputs ``observation`` gives or generates, only when ``observation`` is given (None, the default: no run).
-    ``keep_on_cpu``, a feature level, leaves standard the gathers ONNX Runtime's DirectML provider on such a device
-    keeps on its CPU provider (shape computations, gathers of constants it folds, BFLOAT16, a type the device
-    lacks). Nodes that cannot be expressed stay standard (``convert`` reports them). A gather that ONNX Runtime's
-    DirectML provider fails (``check`` says ``fails``: GatherElements indices that differ from the data off the axis,
-    GatherND batch sizes that differ, ...) raises ``ProviderFailure``, naming the node and what the provider reports,
-    with ``provider_failures="raise"`` (the default); ``"onnx"`` converts it all the same, to compute ONNX's values
-    (GatherElements data sliced to its indices' sizes first). The DML ops' schemas are
-    declared to onnx (``core.contract.register_schemas``), so ``onnx.shape_inference`` types the result.
-    ``native_float16`` keeps FLOAT16 data on the DML nodes as it is (for onnx's reference evaluator, whose op classes
-    take it; the custom ops cannot: by default it travels as FLOAT32, exact but for NaN payloads).
+    ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider does) or a
+    fixed N from 1 to 8. ``out_of_bounds`` is written on every DML node. ``options`` are ``convert``'s:
+    ``observation`` (inputs for one run that tells the ranks inference cannot), ``keep_on_cpu`` (a feature level),
+    ``native_float16`` and ``provider_failures`` (``"raise"``, the default, or ``"onnx"``); docs/design.md, "What
+    to_dml does", tells each. Nodes that cannot be expressed stay standard (``convert`` reports them); a gather
+    ONNX Runtime's DirectML provider fails raises ``ProviderFailure`` unless ``provider_failures="onnx"``.
     """
     return convert(model, dimension_count, out_of_bounds, **options)[0]

@@ -34,12 +34,9 @@ def _signed_indices(indices: np.ndarray, size: int) -> np.ndarray | None:
     return indices.view(np.int32) if size <= 2**31 else indices.astype(np.int64)
 
 
-# DmlGather runs ONNX Runtime's native Gather only where it beat np.take, measured on this project's 2-core machine
-# (onnxruntime 1.32, numpy 2.4; each called directly, the native one in its nested session; take/native, medians):
-# the native kernel copies slice by slice (the contiguous run after the axis) on its threads, after a session call of
-# ~6-13 us. With slices of 1-16 KiB: 0.3-0.9 for outputs up to 2 MiB, 0.65-1.98 at 4 MiB, 0.93-2.98 at 8 MiB,
-# 1.02-2.7 at 16 MiB (4,000 rows of 4000 bytes from 4000x1000 FLOAT32: 1.60), 1.8-2.9 at 64 MiB. With slices of
-# 4-256 bytes np.take mostly won up to 16 MiB (0.1-1.15), and at 64 MiB the result varied with the shape (0.25-1.9).
+# DmlGather runs ONNX Runtime's native Gather only where it beat np.take: slices (the contiguous run after the axis)
+# of at least 1 KiB and outputs of at least 8 MiB; the measurements are in docs/design.md ("np.take or the native
+# Gather").
 _NATIVE_GATHER_SLICE_BYTES = 2**10
 _NATIVE_GATHER_OUTPUT_BYTES = 2**23
 

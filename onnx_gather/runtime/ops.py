@@ -43,7 +43,7 @@ _BRIDGE_ATTRIBUTES = {
     onnx.AttributeProto.INT: PyCustomOpDef.dt_int64,
     onnx.AttributeProto.STRING: PyCustomOpDef.dt_string,
 }
-DATA_DTYPES = tuple(onnx.helper.tensor_dtype_to_np_dtype(t) for t in sorted(contract.NODE_DATA_TYPES))
+NODE_DTYPES = tuple(onnx.helper.tensor_dtype_to_np_dtype(t) for t in sorted(contract.NODE_DATA_TYPES))
 
 # A session config entry marks options that already hold the custom op library: registering it
 # twice makes session creation fail.
@@ -262,7 +262,7 @@ def _register_operators() -> None:
 
 def _define() -> None:
     for operator in _OPERATORS:
-        for data_type in (_BRIDGE_TYPES[dtype] for dtype in DATA_DTYPES):
+        for data_type in (_BRIDGE_TYPES[dtype] for dtype in NODE_DTYPES):
             for index_dtype in contract.INDEX_DTYPES:
                 opdef = bridge.Opdef.create(
                     operator.function,

@@ -1,7 +1,8 @@
-"""The DML form in onnx's own reference evaluator: ``onnx.reference.ReferenceEvaluator(model, new_ops=OPS)`` runs
-a converted model with DmlGather, DmlGatherElements and DmlGatherNd computed by ``onnx_gather.core.semantics`` (no
-ONNX Runtime, no bridge: FLOAT16 data as they are), and the standard GatherElements DML form leaves as ONNX Runtime's
-CPU kernels compute it. ``run(model, feeds)`` does it for a whole model."""
+"""The DML form in onnx's own reference evaluator:
+``onnx.reference.ReferenceEvaluator(model, new_ops=EVALUATOR_OPS)`` runs a converted model with DmlGather,
+DmlGatherElements and DmlGatherNd computed by ``onnx_gather.core.semantics`` (no ONNX Runtime, no bridge: FLOAT16
+data as they are), and the standard GatherElements DML form leaves as ONNX Runtime's CPU kernels compute it.
+``run(model, feeds)`` does it for a whole model."""
 
 from __future__ import annotations
 
@@ -59,9 +60,9 @@ class GatherElements(OpRun):
         return (np.take_along_axis(data[rows], fixed, axis),)
 
 
-OPS = [DmlGather, DmlGatherElements, DmlGatherNd, GatherElements]
+EVALUATOR_OPS = [DmlGather, DmlGatherElements, DmlGatherNd, GatherElements]
 
 
 def evaluate(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """Every output of ``model`` (standard ONNX and the DML ops) by onnx's reference evaluator."""
-    return [np.asarray(o) for o in ReferenceEvaluator(model, new_ops=OPS).run(None, dict(feeds))]
+    return [np.asarray(o) for o in ReferenceEvaluator(model, new_ops=EVALUATOR_OPS).run(None, dict(feeds))]

@@ -11,7 +11,8 @@ Every pass over a whole tensor is one ONNX Runtime runs fast: the test is two ``
 repair a ``NonZero``, a ``ScatterElements`` zeroing the bad indices (a ``Where`` on GatherND's tuples) and one
 ``ScatterND`` (``ScatterElements`` for Gather's slices) of the repaired elements. No ``Where`` or ``Min`` touches the
 data (``Where`` changes FLOAT16 NaN payloads) and no INT64 ``Min``, ``Clip`` or ``ReduceMax`` sees an index (ONNX
-Runtime 1.31 gets them wrong beyond the int32 range). GatherND repairs whole tuples the same way.
+Runtime has got them wrong beyond the int32 range: tests/test_workarounds.py). GatherND repairs whole tuples the
+same way.
 """
 
 from __future__ import annotations
