@@ -1,4 +1,4 @@
-"""The package's layout: layers that import only downwards, and modules of one job each, of at most 400 lines."""
+"""The package's layout: layers that import only downwards, and modules of one job each, named uniquely."""
 
 from __future__ import annotations
 
@@ -117,5 +117,8 @@ def test_imports_run_downwards_only(path):
 
 
 @pytest.mark.parametrize("path", MODULES, ids=_id)
-def test_modules_stay_small(path):
-    assert len(path.read_text().splitlines()) <= 400
+def test_modules_stay_within_a_sanity_cap(path):
+    """Modules are split by responsibility (one job each, its names unique), not by a line count: a tight cap split
+    one job in two or pushed code into hand-packed lines. 800 lines only catches a module that has surely taken on
+    a second job."""
+    assert len(path.read_text().splitlines()) <= 800
