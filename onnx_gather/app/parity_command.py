@@ -43,17 +43,30 @@ def _model_paths(names: list[str]) -> list[Path]:
     return paths
 
 
-def _load_models(paths: list[Path]) -> tuple[list[backends.Model], dict[Path, str]]:
-    """The models that load, and why each other one was refused; a single model that does not load is bad input."""
+def _load_models(paths: list[Path], single: bool) -> tuple[list[backends.Model], dict[Path, str]]:
+    """The models that load, and why each other one was refused; a ``single`` model that does not load is bad
+    input."""
     models, refused = [], {}
     for path in paths:
         try:
             models.append(backends.Model.read(path))
         except model_io.ModelError as error:
-            if len(paths) == 1:
+            if single:
                 raise
             refused[path] = str(error)
     return models, refused
+
+
+# The backends a run compares: those asked for, those that must run (named without --allow-skipped), and each built.
+_Chosen = tuple[list[str], frozenset[str], dict[str, backends.Backend]]
+
+
+def _backends(args: argparse.Namespace) -> _Chosen:
+    named = args.backends is not None
+    asked = args.backends if named else list(backends.DEFAULT_BACKENDS)
+    required = frozenset(asked if named and not args.allow_skipped else ())
+    names = dict.fromkeys((args.reference, *asked))  # each once
+    return asked, required, {name: options.build_backend(args, name) for name in names}
 
 
 class ParityCommand(Command):
@@ -93,28 +106,43 @@ class ParityCommand(Command):
         options.add_backend_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        choice, max_elements = InputChoice.of(args), args.max_elements
-        named = args.backends is not None
-        asked = args.backends if named else list(backends.DEFAULT_BACKENDS)
-        required = frozenset(asked if named and not args.allow_skipped else ())
-        names = dict.fromkeys((args.reference, *asked))  # each once
-        built = {name: options.build_backend(args, name) for name in names}
+        choice = InputChoice.of(args)
+        chosen = _backends(args)
         paths = _model_paths(args.models)
-        if len(paths) > 1 and (choice.inputs or args.save_inputs):
+        # A single model stops at bad input and is reported alone; a folder's models are reported as each ends.
+        single = len(paths) == 1
+        if not single and (choice.inputs or args.save_inputs):
             raise UsageError("--inputs and --save-inputs take a single model")
-        models, refused = _load_models(paths)
+        models, refused = _load_models(paths, single)
         reads = [*refused, *([choice.inputs] if choice.inputs else [])]
         for model in models:
             reads += options.read_files(model.path, model.proto)
         outputs = {"--report": args.report, "--markdown": args.markdown, "--save-inputs": args.save_inputs}
         options.check_outputs(outputs, reads)
+        runs = self._run_models(args, choice, chosen, models, refused, single)
+        self._write_files(args, runs, refused, single)
+        _print_verdicts(runs, refused, len(paths))
+        verdicts = {run.parity.verdict for run in runs}
+        if "failed" in verdicts or refused:
+            return 1
+        return INCOMPLETE if "incomplete" in verdicts else 0
+
+    @staticmethod
+    def _run_models(
+        args: argparse.Namespace, choice: InputChoice, chosen: _Chosen, models: list[backends.Model],
+        refused: dict[Path, str], single: bool,
+    ) -> list[Reported]:  # fmt: skip
+        """Each model on the ``chosen`` backends; a model whose inputs cannot be made is refused (raised if
+        ``single``)."""
+        asked, required, built = chosen
+        max_elements = args.max_elements
         runs = []
         progress = Progress(len(models), sys.stderr)
         for model in models:
             try:
                 feeds = choice.feeds(model.proto, choice.given(model.proto, max_elements), max_elements)
             except inputs.InputError as error:  # in a folder, one model's inputs do not stop the others
-                if len(paths) == 1:
+                if single:
                     raise
                 refused[model.path] = str(error)
                 progress.model_done()
@@ -130,38 +158,36 @@ class ParityCommand(Command):
             model.conversions.clear()  # the DML forms its backends shared: not kept while the next model runs
             runs.append(Reported(parity, parity_hint(parity, model.proto, choice)))
             progress.model_done()
-            if len(paths) > 1:  # a folder's models are reported as each ends; the verdict on them all after the files
+            if not single:  # the verdict on them all comes after the files
                 print(report.text(runs[-1]) + "\n")
         progress.finish()
-        passed = all(run.parity.passed for run in runs) and not refused
-        verdicts = {run.parity.verdict for run in runs}
-        self._write_files(args, runs, refused, passed, len(paths))
-        if len(paths) == 1:  # its verdict only once its files are written
-            print(report.text(runs[0]) + "\n")
-        for path, reason in refused.items():
-            print(f"{path}: refused: {reason}\n")
-        if len(paths) > 1:
-            print(f"{sum(run.parity.passed for run in runs)} of {len(paths)} models passed.")
-            for run in runs:
-                verdict = run.parity.verdict
-                print(f"  {verdict if run.parity.passed else verdict.upper()}  {run.parity.model}")
-            for path in refused:
-                print(f"  refused {path}")
-        if "failed" in verdicts or refused:
-            return 1
-        return INCOMPLETE if "incomplete" in verdicts else 0
+        return runs
 
     @staticmethod
-    def _write_files(
-        args: argparse.Namespace, runs: list[Reported], refused: dict[Path, str], passed: bool, models: int
-    ) -> None:
+    def _write_files(args: argparse.Namespace, runs: list[Reported], refused: dict[Path, str], single: bool) -> None:
         """The --report and --markdown files of a parity run, written before its verdict is printed."""
         if args.report:
             documents = [report.document(run) for run in runs]
             documents += [{"model": str(path), "refused": reason, "passed": False} for path, reason in refused.items()]
-            document = documents[0] if models == 1 else {"models": documents, "passed": passed}
+            passed = all(run.parity.passed for run in runs) and not refused
+            document = documents[0] if single else {"models": documents, "passed": passed}
             with options.writing("--report", args.report):
                 model_io.write_bytes(args.report, json.dumps(document, indent=2).encode())
         if args.markdown:
             with options.writing("--markdown", args.markdown):
                 model_io.write_bytes(args.markdown, report.markdown(runs, refused).encode())
+
+
+def _print_verdicts(runs: list[Reported], refused: dict[Path, str], count: int) -> None:
+    """A single model's verdict (once its files are written), or the verdict on ``count`` models."""
+    if count == 1:  # a single model is never refused: its bad input was raised
+        print(report.text(runs[0]) + "\n")
+        return
+    for path, reason in refused.items():
+        print(f"{path}: refused: {reason}\n")
+    print(f"{sum(run.parity.passed for run in runs)} of {count} models passed.")
+    for run in runs:
+        verdict = run.parity.verdict
+        print(f"  {verdict if run.parity.passed else verdict.upper()}  {run.parity.model}")
+    for path in refused:
+        print(f"  refused {path}")

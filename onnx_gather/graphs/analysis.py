@@ -84,6 +84,18 @@ class Analysis:
         """Ranks ONNX shape inference could not tell, for the main graph's gathers: from ONNX Runtime's symbolic
         shape inference, else from one run of the model if ``observation`` asks for it. For GatherND's indices also
         the tuple length (their last dim), which fixes the output's rank."""
+        wanted, tuples = self._wanted()
+        if not wanted:
+            return
+        for name, value_type in symbolic_types(self.model, wanted).items():
+            self._learn(name, value_type, name in tuples)
+        wanted = [name for name in wanted if name not in self.observed]
+        if wanted:
+            self._observe(observation, wanted, tuples)
+
+    def _wanted(self) -> tuple[list[str], set[str]]:
+        """The main graph's gather inputs whose rank (or tuple length: the second set) is unknown; those a run could
+        not observe either are noted in ``unknown``."""
         wanted, tuples = [], set()
         for body in bodies(self.model):
             types = self.types.get(body.scope, {})
@@ -91,26 +103,27 @@ class Analysis:
                 if node.domain not in ("", "ai.onnx") or node.op_type not in contract.GATHER_OPS:
                     continue
                 for name in node.input[:2]:
-                    known = types.get(name)
                     tuple_length = node.op_type == "GatherND" and name == node.input[1]
-                    if not name or (known is not None and known.rank is not None and not (
-                            tuple_length and (not known.dims or not isinstance(known.dims[-1], int)))):  # fmt: skip
+                    if not name or _told(types.get(name), tuple_length):
                         continue
                     if tuple_length:
                         tuples.add(name)
-                    if body.container is not self.model.graph:
-                        self.unknown[name] = f"it is inside {body.where}, where a run cannot observe it"
-                    elif (branch := branch_dependence(self.model.graph, name, types)) is not None:
-                        self.unknown[name] = f"it depends on which branch of If {branch!r} runs"
+                    if (why := self._unobservable(body, types, name)) is not None:
+                        self.unknown[name] = why
                     else:
                         wanted.append(name)
-        if not wanted:
-            return
-        for name, value_type in symbolic_types(self.model, wanted).items():
-            self._learn(name, value_type, name in tuples)
-        wanted = [name for name in wanted if name not in self.observed]
-        if not wanted:
-            return
+        return wanted, tuples
+
+    def _unobservable(self, body: Body, types: dict[str, ValueType], name: str) -> str | None:
+        """Why a run cannot observe ``name``, or None where it can."""
+        if body.container is not self.model.graph:
+            return f"it is inside {body.where}, where a run cannot observe it"
+        if (branch := branch_dependence(self.model.graph, name, types)) is not None:
+            return f"it depends on which branch of If {branch!r} runs"
+        return None
+
+    def _observe(self, observation: Observer | None, wanted: list[str], tuples: set[str]) -> None:
+        """The ranks of ``wanted`` read off one run, where ``observation`` asks for it; else why they stay unknown."""
         if observation is None:
             for name in wanted:
                 self.unknown[name] = (
@@ -141,53 +154,40 @@ class Analysis:
     ) -> tuple[GatherPlan | Left, NodeChange]:
         """How DML form expresses gather ``node`` (the ``index``-th of ``body``), or why it is left as it is; and
         what the report says of it (for a converted node, ``result`` is the DML node's name, fresh in the model)."""
-        data, indices = (types.get(name) for name in node.input[:2])
         referenced = referenced_attribute(node)
-        known = data is not None and data.rank is not None and indices is not None and indices.rank is not None
-        known = known and not referenced
-        axis = _attribute(node, "axis", 0) % data.rank if known and data.rank else None
         plan = Left(referenced) if referenced else _examine(body, types, node, self.dimension_count, self.unknown,
                                                             self.carrying)  # fmt: skip
-        placed = self.placed[body.where][index] if body.where in self.placed else None
-        fails = ""
-        if placed is not None and placed.why in REASONS:
-            plan = Left(f"kept standard, as the DirectML provider keeps it: {REASONS[placed.why]}")
-        elif isinstance(plan, GatherPlan):
-            level = self.keep_on_cpu or FEATURE_LEVELS[HIGHEST_LEVEL]
-            placement = place_gather(node.op_type, plan.data, plan.indices, plan.axis, level, plan.out_rank, plan.batch)
-            if placement.provider == "CPU" and self.keep_on_cpu is not None:
-                plan = Left(f"kept standard, as the DirectML provider keeps it: {placement.reason}")
-            elif placement.provider == "fails":
-                fails = placement.reason
+        plan, fails = self._placed(body, node, index, plan)
         if isinstance(plan, Left):
-            data, indices = (data, indices) if known else (None, None)
-            batch = _attribute(node, "batch_dims", 0) if not referenced else 0
-            return plan, NodeChange(
-                where=body.where,
-                node=node.name or unnamed(node, index),
-                op_type=node.op_type,
-                result="",
-                reason=plan.reason,
-                data=data,
-                indices=indices,
-                axis=axis,
-                batch=batch,
-                out_rank=_out_rank(node.op_type, data, indices, batch),
-            )
+            return plan, _left_change(body, types, node, index, plan)
+        return plan, self._converted_change(body, node, index, plan, fails)
+
+    def _placed(
+        self, body: Body, node: onnx.NodeProto, index: int, plan: GatherPlan | Left
+    ) -> tuple[GatherPlan | Left, str]:
+        """The plan with where ONNX Runtime's DirectML provider puts the gather: left standard where ``keep_on_cpu``
+        keeps it on the CPU as the provider does; and why the provider fails it ("" where it does not)."""
+        placed = self.placed[body.where][index] if body.where in self.placed else None
+        if placed is not None and placed.why in REASONS:
+            return Left(f"kept standard, as the DirectML provider keeps it: {REASONS[placed.why]}"), ""
+        if not isinstance(plan, GatherPlan):
+            return plan, ""
+        level = self.keep_on_cpu or FEATURE_LEVELS[HIGHEST_LEVEL]
+        placement = place_gather(node.op_type, plan.data, plan.indices, plan.axis, level, plan.out_rank, plan.batch)
+        if placement.provider == "CPU" and self.keep_on_cpu is not None:
+            return Left(f"kept standard, as the DirectML provider keeps it: {placement.reason}"), ""
+        return plan, placement.reason if placement.provider == "fails" else ""
+
+    def _converted_change(
+        self, body: Body, node: onnx.NodeProto, index: int, plan: GatherPlan, fails: str
+    ) -> NodeChange:
+        """What the report says of a gather DML form takes; names its DML node."""
         name = node.name or self.names.fresh(f"{node.op_type}_{index}")
         note = ""
         if plan.carrier is not None:
             exact = "exact" if plan.data.elem_type == TensorProto.BOOL else "exact but for NaN payloads, made canonical"
             note = f"{_type_name(plan.data.elem_type)} data travels as {_type_name(plan.carrier)} ({exact})"
-        observed = [value for value in node.input[:2] if value in self.observed]
-        ranks = ""
-        if observed:  # one run observed them all
-            roles = " and ".join(f"{'data' if value == node.input[0] else 'indices'} {value!r} ({self.observed[value]})"
-                                 for value in observed)  # fmt: skip
-            how = f"observed in a run of ONNX Runtime on {self.observed_run}" if self.ran & set(observed) else \
-                "from ONNX Runtime's symbolic shape inference"  # fmt: skip
-            ranks = f"{roles} {how}"
-        return plan, NodeChange(
+        return NodeChange(
             where=body.where,
             node=node.name or unnamed(node, index),
             op_type=node.op_type,
@@ -197,13 +197,55 @@ class Analysis:
             data_type=plan.data.elem_type,
             index_type=plan.indices.elem_type,
             note=note,
-            ranks=ranks,
+            ranks=self._ranks_told(node),
             data=plan.data,
             indices=plan.indices,
             axis=plan.axis,
             batch=plan.batch,
             out_rank=plan.out_rank,
         )
+
+    def _ranks_told(self, node: onnx.NodeProto) -> str:
+        """Which of the gather's input ranks symbolic inference or a run told, and which of the two ("": none)."""
+        observed = [value for value in node.input[:2] if value in self.observed]
+        if not observed:
+            return ""
+        # One run observed them all.
+        roles = " and ".join(f"{'data' if value == node.input[0] else 'indices'} {value!r} ({self.observed[value]})"
+                             for value in observed)  # fmt: skip
+        how = f"observed in a run of ONNX Runtime on {self.observed_run}" if self.ran & set(observed) else \
+            "from ONNX Runtime's symbolic shape inference"  # fmt: skip
+        return f"{roles} {how}"
+
+
+def _told(known: ValueType | None, tuple_length: bool) -> bool:
+    """Whether a value's rank is known (and, for GatherND's indices, their tuple length: a number as last dim)."""
+    if known is None or known.rank is None:
+        return False
+    return not tuple_length or (bool(known.dims) and isinstance(known.dims[-1], int))
+
+
+def _left_change(body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int, plan: Left) -> NodeChange:
+    """What the report says of a gather left standard: its inputs' types and axis where they are known."""
+    data, indices = (types.get(name) for name in node.input[:2])
+    referenced = referenced_attribute(node)
+    known = data is not None and data.rank is not None and indices is not None and indices.rank is not None
+    known = known and not referenced
+    axis = _attribute(node, "axis", 0) % data.rank if known and data.rank else None
+    data, indices = (data, indices) if known else (None, None)
+    batch = _attribute(node, "batch_dims", 0) if not referenced else 0
+    return NodeChange(
+        where=body.where,
+        node=node.name or unnamed(node, index),
+        op_type=node.op_type,
+        result="",
+        reason=plan.reason,
+        data=data,
+        indices=indices,
+        axis=axis,
+        batch=batch,
+        out_rank=_out_rank(node.op_type, data, indices, batch),
+    )
 
 
 @dataclass(frozen=True)

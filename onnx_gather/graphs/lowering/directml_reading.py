@@ -45,63 +45,54 @@ def _repair(emit: Emitter, tensor: Tensor, gather: NativeGather, v: str, outside
     """The native op on ``v`` with its out-of-bounds values (``outside``) set to 0, and the elements they produced
     overwritten with DirectML's reading. The data has at least one element. The last node writes the output (a
     Reshape there would copy it once more), except for a Gather whose indices are not 1-D."""
-    axis, index_type, rank = gather.axis, gather.index_type, tensor.data.rank
-    elements = gather.op_type == "GatherElements"
-    flat = not elements and gather.index_rank != 1
-    if not elements:
-        outside_list = emit.node("Reshape", [outside, tensor.minus_one], "flat_outside") if flat else outside
-        at = emit.node("NonZero", [outside_list], "outside_at")  # (1, M)
-        positions = emit.node("Reshape", [at, tensor.minus_one], "outside_positions")
-    else:
-        at = emit.node("NonZero", [outside], "outside_at")  # (rank, M)
-        # Where each sits in the indices, flattened (ScatterElements and GatherElements beat ScatterND and GatherND).
-        v_shape = emit.node("Shape", [v], "indices_shape")
-        positions = position(emit, at, v_shape, range(rank))
-    flat_v = (
-        v if not elements and gather.index_rank == 1 else emit.node("Reshape", [v, tensor.minus_one], "flat_indices")
-    )
-    # Indices (not data: exact) with the out-of-bounds ones 0; flat for a Gather whose indices are not 1-D, whose
-    # slices are put back in that form. GatherElements' indices are as many as its output: there a ScatterElements of
-    # the few zeros beats a Where over them all (3x on 4 million indices).
-    if not elements:
-        zero_index = emit.constant(0, np.int32 if index_type == TensorProto.INT32 else np.int64, "zero_index")
-        safe = emit.node("Where", [outside_list, zero_index, flat_v] if flat else [outside, zero_index, v], "safe")
-    else:
-        zero_type = TensorProto.INT32 if index_type == TensorProto.INT32 else TensorProto.INT64
-        zero_index = helper.make_tensor("zero", zero_type, [1], [0])
-        zeros = emit.node(
-            "ConstantOfShape", [emit.node("Shape", [positions], "outside_count")], "zeros", value=zero_index
-        )
-        safe_flat = emit.node("ScatterElements", [flat_v, positions, zeros], "safe_flat", axis=0)
-        safe = emit.node("Reshape", [safe_flat, v_shape], "safe")
-    native = emit.node(gather.op_type, [tensor.x, safe], "native", axis=axis)
+    if gather.op_type == "GatherElements":
+        return _repair_elements(emit, tensor, gather, v, outside)
+    return _repair_slices(emit, tensor, gather, v, outside)
 
-    index_values = emit.node("GatherElements", [flat_v, positions], "outside_values", axis=0)
-    if index_type == TensorProto.INT32:
-        index_values = emit.node("Cast", [index_values], "outside_int64", to=TensorProto.INT64)
-    words = axis_words(emit, tensor, index_values, (tensor.size, tensor.known_size), gather.negative_reads)
-    if elements:  # single elements, at their coordinates in the indices (the data's sizes off the axis)
-        shape = tensor.data.sizes(emit, 0, rank, "data_sizes")
-        outer, inner = position(emit, at, shape, range(axis)), position(emit, at, shape, range(axis + 1, rank))
-        values = read_at(emit, tensor, gather, outer, words, inner)
-        coordinates = emit.node("Transpose", [at], "outside_coordinates")  # (M, rank)
-        return emit.node("ScatterND", [native, coordinates, values], "directml")
-    # Slices: every outer and inner position of each out-of-bounds index, (P, M, S), put back along the axis.
+
+def _repair_elements(emit: Emitter, tensor: Tensor, gather: NativeGather, v: str, outside: str) -> str:
+    """GatherElements: single elements, at their coordinates in the indices (the data's sizes off the axis)."""
+    axis, rank = gather.axis, tensor.data.rank
+    at = emit.node("NonZero", [outside], "outside_at")  # (rank, M)
+    # Where each sits in the indices, flattened (ScatterElements and GatherElements beat ScatterND and GatherND).
+    v_shape = emit.node("Shape", [v], "indices_shape")
+    positions = position(emit, at, v_shape, range(rank))
+    flat_v = emit.node("Reshape", [v, tensor.minus_one], "flat_indices")
+    # Indices (not data: exact) with the out-of-bounds ones 0. GatherElements' indices are as many as its output: a
+    # ScatterElements of the few zeros beats a Where over them all (3x on 4 million indices).
+    zero_type = TensorProto.INT32 if gather.index_type == TensorProto.INT32 else TensorProto.INT64
+    zero_index = helper.make_tensor("zero", zero_type, [1], [0])
+    zeros = emit.node("ConstantOfShape", [emit.node("Shape", [positions], "outside_count")], "zeros", value=zero_index)
+    safe_flat = emit.node("ScatterElements", [flat_v, positions, zeros], "safe_flat", axis=0)
+    safe = emit.node("Reshape", [safe_flat, v_shape], "safe")
+    native = emit.node(gather.op_type, [tensor.x, safe], "native", axis=axis)
+    words = _outside_words(emit, tensor, gather, flat_v, positions)
+    shape = tensor.data.sizes(emit, 0, rank, "data_sizes")
+    outer, inner = position(emit, at, shape, range(axis)), position(emit, at, shape, range(axis + 1, rank))
+    values = read_at(emit, tensor, gather, outer, words, inner)
+    coordinates = emit.node("Transpose", [at], "outside_coordinates")  # (M, rank)
+    return emit.node("ScatterND", [native, coordinates, values], "directml")
+
+
+def _repair_slices(emit: Emitter, tensor: Tensor, gather: NativeGather, v: str, outside: str) -> str:
+    """Gather: every outer and inner position of each out-of-bounds index, (P, M, S), put back along the axis. The
+    indices are flat where they are not 1-D, and the slices put back in their form."""
+    axis, rank = gather.axis, tensor.data.rank
+    flat = gather.index_rank != 1
+    outside_list = emit.node("Reshape", [outside, tensor.minus_one], "flat_outside") if flat else outside
+    at = emit.node("NonZero", [outside_list], "outside_at")  # (1, M)
+    positions = emit.node("Reshape", [at, tensor.minus_one], "outside_positions")
+    flat_v = emit.node("Reshape", [v, tensor.minus_one], "flat_indices") if flat else v
+    # Indices (not data: exact) with the out-of-bounds ones 0.
+    zero_index = emit.constant(0, np.int32 if gather.index_type == TensorProto.INT32 else np.int64, "zero_index")
+    safe = emit.node("Where", [outside_list, zero_index, flat_v], "safe")
+    native = emit.node(gather.op_type, [tensor.x, safe], "native", axis=axis)
+    words = _outside_words(emit, tensor, gather, flat_v, positions)
     outer = all_positions(emit, tensor, tensor.data.known(0, axis), lambda: tensor.outer, [-1, 1, 1], "p")
     inner = all_positions(emit, tensor, tensor.data.known(axis + 1, rank), lambda: tensor.inner, [1, 1, -1], "s")
     words = emit.node("Reshape", [words, emit.constant([1, -1, 1], np.int64, "words_shape")], "words_3d")
     values = read_at(emit, tensor, gather, outer, words, inner)
-    before, after = tensor.data.known(0, axis), tensor.data.known(axis + 1, rank)
-    if before is not None and after is not None:
-        spread = emit.constant([*before, -1, *after], np.int64, "spread")
-    else:
-        parts = [
-            tensor.data.sizes(emit, 0, axis, "before"),
-            tensor.minus_one,
-            tensor.data.sizes(emit, axis + 1, rank, "after"),
-        ]
-        spread = emit.node("Concat", parts, "spread", axis=0)
-    values = emit.node("Reshape", [values, spread], "values")
+    values = emit.node("Reshape", [values, _spread(emit, tensor, axis)], "values")
     along_axis = emit.constant([1] * axis + [-1] + [1] * (rank - axis - 1), np.int64, "positions_shape")
     positions = emit.node("Reshape", [positions, along_axis], "positions_along_axis")
     slots = emit.node("Expand", [positions, emit.node("Shape", [values], "values_shape")], "slots")
@@ -110,6 +101,29 @@ def _repair(emit: Emitter, tensor: Tensor, gather: NativeGather, v: str, outside
         return fixed
     v_shape = emit.node("Shape", [v], "indices_shape")
     return emit.node("Reshape", [fixed, gather_shape(emit, tensor.data, v_shape, axis)], "directml")
+
+
+def _outside_words(emit: Emitter, tensor: Tensor, gather: NativeGather, flat_v: str, positions: str) -> str:
+    """The axis words (``axis_words``) DirectML reads for each out-of-bounds index, at ``positions`` of the flat
+    indices."""
+    index_values = emit.node("GatherElements", [flat_v, positions], "outside_values", axis=0)
+    if gather.index_type == TensorProto.INT32:
+        index_values = emit.node("Cast", [index_values], "outside_int64", to=TensorProto.INT64)
+    return axis_words(emit, tensor, index_values, (tensor.size, tensor.known_size), gather.negative_reads)
+
+
+def _spread(emit: Emitter, tensor: Tensor, axis: int) -> str:
+    """The shape that spreads read slices along the axis: the data's sizes before and after it, -1 on it."""
+    rank = tensor.data.rank
+    before, after = tensor.data.known(0, axis), tensor.data.known(axis + 1, rank)
+    if before is not None and after is not None:
+        return emit.constant([*before, -1, *after], np.int64, "spread")
+    parts = [
+        tensor.data.sizes(emit, 0, axis, "before"),
+        tensor.minus_one,
+        tensor.data.sizes(emit, axis + 1, rank, "after"),
+    ]
+    return emit.node("Concat", parts, "spread", axis=0)
 
 
 def _outside(

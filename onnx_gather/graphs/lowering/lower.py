@@ -63,6 +63,41 @@ class LoweringError(UserError):
     """``to_onnx`` cannot lower some DML node; the message names each, with the reason ``lower`` reports."""
 
 
+@dataclasses.dataclass(frozen=True)
+class _Gather:
+    """One DmlGather or DmlGatherElements to lower: its attributes and types, what ``look_through`` found around it,
+    the standard op's DML form (None where the DML output crops it), and whether its indices are known in bounds."""
+
+    op_type: str  # the standard op: Gather or GatherElements
+    axis: int  # the DML node's
+    index_dimensions: int
+    mode: str
+    input_type: ValueType
+    index_type: int
+    around: Surroundings
+    form: DmlForm | None
+    in_bounds: bool
+
+    @property
+    def rank(self) -> int:  # the standard op's data rank
+        return self.input_type.rank - self.around.data_ones
+
+    @property
+    def standard_axis(self) -> int:
+        return self.axis - self.around.data_ones
+
+    @property
+    def index_rank(self) -> int:
+        return self.index_dimensions if self.op_type == "Gather" else self.rank
+
+    def needed(self) -> tuple[int, str]:
+        """The opset its lowering needs (``needed_opset``), and why."""
+        signed = self.index_type in (TensorProto.INT32, TensorProto.INT64)
+        in_bounds = self.in_bounds or (self.mode == "error" and signed)
+        needed = needed_opset(self.op_type, self.mode, in_bounds, self.index_type)
+        return max(needed, (5, "its output crop needs Reshape-5")) if self.around.crop_to is not None else needed
+
+
 class _Lowering:
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
@@ -138,66 +173,74 @@ class _Lowering:
     ) -> list[onnx.NodeProto] | None:
         if node.op_type == "DmlGatherNd":
             return self._lower_nd(work, types, node, index)
+        gather = self._plan(work, types, node)
+        if gather is None or self._lacks(work, node, gather.needed()):
+            return None
+        for used, keep in gather.around.removals:
+            work.remove(used, keep, _TO_DML_HELPERS)
+        name = node.name or self.names.fresh(f"{node.op_type[3:]}_{index}")
+        emit = self._emitter(work.body, name)
+        result, padding = self._emit_gather(emit, gather, name)
+        return self._finish(emit, work, node, name, gather.mode, result, padding, gather.around)
+
+    def _plan(self, work: DefUse, types: dict[str, ValueType], node: onnx.NodeProto) -> _Gather | None:
+        """What lowering a DmlGather or DmlGatherElements takes, or None where it cannot be lowered (reported)."""
         attributes = self._attributes(work, types, node)
         if attributes is None:
             return None
         axis, index_dimensions, mode = attributes
-        gather = node.op_type == "DmlGather"
-        op_type = "Gather" if gather else "GatherElements"
+        op_type = "Gather" if node.op_type == "DmlGather" else "GatherElements"
         input_type, index_type = types[node.input[0]], types[node.input[1]].elem_type
         around = look_through(work, types, node, axis, index_dimensions, mode)
         n, rank = input_type.rank, input_type.rank - around.data_ones  # the DML rank, the standard op's data rank
-        standard_axis = axis - around.data_ones
+        index_rank = index_dimensions if op_type == "Gather" else rank
         try:  # the standard op's DML form at the node's N: the leading ones to_dml gives it
-            form = dml_form(op_type, rank, index_dimensions if gather else rank, standard_axis, dimension_count=n)
+            form = dml_form(op_type, rank, index_rank, axis - around.data_ones, dimension_count=n)
         except FormError:  # its output needs more than N dimensions: the DML output crops it (look_through)
             form = None
         if form is None and around.crop_to is None:
             self._leave(work, node, "its output crop depends on sizes that are only known at run time")
             return None
         in_bounds = indices_in_bounds(work.constant(around.indices), input_type.dims[axis : axis + 1])
-        signed = index_type in (TensorProto.INT32, TensorProto.INT64)
-        needed = needed_opset(op_type, mode, in_bounds or (mode == "error" and signed), index_type)
-        if around.crop_to is not None:
-            needed = max(needed, (5, "its output crop needs Reshape-5"))
-        if self._lacks(work, node, needed):
-            return None
-        for used, keep in around.removals:
-            work.remove(used, keep, _TO_DML_HELPERS)
+        return _Gather(op_type, axis, index_dimensions, mode, input_type, index_type, around, form, in_bounds)
 
-        name = node.name or self.names.fresh(f"{node.op_type[3:]}_{index}")
-        emit = self._emitter(work.body, name)
+    def _emit_gather(self, emit: Emitter, gather: _Gather, name: str) -> tuple[str, int]:
+        """The standard op and what it takes, emitted: its result and the leading ones ``_finish`` adds back."""
+        around, input_type, index_type = gather.around, gather.input_type, gather.index_type
         indices = around.indices
-        if gather:
-            indices = emit.unpad(indices, (n - around.index_ones) - index_dimensions, "unpad_indices")
+        if gather.op_type == "Gather":
+            unpad = input_type.rank - around.index_ones - gather.index_dimensions
+            indices = emit.unpad(indices, unpad, "unpad_indices")
         data_type = around.carried if around.carried is not None else input_type.elem_type
-        directml = mode.startswith("directml") and not in_bounds
+        directml = gather.mode.startswith("directml") and not gather.in_bounds
         mask = None
-        if in_bounds:  # every mode reads what the native op reads
+        if gather.in_bounds:  # every mode reads what the native op reads
             fixed = native_indices(emit, indices, index_type)
         elif not directml:
             fixed, mask = fix_indices(
-                emit, around.data, indices, index_type, standard_axis, input_type.dims[axis], mode
+                emit, around.data, indices, index_type, gather.standard_axis, input_type.dims[gather.axis], gather.mode
             )
         # The DML output is the standard output with leading ones: ``padding`` more than the consumer keeps.
-        padding = form.output_ones - around.unpadded if form is not None else 0
+        padding = gather.form.output_ones - around.unpadded if gather.form is not None else 0
         reshaped = padding != 0 or around.crop_to is not None
         result = self.names.fresh(f"{name}/output") if reshaped or mask is not None else around.final
         if directml:
             dims = tuple(input_type.dims[around.data_ones :])
-            index_rank = index_dimensions if gather else rank
-            directml_reading(emit, NativeGather(op_type, around.data, dims, indices, index_type, index_rank, data_type,
-                                                mode, result, axis=standard_axis))  # fmt: skip
+            directml_reading(emit, NativeGather(gather.op_type, around.data, dims, indices, index_type,
+                                                gather.index_rank, data_type, gather.mode, result,
+                                                axis=gather.standard_axis))  # fmt: skip
         else:
-            emit.nodes.append(helper.make_node(op_type, [around.data, fixed], [result], name=name, axis=standard_axis))
+            emit.nodes.append(
+                helper.make_node(gather.op_type, [around.data, fixed], [result], name=name, axis=gather.standard_axis)
+            )
         if mask is not None:
-            trailing = (
-                rank - standard_axis - 1 if gather else 0
-            )  # the mask lines up with the axis; leading dims broadcast
+            # The mask lines up with the axis; leading dims broadcast.
+            trailing = gather.rank - gather.standard_axis - 1 if gather.op_type == "Gather" else 0
             if trailing:
-                mask = emit.unsqueeze(mask, range(index_dimensions, index_dimensions + trailing), "mask_dims")
+                dims_from = gather.index_dimensions
+                mask = emit.unsqueeze(mask, range(dims_from, dims_from + trailing), "mask_dims")
             result = zero_where(emit, mask, result, data_type, None if reshaped else around.final)
-        return self._finish(emit, work, node, name, mode, result, padding, around)
+        return result, padding
 
     def _lower_nd(
         self, work: DefUse, types: dict[str, ValueType], node: onnx.NodeProto, index: int
