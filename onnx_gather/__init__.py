@@ -9,7 +9,8 @@
   ``Observation``: the run that tells ``to_dml`` the ranks no shape inference can (``onnx_gather.runtime.observe``);
 * ``register_schemas()``: the DML ops declared to onnx, whose shape inference and checker then know them
   (``onnx_gather.core.contract``, the one declaration of the ops);
-* ``sample_model_path()``: where the bundled sample model is, installed or in a source tree (``onnx_gather.app.demo``).
+* ``sample_model_path()``: where the bundled sample model is, installed or in a source tree
+  (``onnx_gather.graphs.bundled``).
 
 Each name is imported when first used: importing the package, or its runtime-free layers (``core``, ``graphs``,
 ``directml``; docs/design.md), loads neither onnxruntime nor onnxruntime-extensions.
@@ -30,7 +31,7 @@ _WHERE = {
     "dml_gather_elements": "onnx_gather.core.semantics",
     "dml_gather_nd": "onnx_gather.core.semantics",
     "register_schemas": "onnx_gather.core.contract",
-    "sample_model_path": "onnx_gather.app.demo",
+    "sample_model_path": "onnx_gather.graphs.bundled",
     "session_options": "onnx_gather.runtime.ops",
     "to_dml": "onnx_gather.graphs.convert",
     "to_onnx": "onnx_gather.graphs.lowering.lower",

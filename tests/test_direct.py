@@ -26,10 +26,11 @@ from conftest import (
 
 from onnx_gather.app import cli
 from onnx_gather.conformance import direct_door as direct_conformance
+from onnx_gather.conformance import random_descs
 from onnx_gather.core import predict
 from onnx_gather.core.contract import DIRECTML_DTYPES, NUMPY_NAMES
 from onnx_gather.core.descs import Case, DescOutcome, TensorDesc, from_buffer, to_buffer
-from onnx_gather.directml import install, layout, random_descs
+from onnx_gather.directml import install, layout
 from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.directml.process import RunnerError
 

@@ -4,7 +4,7 @@ python tools/conformance.py [--seed N] [--count N] [--out-of-bounds F] [--beyond
                             [--nd]
 python tools/conformance.py --direct [--seed N] [--count N] [--show K]
 
-With --direct: random operator descs over the whole domain (onnx_gather.directml.random_descs) on DirectML called
+With --direct: random operator descs over the whole domain (onnx_gather.conformance.random_descs) on DirectML called
 directly, against onnx_gather.core.predict and the custom ops; prints the table per operator and kind.
 
 Prints the per-type table (cases in range, out of bounds and with int64 values beyond int32, and how many DirectML
@@ -23,8 +23,8 @@ import numpy as np
 
 from onnx_gather.conformance import direct_door as direct_conformance
 from onnx_gather.conformance import provider_door as conformance
+from onnx_gather.conformance import random_descs
 from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
-from onnx_gather.directml import random_descs
 from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.directml.worker import Runner
 

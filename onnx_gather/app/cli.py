@@ -19,10 +19,10 @@ from onnx_gather.app.progress import Progress
 from onnx_gather.app.reduce_command import ReduceCommand
 from onnx_gather.app.run_command import RunCommand
 from onnx_gather.core.errors import UserError
+from onnx_gather.core.words import one_line
 from onnx_gather.directml import install
 from onnx_gather.directml.layout import Layout
 from onnx_gather.runtime.backends import CannotRun
-from onnx_gather.runtime.parity import one_line
 
 
 class DemoCommand(Command):

@@ -8,10 +8,10 @@ from typing import TextIO
 import numpy as np
 
 from onnx_gather.app import report
-from onnx_gather.app.documents import installed_folder
 from onnx_gather.app.hints import parity_hint
 from onnx_gather.app.options import InputChoice
 from onnx_gather.app.report import Reported
+from onnx_gather.graphs.bundled import sample_model_path
 from onnx_gather.graphs.convert import convert
 from onnx_gather.runtime import backends
 from onnx_gather.runtime.backends import Backend
@@ -19,11 +19,6 @@ from onnx_gather.runtime.comparison import Tolerance
 from onnx_gather.runtime.inputs import Feeds
 from onnx_gather.runtime.model import Model
 from onnx_gather.runtime.parity import Parity, run_parity
-
-
-def sample_model_path() -> str:
-    """Where the bundled sample model (models/sample.onnx in the source tree) is installed."""
-    return str(installed_folder("onnx_gather.models", "models") / "sample.onnx")
 
 
 def _side_by_side(parity: Parity, token_ids: np.ndarray, out: TextIO) -> None:

@@ -3,26 +3,15 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from importlib.resources.abc import Traversable
-from pathlib import Path
 from typing import TextIO
 
 from onnx_gather.core.errors import UserError
+from onnx_gather.graphs.bundled import installed_folder
 
 
 class UnknownDocument(UserError):
     """A name that is not one of the documents."""
-
-
-def installed_folder(package: str, source: str) -> Traversable:
-    """The data package ``package`` (``onnx_gather.docs``) as installed; run from a source tree (``python -m
-    onnx_gather`` in the repository, which imports the tree, not the installed package), its folder ``source``
-    at the tree's top."""
-    try:
-        return resources.files(package)
-    except ModuleNotFoundError:
-        return Path(__file__).resolve().parents[2] / source
 
 
 def _files() -> dict[str, Traversable]:

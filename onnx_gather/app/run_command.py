@@ -13,9 +13,9 @@ from onnx_gather.app.command import Command
 from onnx_gather.app.hints import failure_hint
 from onnx_gather.app.options import InputChoice
 from onnx_gather.app.progress import Progress
+from onnx_gather.core.words import one_line
 from onnx_gather.graphs.types import array_type
 from onnx_gather.runtime import backends, inputs
-from onnx_gather.runtime.parity import one_line
 
 
 def _describe(name: str, array: np.ndarray) -> str:

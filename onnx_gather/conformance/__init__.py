@@ -1,4 +1,5 @@
 """Conformance against real DirectML through its two doors: random cases through ONNX Runtime's DirectML provider
-(``provider_door``) and through DirectML called directly (``direct_door``), compared bit for bit with the semantics,
-the custom ops and the lowering. Imports every layer below it; only ``app`` and the tests import it.
+(``provider_door``) and through DirectML called directly (``direct_door``, on the operator descs ``random_descs``
+draws over the whole domain), compared bit for bit with the semantics, the custom ops and the lowering. Imports
+every layer below it; only ``app`` and the tests import it.
 """

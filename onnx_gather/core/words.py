@@ -1,4 +1,4 @@
-"""How the package words what it counts."""
+"""How the package words what it counts, and an error on one line."""
 
 from __future__ import annotations
 
@@ -16,3 +16,11 @@ def listed(names: Iterable[str], limit: int = 5, quoted: bool = True) -> str:
     names = list(names)
     shown = ", ".join(map(repr if quoted else str, names[:limit]))
     return f"{shown} and {len(names) - limit:,} more" if len(names) > limit else shown
+
+
+def one_line(error: BaseException, typed: bool = True) -> str:
+    """The error on one line, in full, without the bare source locations some runtimes stack in front of it."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    text = " ".join(line for line in lines if line and not line.startswith("Exception from "))
+    text = text or type(error).__name__
+    return f"{type(error).__name__}: {text}" if typed else text

@@ -11,6 +11,7 @@ from typing import Literal
 
 import onnx
 
+from onnx_gather.core.words import one_line
 from onnx_gather.graphs.plumbing import random_nodes
 from onnx_gather.graphs.types import ValueType
 from onnx_gather.runtime import divergence
@@ -20,15 +21,6 @@ from onnx_gather.runtime.divergence import Divergence
 from onnx_gather.runtime.inputs import Feeds
 from onnx_gather.runtime.model import Model
 from onnx_gather.runtime.ties import find_ties
-
-
-def one_line(error: BaseException, typed: bool = True) -> str:
-    """The error on one line, in full, without the bare source locations some runtimes stack in front of it."""
-    lines = [line.strip() for line in str(error).splitlines()]
-    text = " ".join(line for line in lines if line and not line.startswith("Exception from "))
-    text = text or type(error).__name__
-    return f"{type(error).__name__}: {text}" if typed else text
-
 
 Status = Literal["ok", "error", "skipped"]
 # passed: every backend asked for compared every output, within tolerance; partial: so for those that ran, at least

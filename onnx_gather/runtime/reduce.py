@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from onnx_gather.core.words import counted, listed
+from onnx_gather.core.words import counted, listed, one_line
 from onnx_gather.graphs.extract import main_graph_types, window
 from onnx_gather.graphs.plumbing import sort_topologically, unnamed
 from onnx_gather.runtime import divergence
@@ -31,7 +31,6 @@ from onnx_gather.runtime.backends import Backend
 from onnx_gather.runtime.comparison import Tolerance, compare, excess
 from onnx_gather.runtime.minimize import Step, ddmin
 from onnx_gather.runtime.model import Model
-from onnx_gather.runtime.parity import one_line
 
 SIZE_FACTOR = 10  # a window's difference is the model's when at least a tenth of its size (in tolerances)
 _HRESULT = re.compile(r"\b(8[0-9A-F]{7})\b")  # DirectML's and Direct3D's failure codes: 80070057, 8007000E, ...
