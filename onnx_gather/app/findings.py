@@ -62,16 +62,20 @@ def declared_lines(parity: Parity) -> list[str]:
     lines = []
     for entry in parity.declared:
         who = f"the reference {entry.backend}" if entry.backend == parity.reference else entry.backend
-        lines.append(f"Output {entry.output!r}: the model declares {_declared(entry)}, {who} computed "
-                     f"{dims_text(entry.computed)} (ONNX Runtime's CPU provider warns of it; its DirectML provider "
-                     "fails where a fixed dim differs at the same rank).")  # fmt: skip
+        lines.append(
+            f"Output {entry.output!r}: the model declares {_declared(entry)}, {who} computed "
+            f"{dims_text(entry.computed)} (ONNX Runtime's CPU provider warns of it; its DirectML provider "
+            "fails where a fixed dim differs at the same rank)."
+        )
     return lines
 
 
 def declared_entry(parity: Parity) -> dict:
     """The same, as the JSON report's ``declared_shapes``."""
-    return {entry.output: {"declared": list(entry.declared), "computed": list(entry.computed),
-                           "backend": entry.backend} for entry in parity.declared}  # fmt: skip
+    return {
+        entry.output: {"declared": list(entry.declared), "computed": list(entry.computed), "backend": entry.backend}
+        for entry in parity.declared
+    }
 
 
 def _state(comparison: Comparison, strict_ties: bool) -> str:
@@ -96,9 +100,11 @@ def marked_lines(parity: Parity) -> list[str]:
     for backend, values in parity.intermediates_rejected.items():
         lines.append(f"{backend}: {counted(len(values), 'intermediate value')} outside tolerance: {listed(values)}.")
     for output, backend, unmarked, marked in parity.marking_changed:
-        lines.append(f"Output {output!r} on {backend}: {_state(unmarked, parity.strict_ties)} as the model runs, "
-                     f"{_state(marked, parity.strict_ties)} with every value marked: marking values as outputs "
-                     "stops fusions, so the unmarked run is the one that counts.")  # fmt: skip
+        lines.append(
+            f"Output {output!r} on {backend}: {_state(unmarked, parity.strict_ties)} as the model runs, "
+            f"{_state(marked, parity.strict_ties)} with every value marked: marking values as outputs "
+            "stops fusions, so the unmarked run is the one that counts."
+        )
     for backend, found in parity.divergence.items():
         if not found:
             lines.append(f"{backend}: no node's outputs differ beyond tolerance while its inputs agree.")
@@ -107,15 +113,22 @@ def marked_lines(parity: Parity) -> list[str]:
         for entry in found:
             where = f", on {entry.placement}" if entry.placement is not None else ""
             figures = f"max abs {figure(entry.comparison.max_abs)}, max rel {figure(entry.comparison.max_rel)}"
-            lines.append(f"  node {entry.node!r} ({entry.op_type}{where}): output {entry.output!r}, "
-                         f"{figures}, {entry.comparison.mismatches} mismatches")  # fmt: skip
+            lines.append(
+                f"  node {entry.node!r} ({entry.op_type}{where}): output {entry.output!r}, "
+                f"{figures}, {entry.comparison.mismatches} mismatches"
+            )
     return lines
 
 
 def _divergence_entry(found: Divergence) -> dict:
-    entry = {"node": found.node, "op_type": found.op_type, "output": found.output,
-             "max_abs": found.comparison.max_abs, "max_rel": found.comparison.max_rel,
-             "mismatches": found.comparison.mismatches}  # fmt: skip
+    entry = {
+        "node": found.node,
+        "op_type": found.op_type,
+        "output": found.output,
+        "max_abs": found.comparison.max_abs,
+        "max_rel": found.comparison.max_rel,
+        "mismatches": found.comparison.mismatches,
+    }
     if found.placement is not None:
         entry["placement"] = found.placement
     return entry
@@ -125,12 +138,24 @@ def marked_entries(parity: Parity) -> dict:
     """With --all-tensors, the JSON report's ``all_tensors`` and ``divergence``; else nothing."""
     if parity.divergence is None or parity.marked_runs is None:
         return {}
-    changed = [{"output": output, "backend": backend, "unmarked": comparison_entry(unmarked),
-                "marked": comparison_entry(marked)}
-               for output, backend, unmarked, marked in parity.marking_changed]  # fmt: skip
+    changed = [
+        {
+            "output": output,
+            "backend": backend,
+            "unmarked": comparison_entry(unmarked),
+            "marked": comparison_entry(marked),
+        }
+        for output, backend, unmarked, marked in parity.marking_changed
+    ]
     errors = {name: run.reason for name, run in parity.marked_runs.items() if run.status == "error"}
     return {
-        "all_tensors": {"compared": parity.compared, "absent": parity.absent, "note": divergence.NOTE,
-                        "rejected": parity.intermediates_rejected, "marking_changed": changed, "errors": errors},
+        "all_tensors": {
+            "compared": parity.compared,
+            "absent": parity.absent,
+            "note": divergence.NOTE,
+            "rejected": parity.intermediates_rejected,
+            "marking_changed": changed,
+            "errors": errors,
+        },
         "divergence": {name: list(map(_divergence_entry, found)) for name, found in parity.divergence.items()},
-    }  # fmt: skip
+    }

@@ -31,9 +31,11 @@ _IR_VERSION = re.compile(r"Unsupported model IR version: \d+, max supported IR v
 
 # ONNX Runtime's words for a node that failed when it ran (the dml backend names every node of the main graph)
 _FAILED_RESHAPE = re.compile(r"running Reshape node\. Name:'(?P<name>[^']*)'")
-_ALLOWZERO_0 = ("`onnx-gather convert --reshape-allowzero-0` sets allowzero to 0 where no 0 can reach the shape (add "
-                "--assume-nonempty-inputs where the shape is made of the inputs' dims, as PyTorch's view writes it; "
-                "`onnx-gather lower` its output to run it on DirectML)")  # fmt: skip
+_ALLOWZERO_0 = (
+    "`onnx-gather convert --reshape-allowzero-0` sets allowzero to 0 where no 0 can reach the shape (add "
+    "--assume-nonempty-inputs where the shape is made of the inputs' dims, as PyTorch's view writes it; "
+    "`onnx-gather lower` its output to run it on DirectML)"
+)
 
 
 def _allowzero_hint(error: DirectMlError, model: onnx.ModelProto) -> str:
@@ -45,11 +47,14 @@ def _allowzero_hint(error: DirectMlError, model: onnx.ModelProto) -> str:
         return ""
     named = _FAILED_RESHAPE.search(str(error))
     if named is not None and named["name"] in flagged:
-        return (f"Reshape {named['name']!r} has allowzero=1, which DirectML fails on with a -1 in the shape: "
-                f"{_ALLOWZERO_0}")  # fmt: skip
+        return (
+            f"Reshape {named['name']!r} has allowzero=1, which DirectML fails on with a -1 in the shape: {_ALLOWZERO_0}"
+        )
     if named is None and "Exception during initialization" in str(error):
-        return (f"the model has {counted(len(flagged), 'Reshape')} with allowzero=1, which DirectML fails on at "
-                f"session creation with a -1 in the shape: {_ALLOWZERO_0}")  # fmt: skip
+        return (
+            f"the model has {counted(len(flagged), 'Reshape')} with allowzero=1, which DirectML fails on at "
+            f"session creation with a -1 in the shape: {_ALLOWZERO_0}"
+        )
     return ""
 
 
@@ -62,12 +67,16 @@ def failure_hint(error: BaseException, backend: str, model: onnx.ModelProto, fee
         return ""  # the device, the DirectML runner's end (out of memory, time limit), the lowering: not the inputs
     newer = _IR_VERSION.search(str(error))
     if newer:
-        return (f"this ONNX Runtime reads models of IR version {newer['most']} at most: save the model with "
-                f"ir_version = {newer['most']} (onnx's helper.make_model writes the newest by default)")  # fmt: skip
+        return (
+            f"this ONNX Runtime reads models of IR version {newer['most']} at most: save the model with "
+            f"ir_version = {newer['most']} (onnx's helper.make_model writes the newest by default)"
+        )
     hint = _inputs_hint(error, model, feeds, choice)
     if isinstance(error, DirectMlError) and not isinstance(error, FallbackFailure):  # DirectML's own
-        known = ("DirectML failures known on Windows too are listed in `onnx-gather docs directml-on-linux`, 'Known "
-                 "DirectML failures'")  # fmt: skip
+        known = (
+            "DirectML failures known on Windows too are listed in `onnx-gather docs directml-on-linux`, 'Known "
+            "DirectML failures'"
+        )
         return "; ".join(part for part in (hint, _allowzero_hint(error, model), known) if part)
     return hint
 
@@ -75,10 +84,15 @@ def failure_hint(error: BaseException, backend: str, model: onnx.ModelProto, fee
 def parity_hint(parity: Parity, model: onnx.ModelProto, choice: InputChoice) -> str:
     """The hints for every backend that failed in ``parity``, each once; and where one failed while an output has
     another shape than the model declares, that declaration."""
-    hints = [failure_hint(run.error, name, model, parity.feeds, choice)
-             for name, run in parity.backends.items() if run.error is not None]  # fmt: skip
+    hints = [
+        failure_hint(run.error, name, model, parity.feeds, choice)
+        for name, run in parity.backends.items()
+        if run.error is not None
+    ]
     if parity.declared and any(run.error is not None for run in parity.backends.values()):
         outputs = listed(entry.output for entry in parity.declared)
-        hints.append(f"the model declares another shape for {outputs} than computed (see above), which ONNX "
-                     "Runtime's DirectML provider fails on where a fixed dim differs: correct or clear it")  # fmt: skip
+        hints.append(
+            f"the model declares another shape for {outputs} than computed (see above), which ONNX "
+            "Runtime's DirectML provider fails on where a fixed dim differs: correct or clear it"
+        )
     return "; ".join(dict.fromkeys(hint for hint in hints if hint))

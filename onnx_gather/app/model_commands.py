@@ -32,8 +32,10 @@ def _print_report(report: Report, verb: str, source: str, target: str) -> None:
         if report.before[op] != report.after[op]:
             print(f"  {op:<{width}} {report.before[op]:>7} {report.after[op]:>7}")
     unchanged = sum(1 for op in ops if report.before[op] == report.after[op])
-    print(f"  ({unchanged} other op types unchanged; {sum(report.before.values())} nodes before, "
-          f"{sum(report.after.values())} after)")  # fmt: skip
+    print(
+        f"  ({unchanged} other op types unchanged; {sum(report.before.values())} nodes before, "
+        f"{sum(report.after.values())} after)"
+    )
     total = len(report.changed) + len(report.left)
     print(f"{verb} {len(report.changed)} of {counted(total, 'gather')}.")
     for changed in report.changed:
@@ -63,33 +65,43 @@ class ConvertCommand(Command):
         options.add_model_argument(parser, "to convert (never modified)")
         options.add_output_option(parser, "converted")
         parser.add_argument(
-            "--dimension-count", default="auto", type=_dimension_count,
+            "--dimension-count",
+            default="auto",
+            type=_dimension_count,
             help="N for every DML node: auto (the least each needs, the default) or 1 to 8",
-        )  # fmt: skip
+        )
         options.add_out_of_bounds_option(parser)
         parser.add_argument("--strict", action="store_true", help="exit 1 if any gather stays standard")
         parser.add_argument(
-            "--keep-cpu-gathers", nargs="?", const="4.1", choices=FEATURE_LEVELS, metavar="LEVEL",
+            "--keep-cpu-gathers",
+            nargs="?",
+            const="4.1",
+            choices=FEATURE_LEVELS,
+            metavar="LEVEL",
             help="leave standard the gathers ONNX Runtime's DirectML provider keeps on its CPU provider on a device "
             "of feature level LEVEL (default 4.1): shape computations, gathers of constants it folds, BFLOAT16 data, "
             "and types the device lacks",
-        )  # fmt: skip
+        )
         parser.add_argument(
-            "--provider-failures", default="raise", choices=PROVIDER_FAILURES,
+            "--provider-failures",
+            default="raise",
+            choices=PROVIDER_FAILURES,
             help="a gather ONNX Runtime's DirectML provider fails (`check` says fails): raise, an error naming it "
             "(the default), or onnx: convert it all the same, to compute ONNX's values (GatherElements data sliced to "
             "its indices first)",
-        )  # fmt: skip
+        )
         parser.add_argument(
-            "--reshape-allowzero-0", action="store_true",
+            "--reshape-allowzero-0",
+            action="store_true",
             help="also set allowzero=0 on each Reshape with allowzero=1 where no 0 can reach its shape, so that it "
             "computes the same: ONNX Runtime's DirectML provider fails on allowzero=1 with a -1 in the shape",
-        )  # fmt: skip
+        )
         parser.add_argument(
-            "--assume-nonempty-inputs", action="store_true",
+            "--assume-nonempty-inputs",
+            action="store_true",
             help="with --reshape-allowzero-0: the model's inputs never have a dim of 0, so their dims (and those "
             "shape inference names after them) count as not 0",
-        )  # fmt: skip
+        )
         options.add_input_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -102,9 +114,13 @@ class ConvertCommand(Command):
             model, reshapes = allowzero.clear_allowzero(model, args.assume_nonempty_inputs)
         observation = choice.observation(choice.given(model), Path(args.model).parent)
         result, report = convert(
-            model, args.dimension_count, args.out_of_bounds, observation, args.keep_cpu_gathers,
+            model,
+            args.dimension_count,
+            args.out_of_bounds,
+            observation,
+            args.keep_cpu_gathers,
             provider_failures=args.provider_failures,
-        )  # fmt: skip
+        )
         with options.writing("-o/--output", args.output):
             model_io.save(result, args.output, args.model)
         _print_report(report, "Converted", args.model, args.output)
@@ -133,9 +149,11 @@ class LowerCommand(Command):
         before, after = sum(report.before.values()), sum(report.after.values())
         reading = sum(1 for change in report.changed if change.out_of_bounds.startswith("directml"))
         if reading and after > before:
-            print(f"out_of_bounds=directml puts DirectML's reading of out-of-bounds indices beside the gathers that "
-                  f"may meet them: {after - before:+,} nodes here. The cheaper modes add 1 to 3 nodes a gather: "
-                  "convert with --out-of-bounds clamp, zero or error.")  # fmt: skip
+            print(
+                f"out_of_bounds=directml puts DirectML's reading of out-of-bounds indices beside the gathers that "
+                f"may meet them: {after - before:+,} nodes here. The cheaper modes add 1 to 3 nodes a gather: "
+                "convert with --out-of-bounds clamp, zero or error."
+            )
         return 1 if report.left else 0
 
 
@@ -147,9 +165,11 @@ class CheckCommand(Command):
     def declare(self, parser: argparse.ArgumentParser) -> None:
         options.add_model_argument(parser, "to check")
         parser.add_argument(
-            "--feature-level", choices=FEATURE_LEVELS, default="4.1",
+            "--feature-level",
+            choices=FEATURE_LEVELS,
+            default="4.1",
             help="the device's DirectML feature level (default 4.1)",
-        )  # fmt: skip
+        )
         options.add_input_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:

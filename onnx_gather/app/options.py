@@ -38,13 +38,19 @@ def _shape(text: str) -> tuple[str, tuple[int, ...]]:
 class _Shapes(argparse.Action):
     """``--shape NAME:DIMS``, repeated: one shape per input name, a name given twice refused."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, value: object,
-                 option_string: str | None = None) -> None:  # fmt: skip
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        value: object,
+        option_string: str | None = None,
+    ) -> None:
         name, shape = value
         shapes = dict(getattr(namespace, self.dest))
         if name in shapes:
-            raise argparse.ArgumentError(self, f"names {name!r} twice ({inputs.dims_text(shapes[name])} and "
-                                               f"{inputs.dims_text(shape)})")  # fmt: skip
+            raise argparse.ArgumentError(
+                self, f"names {name!r} twice ({inputs.dims_text(shapes[name])} and {inputs.dims_text(shape)})"
+            )
         shapes[name] = shape
         setattr(namespace, self.dest, shapes)
 
@@ -66,17 +72,26 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("inputs")
     group.add_argument("--inputs", type=Path, help="an .npz file with the inputs (those missing are generated)")
     group.add_argument(
-        "--shape", type=_shape, action=_Shapes, default={}, metavar="NAME:DIMS",
+        "--shape",
+        type=_shape,
+        action=_Shapes,
+        default={},
+        metavar="NAME:DIMS",
         help="the shape of a generated input, e.g. token_ids:4x6 (dynamic dims default to 1); repeat for others",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--seed", type=number(int, 0, "an integer of 0 or more"), default=0,
+        "--seed",
+        type=number(int, 0, "an integer of 0 or more"),
+        default=0,
         help="seed of the generated inputs (default 0)",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--int-range", type=_int_range, default=(0, 4), metavar="LOW:HIGH",
+        "--int-range",
+        type=_int_range,
+        default=(0, 4),
+        metavar="LOW:HIGH",
         help="generated integers come from [LOW, HIGH), e.g. -90:160 (default 0:4)",
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)
@@ -112,10 +127,12 @@ class InputChoice:
 
 def add_out_of_bounds_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--out-of-bounds", choices=OUT_OF_BOUNDS_MODES, default=OUT_OF_BOUNDS_MODES[0],
+        "--out-of-bounds",
+        choices=OUT_OF_BOUNDS_MODES,
+        default=OUT_OF_BOUNDS_MODES[0],
         help="what an out-of-bounds index does in DML form: directml (what real DirectML reads, the default), "
         "clamp (WebNN), zero (OpenVINO's Gather), error (ONNX Runtime's CPU kernels); see `onnx-gather docs semantics`",
-    )  # fmt: skip
+    )
 
 
 def add_backend_options(parser: argparse.ArgumentParser) -> None:
@@ -124,9 +141,11 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     add_input_options(parser)
     parser.add_argument("--device-id", type=int, default=0, help="the GPU for the cuda and dml backends")
     parser.add_argument(
-        "--max-elements", type=number(int, 1, "an integer of 1 or more"), default=2**31,
+        "--max-elements",
+        type=number(int, 1, "an integer of 1 or more"),
+        default=2**31,
         help="refuse a generated input or a DML op output larger than this many elements (default 2^31)",
-    )  # fmt: skip
+    )
 
 
 def build_backend(args: argparse.Namespace, name: str) -> backends.Backend:
@@ -162,8 +181,12 @@ def add_tolerance_options(parser: argparse.ArgumentParser) -> None:
     tolerance = number(float, 0, "a number of 0 or more")
     for flag, position, what in (("--atol", 0, "absolute"), ("--rtol", 1, "relative")):
         by_type = ", ".join(f"{name.upper()} {pair[position]:g}" for name, pair in TYPE_TOLERANCES.items())
-        parser.add_argument(flag, type=tolerance, help=f"{what} tolerance, for every output (default: by the output's "
-                            f"type: {by_type}, others {OTHER_TOLERANCE[position]:g})")  # fmt: skip
+        parser.add_argument(
+            flag,
+            type=tolerance,
+            help=f"{what} tolerance, for every output (default: by the output's "
+            f"type: {by_type}, others {OTHER_TOLERANCE[position]:g})",
+        )
 
 
 def tolerance(args: argparse.Namespace) -> Tolerance:

@@ -27,8 +27,9 @@ def _backend_names(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(f"{text!r}: name at least one backend ({', '.join(backends.BACKENDS)})")
     unknown = [name for name in names if name not in backends.BACKENDS]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown backend {unknown[0]!r} (expected one of: "
-                                         f"{', '.join(backends.BACKENDS)})")  # fmt: skip
+        raise argparse.ArgumentTypeError(
+            f"unknown backend {unknown[0]!r} (expected one of: {', '.join(backends.BACKENDS)})"
+        )
     return names
 
 
@@ -76,33 +77,39 @@ class ParityCommand(Command):
     def declare(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("models", nargs="+", metavar="MODEL", help="model files, or folders of them")
         parser.add_argument(
-            "--backends", type=_backend_names,
+            "--backends",
+            type=_backend_names,
             help=f"comma-separated, of: {', '.join(backends.BACKENDS)}; each must run, or the run is incomplete "
             "(exit 4) (default: all but reference, those that cannot run here listed as skipped)",
-        )  # fmt: skip
+        )
         parser.add_argument(
-            "--allow-skipped", action="store_true",
+            "--allow-skipped",
+            action="store_true",
             help="a backend named in --backends that cannot run here, or cannot take the model, does not make the run "
             "incomplete (it is listed as skipped; one besides the reference must still compare every output)",
-        )  # fmt: skip
+        )
         parser.add_argument(
-            "--reference", default="pyop", choices=backends.BACKENDS,
+            "--reference",
+            default="pyop",
+            choices=backends.BACKENDS,
             help="the backend the others are compared with (default pyop: DirectML's semantics)",
-        )  # fmt: skip
+        )
         options.add_tolerance_options(parser)
         parser.add_argument("--save-inputs", help="save the inputs used to this .npz file (one model only)")
         parser.add_argument("--report", help="write the JSON report here")
         parser.add_argument("--markdown", help="write the report as Markdown here")
         parser.add_argument(
-            "--all-tensors", action="store_true",
+            "--all-tensors",
+            action="store_true",
             help="compare every intermediate value too, and name the first nodes whose outputs differ while their "
             "inputs agree (marking values as outputs can change what a backend fuses)",
-        )  # fmt: skip
+        )
         parser.add_argument(
-            "--strict-ties", action="store_true",
+            "--strict-ties",
+            action="store_true",
             help="fail an output that differs only by the order of sort keys equal within tolerance (TopK, ArgMax, "
             "ArgMin, NonMaxSuppression, and what gathers by their indices), which otherwise passes as TIED",
-        )  # fmt: skip
+        )
         options.add_backend_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -129,9 +136,13 @@ class ParityCommand(Command):
 
     @staticmethod
     def _run_models(
-        args: argparse.Namespace, choice: InputChoice, chosen: _Chosen, models: list[backends.Model],
-        refused: dict[Path, str], single: bool,
-    ) -> list[Reported]:  # fmt: skip
+        args: argparse.Namespace,
+        choice: InputChoice,
+        chosen: _Chosen,
+        models: list[backends.Model],
+        refused: dict[Path, str],
+        single: bool,
+    ) -> list[Reported]:
         """Each model on the ``chosen`` backends; a model whose inputs cannot be made is refused (raised if
         ``single``)."""
         asked, required, built = chosen
@@ -152,9 +163,15 @@ class ParityCommand(Command):
                     inputs.save_npz(args.save_inputs, feeds.arrays)
             shown = {name: Announced(backend, progress, model.path) for name, backend in built.items()}
             parity = run_parity(
-                model, feeds, [shown[name] for name in asked], shown[args.reference], options.tolerance(args),
-                all_tensors=args.all_tensors, required=required, strict_ties=args.strict_ties,
-            )  # fmt: skip
+                model,
+                feeds,
+                [shown[name] for name in asked],
+                shown[args.reference],
+                options.tolerance(args),
+                all_tensors=args.all_tensors,
+                required=required,
+                strict_ties=args.strict_ties,
+            )
             model.conversions.clear()  # the DML forms its backends shared: not kept while the next model runs
             runs.append(Reported(parity, parity_hint(parity, model.proto, choice)))
             progress.model_done()

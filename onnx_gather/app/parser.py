@@ -54,13 +54,16 @@ def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)  # options every command takes, before or after its name
     common.add_argument("--debug", action="store_true", help="print a traceback with any error")
     parser = _Parser(
-        prog="onnx-gather", parents=[common],
+        prog="onnx-gather",
+        parents=[common],
         description="DirectML's Gather, GatherElements and GatherND semantics for ONNX models.",
-    )  # fmt: skip
+    )
     parser.add_argument("--version", action="version", version=f"onnx-gather {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for command in commands:
-        command.declare(subparsers.add_parser(
-            command.name, parents=[common], help=command.help, description=command.description or None
-        ))  # fmt: skip
+        command.declare(
+            subparsers.add_parser(
+                command.name, parents=[common], help=command.help, description=command.description or None
+            )
+        )
     return parser

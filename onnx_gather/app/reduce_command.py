@@ -36,20 +36,26 @@ class ReduceCommand(Command):
         options.add_model_argument(parser, "that differs or fails")
         parser.add_argument("--backend", required=True, choices=backends.BACKENDS, help="where it differs or fails")
         parser.add_argument(
-            "--reference", default="pyop", choices=backends.BACKENDS,
+            "--reference",
+            default="pyop",
+            choices=backends.BACKENDS,
             help="the backend it is compared with, which must run the model (default pyop: DirectML's semantics)",
-        )  # fmt: skip
+        )
         options.add_tolerance_options(parser)
         options.add_output_option(parser, "reduced")
         parser.add_argument(
-            "--max-runs", type=number(int, 1, "an integer of 1 or more"), default=Budget.runs,
+            "--max-runs",
+            type=number(int, 1, "an integer of 1 or more"),
+            default=Budget.runs,
             help=f"stop after this many runs of the backend with the smallest window so far, said to be not minimal "
             f"(default {Budget.runs})",
-        )  # fmt: skip
+        )
         parser.add_argument(
-            "--max-minutes", type=number(float, 0, "a number of 0 or more"), default=Budget.seconds / 60,
+            "--max-minutes",
+            type=number(float, 0, "a number of 0 or more"),
+            default=Budget.seconds / 60,
             help=f"the same after this many minutes (default {Budget.seconds / 60:g})",
-        )  # fmt: skip
+        )
         options.add_backend_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -58,8 +64,10 @@ class ReduceCommand(Command):
         model, choice = backends.Model.read(args.model), InputChoice.of(args)
         output = Path(args.output)
         feeds_file = output.with_suffix(".npz")
-        options.check_outputs({"-o": args.output, f"-o's inputs file {feeds_file}": str(feeds_file)},
-                              options.read_files(args.model, model.proto, choice.inputs))  # fmt: skip
+        options.check_outputs(
+            {"-o": args.output, f"-o's inputs file {feeds_file}": str(feeds_file)},
+            options.read_files(args.model, model.proto, choice.inputs),
+        )
         built = options.usable_backends(args, [args.backend, args.reference], model)
         feeds = options.warned_feeds(choice, model.proto, args.max_elements)
 
@@ -70,26 +78,34 @@ class ReduceCommand(Command):
         try:
             reducer = Reducer(model, feeds.arrays, built[args.backend], built[args.reference], tolerance, progress)
         except ReferenceFailure as failure:  # the reference must run the whole model: its values feed every window
-            raise UsageError(f"the reference {args.reference} fails on {args.model} (every value marked as an output): "
-                             f"{failure}; give another --reference") from failure  # fmt: skip
+            raise UsageError(
+                f"the reference {args.reference} fails on {args.model} (every value marked as an output): "
+                f"{failure}; give another --reference"
+            ) from failure
         try:
             reduction = reducer.reduce(Budget(args.max_runs, args.max_minutes * 60))
         except NoDifference:
-            print(f"{args.model}: {args.backend} agrees with {args.reference} on every output ({tolerance.describe()})"
-                  ": nothing to reduce.")  # fmt: skip
+            print(
+                f"{args.model}: {args.backend} agrees with {args.reference} on every output ({tolerance.describe()})"
+                ": nothing to reduce."
+            )
             return 1
         with options.writing("-o", args.output):
             model_io.save(reduction.model, output, model.path)
         with options.writing("-o", str(feeds_file)):
             inputs.save_npz(feeds_file, reduction.feeds)
         count = len(model.proto.graph.node)
-        print(f"{args.model}: {count} nodes cut down to {len(reduction.nodes)} that still show it on {args.backend} "
-              f"({reduction.runs} runs): {listed(reduction.nodes, 10, quoted=False)}")  # fmt: skip
+        print(
+            f"{args.model}: {count} nodes cut down to {len(reduction.nodes)} that still show it on {args.backend} "
+            f"({reduction.runs} runs): {listed(reduction.nodes, 10, quoted=False)}"
+        )
         print(f"  the whole model on {args.backend}: {reduction.whole.detail}")
         print(f"  this window on {args.backend}:  {reduction.symptom.detail}")
         if not reduction.minimal:
-            print(f"  Not minimal: the budget ({args.max_runs} runs, {args.max_minutes:g} minutes) ran out; this is "
-                  "the smallest window that showed it so far.")  # fmt: skip
+            print(
+                f"  Not minimal: the budget ({args.max_runs} runs, {args.max_minutes:g} minutes) ran out; this is "
+                "the smallest window that showed it so far."
+            )
         if reduction.note:
             print(f"  Note: {reduction.note}.")
         print(f"Written: {output} and its inputs {feeds_file} (the values {args.reference} computed there).")
@@ -98,8 +114,17 @@ class ReduceCommand(Command):
 
 
 def _parity_command(args: argparse.Namespace, output: Path, feeds_file: Path) -> list[str]:
-    command = ["onnx-gather", "parity", str(output), "--inputs", str(feeds_file), "--backends", args.backend,
-               "--reference", args.reference]  # fmt: skip
+    command = [
+        "onnx-gather",
+        "parity",
+        str(output),
+        "--inputs",
+        str(feeds_file),
+        "--backends",
+        args.backend,
+        "--reference",
+        args.reference,
+    ]
     if args.out_of_bounds != OUT_OF_BOUNDS_MODES[0]:
         command += ["--out-of-bounds", args.out_of_bounds]
     for flag, value in (("--atol", args.atol), ("--rtol", args.rtol)):

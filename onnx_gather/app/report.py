@@ -56,8 +56,10 @@ def _input(name: str, array: np.ndarray, feeds: Feeds) -> dict:
 def inputs_lines(feeds: Feeds) -> list[str]:
     """The inputs a model ran on, where they came from and how generated ones were drawn; and the warning on
     dynamic dims generated as 1, where there are such."""
-    listed = ", ".join(f"{name} {array_type(array.dtype)} {dims_text(array.shape)} ({feeds.said(name)})"
-                       for name, array in feeds.arrays.items())  # fmt: skip
+    listed = ", ".join(
+        f"{name} {array_type(array.dtype)} {dims_text(array.shape)} ({feeds.said(name)})"
+        for name, array in feeds.arrays.items()
+    )
     seed = f", with --seed {feeds.seed}" if feeds.generated and feeds.seed is not None else ""
     return [f"Inputs: {listed or 'none'}{seed}.", *([f"Warning: {feeds.warning}."] if feeds.warning else [])]
 
@@ -105,11 +107,18 @@ def _rows(parity: Parity) -> tuple[list[list[str]], list[list[str]]]:
     for output, by_backend in parity.outputs.items():
         for name, comparison in by_backend.items():
             first = comparison.first_mismatch
-            output_rows.append([
-                output, name, findings.verdict(comparison), figure(comparison.max_abs), figure(comparison.max_rel),
-                str(comparison.mismatches), "" if first is None else str(tuple(first)),
-                f"{comparison.atol:g} / {comparison.rtol:g}",
-            ])  # fmt: skip
+            output_rows.append(
+                [
+                    output,
+                    name,
+                    findings.verdict(comparison),
+                    figure(comparison.max_abs),
+                    figure(comparison.max_rel),
+                    str(comparison.mismatches),
+                    "" if first is None else str(tuple(first)),
+                    f"{comparison.atol:g} / {comparison.rtol:g}",
+                ]
+            )
     return backend_rows, output_rows
 
 
@@ -122,8 +131,9 @@ def _in_order(parity: Parity, names: Iterable[str]) -> str:
 def _failed(parity: Parity, not_run: str) -> str:
     """The last line of a run that failed, with every reason."""
     errors = [name for name, run in parity.backends.items() if run.status == "error"]
-    marked_errors = [name for name, run in (parity.marked_runs or {}).items()
-                     if run.status == "error" and name not in errors]  # fmt: skip
+    marked_errors = [
+        name for name, run in (parity.marked_runs or {}).items() if run.status == "error" and name not in errors
+    ]
     rejected, marked = parity.rejected(parity.outputs), parity.rejected(parity.marked or {})
     tied = [name for name, values in rejected.items() if all(parity.outputs[v][name].ties for v in values)]
     problems = []
@@ -133,8 +143,9 @@ def _failed(parity: Parity, not_run: str) -> str:
         strict = f" (on {', '.join(tied)} only by the order of tied keys: --strict-ties)" if tied else ""
         problems.append(f"outputs outside tolerance on {_in_order(parity, rejected)}{strict}")
     if marked:
-        problems.append(f"with every value marked (--all-tensors), values outside tolerance on "
-                        f"{_in_order(parity, marked)}")  # fmt: skip
+        problems.append(
+            f"with every value marked (--all-tensors), values outside tolerance on {_in_order(parity, marked)}"
+        )
     if errors:
         problems.append(f"errors on {', '.join(errors)}")
     if marked_errors:
@@ -214,10 +225,12 @@ def _random(parity: Parity) -> list[str]:
         return []
     listed = ", ".join(drawing[:5]) + (f" and {len(drawing) - 5} more" if len(drawing) > 5 else "")
     draws = "draws" if len(drawing) == 1 else "draw"
-    return [f"The model is not deterministic: {listed} {draws} new values on every run, so backends can differ "
-            "wherever those values reach (output shapes too, where they decide a length). To compare the rest, give "
-            "inputs that cancel them (a Piper or VITS voice: --inputs with scales 0, 1, 0), or compare the values "
-            "before them with --all-tensors."]  # fmt: skip
+    return [
+        f"The model is not deterministic: {listed} {draws} new values on every run, so backends can differ "
+        "wherever those values reach (output shapes too, where they decide a length). To compare the rest, give "
+        "inputs that cancel them (a Piper or VITS voice: --inputs with scales 0, 1, 0), or compare the values "
+        "before them with --all-tensors."
+    ]
 
 
 def _versions(parity: Parity) -> str:
@@ -231,8 +244,10 @@ def _versions(parity: Parity) -> str:
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-            for row in (header, *rows)]  # fmt: skip
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    ]
 
 
 def text(reported: Reported) -> str:

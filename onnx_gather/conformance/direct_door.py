@@ -91,8 +91,16 @@ def _custom_ops_model(cases: Sequence[Case]) -> tuple[bytes, dict[str, np.ndarra
         attributes = dict(case.attributes)
         if case.operator == "GATHER_ND":
             attributes["batch_dimension_count"] = 0
-        nodes.append(helper.make_node(_CUSTOM_OPS[case.operator], [f"input_{k}", f"indices_{k}"], [f"output_{k}"],
-                                      domain=DOMAIN, out_of_bounds=mode, **attributes))  # fmt: skip
+        nodes.append(
+            helper.make_node(
+                _CUSTOM_OPS[case.operator],
+                [f"input_{k}", f"indices_{k}"],
+                [f"output_{k}"],
+                domain=DOMAIN,
+                out_of_bounds=mode,
+                **attributes,
+            )
+        )
         for name, array in ((f"input_{k}", data), (f"indices_{k}", indices)):
             inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype), None))
             feeds[name] = array
@@ -130,8 +138,9 @@ def run_cases(runner: DirectRunner, cases: Sequence[Case]) -> Run:
         agrees = predicted is None or predicted == outcome
         result.results.append(Result(case, _kind(case, predicted), outcome, predicted, agrees, reason=reason))
     carried = [r for r in result.results if r.directml.refused is None and r.predicted is not None and _carried(r.case)]
-    for r, agrees in zip(carried, _custom_ops_agree([r.case for r in carried], [r.directml for r in carried]),
-                         strict=True):  # fmt: skip
+    for r, agrees in zip(
+        carried, _custom_ops_agree([r.case for r in carried], [r.directml for r in carried]), strict=True
+    ):
         r.custom_ops = agrees
     return result
 

@@ -72,8 +72,10 @@ class GatherCase:
 
     def describe(self) -> str:
         how = f"batch_dims {self.batch}" if self.op == "GatherND" else f"axis {self.axis}"
-        return (f"{self.op} {how}, {type_name(self.data.dtype)} data {self.data.shape}, "
-                f"{self.indices.dtype.name} indices {self.indices.shape}")  # fmt: skip
+        return (
+            f"{self.op} {how}, {type_name(self.data.dtype)} data {self.data.shape}, "
+            f"{self.indices.dtype.name} indices {self.indices.shape}"
+        )
 
 
 def expected(case: GatherCase, out_of_bounds: str = "directml") -> np.ndarray:
@@ -84,8 +86,11 @@ def expected(case: GatherCase, out_of_bounds: str = "directml") -> np.ndarray:
     form = dml_form(case.op, data.ndim, indices.ndim, case.axis, case.batch, k)
     padded_data = carried.reshape((1,) * form.input_ones + data.shape)
     padded_indices = indices.reshape((1,) * form.indices_ones + indices.shape)
-    gather = {"Gather": semantics.dml_gather, "GatherElements": semantics.dml_gather_elements,
-              "GatherND": semantics.dml_gather_nd}[case.op]  # fmt: skip
+    gather = {
+        "Gather": semantics.dml_gather,
+        "GatherElements": semantics.dml_gather_elements,
+        "GatherND": semantics.dml_gather_nd,
+    }[case.op]
     result = gather(padded_data, padded_indices, **form.attributes, out_of_bounds=out_of_bounds)
     return result.reshape(result.shape[form.output_ones :]).view(data.dtype)
 
@@ -214,8 +219,9 @@ def case_model(cases: Sequence[GatherCase]) -> onnx.ModelProto:
         attributes = (
             ({"batch_dims": case.batch} if case.batch else {}) if case.op == "GatherND" else {"axis": case.axis}
         )
-        nodes.append(helper.make_node(case.op, [f"data_{k}", f"indices_{k}"], [f"output_{k}"], f"case_{k}",
-                                      **attributes))  # fmt: skip
+        nodes.append(
+            helper.make_node(case.op, [f"data_{k}", f"indices_{k}"], [f"output_{k}"], f"case_{k}", **attributes)
+        )
         inputs += [
             helper.make_tensor_value_info(f"data_{k}", data_type, case.data.shape),
             helper.make_tensor_value_info(
@@ -346,12 +352,24 @@ def results_table(run: Run) -> str:
         inside = [o for o in mine if not o.case.out_of_bounds]
         outside = [o for o in mine if o.case.out_of_bounds and not o.case.beyond_int32]
         beyond = [o for o in mine if o.case.beyond_int32]
-        rows.append([
-            name, len(inside), sum(o.matches for o in inside), len(outside), sum(o.matches for o in outside),
-            sum(o.mismatching_elements for o in outside), len(beyond), sum(o.matches for o in beyond),
-        ])  # fmt: skip
+        rows.append(
+            [
+                name,
+                len(inside),
+                sum(o.matches for o in inside),
+                len(outside),
+                sum(o.matches for o in outside),
+                sum(o.mismatching_elements for o in outside),
+                len(beyond),
+                sum(o.matches for o in beyond),
+            ]
+        )
     rows.append(["all", *(sum(row[c] for row in rows) for c in range(1, len(header)))])
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
-    lines = ["  ".join(str(cell).rjust(w) if i else str(cell).ljust(w) for i, (cell, w) in
-                       enumerate(zip(row, widths, strict=True))) for row in (header, *rows)]  # fmt: skip
+    lines = [
+        "  ".join(
+            str(cell).rjust(w) if i else str(cell).ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in (header, *rows)
+    ]
     return "\n".join(lines)

@@ -78,9 +78,24 @@ def _out_of_bounds(rng: Rng, size: int, stride: int, index_type: str) -> int:
     2^32 / gcd(stride, 2^32) plus a small value (its offset wraps back into the tensor)."""
     period = 2**32 // math.gcd(max(stride, 1), 2**32)
     wrap = period * int(rng.integers(1, max(2**32 // period, 2) + 1)) + int(rng.integers(0, size))
-    choices = [size, size + 1, size + int(rng.integers(2, 50)), 2**31 - 1, 2**31, 2**32 - 1, 2**32 - size, wrap,
-               -wrap, -size - 1, -(2**31), 2**32 + int(rng.integers(0, 2 * size + 2)), 2**40 + 3, -(2**63),
-               2**63 + int(rng.integers(0, size + 1)), 2**64 - 1 - int(rng.integers(0, size))]  # fmt: skip
+    choices = [
+        size,
+        size + 1,
+        size + int(rng.integers(2, 50)),
+        2**31 - 1,
+        2**31,
+        2**32 - 1,
+        2**32 - size,
+        wrap,
+        -wrap,
+        -size - 1,
+        -(2**31),
+        2**32 + int(rng.integers(0, 2 * size + 2)),
+        2**40 + 3,
+        -(2**63),
+        2**63 + int(rng.integers(0, size + 1)),
+        2**64 - 1 - int(rng.integers(0, size)),
+    ]
     return int(rng.choice(choices))
 
 
@@ -183,8 +198,20 @@ def _nd(rng: Rng, n: int, batched: bool) -> tuple[dict, list[int], list[int], li
 def _change(rng: Rng, operator: str, attributes: dict, sizes: list[list[int]], types: list[str]) -> str:
     """Change one field DirectML checks (most such changes make it refuse the case); returns which."""
     n = len(sizes[0])
-    change = str(rng.choice(["index type", "output type", "output size", "dimension count", "attribute", "zero size",
-                             "total", "alignment"]))  # fmt: skip
+    change = str(
+        rng.choice(
+            [
+                "index type",
+                "output type",
+                "output size",
+                "dimension count",
+                "attribute",
+                "zero size",
+                "total",
+                "alignment",
+            ]
+        )
+    )
     if change == "index type":
         types[1] = str(rng.choice(DATA_TYPE_NAMES))
     elif change == "output type":

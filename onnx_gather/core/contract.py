@@ -70,8 +70,11 @@ NUMPY_NAMES = {np.dtype(t.numpy): t.directml for t in DATA_TYPES}  # DirectML's 
 # A DML node carries DirectML's data types less FLOAT16, which onnxruntime-extensions' bridge refuses; the types
 # below travel as another through the custom ops (to_dml puts Casts around the node), exactly.
 NODE_DATA_TYPES = frozenset(t.onnx for t in DATA_TYPES if t.onnx != TensorProto.FLOAT16)
-CARRIERS = {TensorProto.FLOAT16: TensorProto.FLOAT, TensorProto.BFLOAT16: TensorProto.FLOAT,
-            TensorProto.BOOL: TensorProto.UINT8}  # fmt: skip
+CARRIERS = {
+    TensorProto.FLOAT16: TensorProto.FLOAT,
+    TensorProto.BFLOAT16: TensorProto.FLOAT,
+    TensorProto.BOOL: TensorProto.UINT8,
+}
 
 
 @dataclass(frozen=True)
@@ -85,14 +88,19 @@ class Carrying:
 # For the custom ops (the default); for runtimes that take FLOAT16 on a DML node as it is (onnx's reference
 # evaluator with ``runtime.reference``'s op classes): DirectML's own types, BFLOAT16 and BOOL carried (it has neither).
 CUSTOM_OPS = Carrying(NODE_DATA_TYPES, CARRIERS)
-NATIVE_FLOAT16 = Carrying(NODE_DATA_TYPES | {TensorProto.FLOAT16},
-                          {k: v for k, v in CARRIERS.items() if k != TensorProto.FLOAT16})  # fmt: skip
+NATIVE_FLOAT16 = Carrying(
+    NODE_DATA_TYPES | {TensorProto.FLOAT16}, {k: v for k, v in CARRIERS.items() if k != TensorProto.FLOAT16}
+)
 # ONNX Runtime's DirectML provider hands DirectML a BOOL tensor as UINT8.
 DIRECTML_STORAGE = {TensorProto.BOOL: TensorProto.UINT8}
 # ONNX Runtime's Where has no kernel for these: the lowering masks them as an exact wider or same-width type.
-WHERE_CARRIERS = {TensorProto.BOOL: TensorProto.UINT8, TensorProto.INT16: TensorProto.INT32,
-                  TensorProto.UINT16: TensorProto.UINT32, TensorProto.UINT64: TensorProto.INT64,
-                  TensorProto.BFLOAT16: TensorProto.FLOAT}  # fmt: skip
+WHERE_CARRIERS = {
+    TensorProto.BOOL: TensorProto.UINT8,
+    TensorProto.INT16: TensorProto.INT32,
+    TensorProto.UINT16: TensorProto.UINT32,
+    TensorProto.UINT64: TensorProto.INT64,
+    TensorProto.BFLOAT16: TensorProto.FLOAT,
+}
 
 
 @dataclass(frozen=True)
@@ -129,19 +137,37 @@ class DmlOp:
 
 _INT = onnx.AttributeProto.INT
 OPS = (
-    DmlOp("DmlGather", "Gather", "DML_GATHER", (
-        Attribute("axis", _INT, "the input's dimension the indices select along, 0 to N-1"),
-        Attribute("index_dimensions", _INT, "how many of the indices' last dimensions count"),
-        _MODE), "DML_GATHER: input, indices and output of the same dimension count N, right-aligned."),
-    DmlOp("DmlGatherElements", "GatherElements", "DML_GATHER_ELEMENTS", (
-        Attribute("axis", _INT, "the dimension the indices select along, 0 to N-1"),
-        _MODE), "DML_GATHER_ELEMENTS: the output has the indices' sizes."),
-    DmlOp("DmlGatherNd", "GatherND", "DML_GATHER_ND1", (
-        Attribute("input_dimension_count", _INT, "how many of the input's last dimensions count"),
-        Attribute("indices_dimension_count", _INT, "how many of the indices' last dimensions count"),
-        Attribute("batch_dimension_count", _INT, "how many of those are batch dimensions"),
-        _MODE), "DML_GATHER_ND1: index tuples of the indices' last size, after the batch dimensions."),
-)  # fmt: skip
+    DmlOp(
+        "DmlGather",
+        "Gather",
+        "DML_GATHER",
+        (
+            Attribute("axis", _INT, "the input's dimension the indices select along, 0 to N-1"),
+            Attribute("index_dimensions", _INT, "how many of the indices' last dimensions count"),
+            _MODE,
+        ),
+        "DML_GATHER: input, indices and output of the same dimension count N, right-aligned.",
+    ),
+    DmlOp(
+        "DmlGatherElements",
+        "GatherElements",
+        "DML_GATHER_ELEMENTS",
+        (Attribute("axis", _INT, "the dimension the indices select along, 0 to N-1"), _MODE),
+        "DML_GATHER_ELEMENTS: the output has the indices' sizes.",
+    ),
+    DmlOp(
+        "DmlGatherNd",
+        "GatherND",
+        "DML_GATHER_ND1",
+        (
+            Attribute("input_dimension_count", _INT, "how many of the input's last dimensions count"),
+            Attribute("indices_dimension_count", _INT, "how many of the indices' last dimensions count"),
+            Attribute("batch_dimension_count", _INT, "how many of those are batch dimensions"),
+            _MODE,
+        ),
+        "DML_GATHER_ND1: index tuples of the indices' last size, after the batch dimensions.",
+    ),
+)
 BY_TYPE = {op.op_type: op for op in OPS}
 BY_STANDARD = {op.standard: op for op in OPS}
 DML_OP_TYPES = tuple(BY_TYPE)

@@ -72,8 +72,10 @@ class TensorDesc:
     def text(self) -> str:
         """The desc as direct.exe reads it in desc.txt."""
         strides = f"{len(self.strides)} {' '.join(map(str, self.strides))}" if self.strides is not None else "0"
-        return (f"tensor {self.dtype} {len(self.sizes)} {' '.join(map(str, self.sizes))} strides {strides} "
-                f"total {self.total_bytes} align {self.alignment}")  # fmt: skip
+        return (
+            f"tensor {self.dtype} {len(self.sizes)} {' '.join(map(str, self.sizes))} strides {strides} "
+            f"total {self.total_bytes} align {self.alignment}"
+        )
 
 
 def packed_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:

@@ -34,17 +34,25 @@ class DmlForm:
         """The DML node's integer attributes (``core.contract``'s names)."""
         n = self.dimension_count
         if self.op == "GatherND":
-            return {"input_dimension_count": n - self.input_ones, "indices_dimension_count": n - self.indices_ones,
-                    "batch_dimension_count": self.batch_dimension_count}  # fmt: skip
+            return {
+                "input_dimension_count": n - self.input_ones,
+                "indices_dimension_count": n - self.indices_ones,
+                "batch_dimension_count": self.batch_dimension_count,
+            }
         if self.op == "Gather":
             return {"axis": self.axis, "index_dimensions": n - self.indices_ones}
         return {"axis": self.axis}
 
 
 def dml_form(
-    op: str, data_rank: int, indices_rank: int, axis: int = 0, batch_dims: int = 0, tuple_length: int = 0,
+    op: str,
+    data_rank: int,
+    indices_rank: int,
+    axis: int = 0,
+    batch_dims: int = 0,
+    tuple_length: int = 0,
     dimension_count: int | None = None,
-) -> DmlForm:  # fmt: skip
+) -> DmlForm:
     """Standard gather ``op`` (Gather, GatherElements or GatherND) of data of rank ``data_rank`` r and indices of
     rank ``indices_rank`` q in DML form, or ``FormError`` saying why it has none. The rules:
 
@@ -67,11 +75,13 @@ def dml_form(
     r, q = data_rank, indices_rank
     if op == "GatherND":
         if not 0 <= batch_dims < min(r, q):
-            raise FormError(f"batch_dims {batch_dims} is out of range [0, {min(r, q)}) for data rank {r} and indices "
-                            f"rank {q}")  # fmt: skip
+            raise FormError(
+                f"batch_dims {batch_dims} is out of range [0, {min(r, q)}) for data rank {r} and indices rank {q}"
+            )
         if not 1 <= tuple_length <= r - batch_dims:
-            raise FormError(f"index tuples of {tuple_length} coordinates do not fit data of rank {r} with batch_dims "
-                            f"{batch_dims}")  # fmt: skip
+            raise FormError(
+                f"index tuples of {tuple_length} coordinates do not fit data of rank {r} with batch_dims {batch_dims}"
+            )
     else:
         if not -r <= axis < r:
             raise FormError(f"axis {axis} is out of range for data of rank {r}")

@@ -205,8 +205,12 @@ def out_of_bounds(case: Case) -> bool:
     return bool(((values < low) | (values >= limits)).any())
 
 
-_OFFSETS = {"GATHER": _gather_offsets, "GATHER_ELEMENTS": _elements_offsets, "GATHER_ND": _nd_offsets,
-            "GATHER_ND1": _nd_offsets}  # fmt: skip
+_OFFSETS = {
+    "GATHER": _gather_offsets,
+    "GATHER_ELEMENTS": _elements_offsets,
+    "GATHER_ND": _nd_offsets,
+    "GATHER_ND1": _nd_offsets,
+}
 
 
 def _positions(sizes: tuple[int, ...]) -> np.ndarray:

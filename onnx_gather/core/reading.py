@@ -69,10 +69,17 @@ def directml_desc_gather(
 ) -> np.ndarray:
     """DML_GATHER beyond ONNX's Gather, on the descs ONNX Runtime's provider would make of these arrays: the element
     offsets ``predict`` states for DirectML called directly, read as section 4.3 reads them."""
-    descs = [TensorDesc.provider(NUMPY_NAMES[array.dtype], shape)
-             for array, shape in ((input, input.shape), (indices, indices.shape), (input, output_sizes))]  # fmt: skip
-    case = Case("GATHER", {"axis": axis, "index_dimensions": index_dimensions}, *descs,
-                bytes(descs[0].total_bytes), to_buffer(descs[1], indices))  # fmt: skip
+    descs = [
+        TensorDesc.provider(NUMPY_NAMES[array.dtype], shape)
+        for array, shape in ((input, input.shape), (indices, indices.shape), (input, output_sizes))
+    ]
+    case = Case(
+        "GATHER",
+        {"axis": axis, "index_dimensions": index_dimensions},
+        *descs,
+        bytes(descs[0].total_bytes),
+        to_buffer(descs[1], indices),
+    )
     offsets = predict.element_offsets(case)
     return read_offsets(input, offsets, element_size(input, out_of_bounds)).reshape(output_sizes)
 

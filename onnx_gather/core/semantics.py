@@ -159,9 +159,11 @@ def gather_validated(
     index_shape = indices.shape[input.ndim - index_dimensions :]
     if not plain_gather(input.shape, indices.shape, axis, index_dimensions):
         if not out_of_bounds.startswith("directml"):
-            raise GatherError(f"DmlGather: indices {indices.shape} and input {input.shape} along axis {axis} with "
-                              f"index_dimensions {index_dimensions}: only out_of_bounds=directml reads such a desc, as "
-                              "DirectML does (docs/semantics.md section 8)")  # fmt: skip
+            raise GatherError(
+                f"DmlGather: indices {indices.shape} and input {input.shape} along axis {axis} with "
+                f"index_dimensions {index_dimensions}: only out_of_bounds=directml reads such a desc, as "
+                "DirectML does (docs/semantics.md section 8)"
+            )
         return directml_desc_gather(input, indices, axis, index_dimensions, output_sizes, out_of_bounds)
     if out_of_bounds.startswith("directml"):
         words = axis_words(indices.reshape(1, -1, 1), input.shape[axis])
@@ -224,8 +226,11 @@ def gather_nd_output_sizes(
 ) -> tuple[int, ...]:
     """The output sizes of DML_GATHER_ND1 (``core.sizes.gather_nd_sizes``); a GatherError where DirectML refuses the
     shapes and attributes (docs/semantics.md section 3b)."""
-    attributes = {"input_dimension_count": input_dimension_count, "indices_dimension_count": indices_dimension_count,
-                  "batch_dimension_count": batch_dimension_count}  # fmt: skip
+    attributes = {
+        "input_dimension_count": input_dimension_count,
+        "indices_dimension_count": indices_dimension_count,
+        "batch_dimension_count": batch_dimension_count,
+    }
     return _taken("DmlGatherNd", gather_nd_sizes(input_sizes, indices_sizes, attributes))
 
 
@@ -270,9 +275,13 @@ def dml_gather_nd(
 
 
 def validate_gather_nd(
-    input: np.ndarray, indices: np.ndarray, input_dimension_count: int, indices_dimension_count: int,
-    batch_dimension_count: int, out_of_bounds: str,
-) -> tuple[int, ...]:  # fmt: skip
+    input: np.ndarray,
+    indices: np.ndarray,
+    input_dimension_count: int,
+    indices_dimension_count: int,
+    batch_dimension_count: int,
+    out_of_bounds: str,
+) -> tuple[int, ...]:
     """DML_GATHER_ND1's output sizes; a GatherError where DirectML refuses the types, shapes or attributes."""
     counts = (input_dimension_count, indices_dimension_count, batch_dimension_count)
     check_types("DmlGatherNd", input.dtype, indices.dtype)
@@ -282,22 +291,36 @@ def validate_gather_nd(
 
 
 def gather_nd_validated(
-    input: np.ndarray, indices: np.ndarray, input_dimension_count: int, indices_dimension_count: int,
-    batch_dimension_count: int, out_of_bounds: str, output_sizes: tuple[int, ...],
-) -> np.ndarray:  # fmt: skip
+    input: np.ndarray,
+    indices: np.ndarray,
+    input_dimension_count: int,
+    indices_dimension_count: int,
+    batch_dimension_count: int,
+    out_of_bounds: str,
+    output_sizes: tuple[int, ...],
+) -> np.ndarray:
     """``dml_gather_nd`` on arrays and attributes ``validate_gather_nd`` accepted (its ``output_sizes``)."""
     op = "DmlGatherNd"
     if out_of_bounds.startswith("directml"):
-        return directml_gather_nd(input, indices, input_dimension_count, indices_dimension_count, batch_dimension_count,
-                            element_size(input, out_of_bounds)).reshape(output_sizes)  # fmt: skip
+        return directml_gather_nd(
+            input,
+            indices,
+            input_dimension_count,
+            indices_dimension_count,
+            batch_dimension_count,
+            element_size(input, out_of_bounds),
+        ).reshape(output_sizes)
     data = input.shape[input.ndim - input_dimension_count :]
     index = indices.shape[indices.ndim - indices_dimension_count :]
     if data[:batch_dimension_count] != index[:batch_dimension_count]:
-        raise GatherError(f"{op}: the batch sizes differ (input {data[:batch_dimension_count]}, indices "
-                          f"{index[:batch_dimension_count]}): only out_of_bounds=directml reads such a desc, as "
-                          "DirectML does")  # fmt: skip
-    view, tuples, dims = _tuple_view(input, indices, input_dimension_count, indices_dimension_count,
-                                     batch_dimension_count)  # fmt: skip
+        raise GatherError(
+            f"{op}: the batch sizes differ (input {data[:batch_dimension_count]}, indices "
+            f"{index[:batch_dimension_count]}): only out_of_bounds=directml reads such a desc, as "
+            "DirectML does"
+        )
+    view, tuples, dims = _tuple_view(
+        input, indices, input_dimension_count, indices_dimension_count, batch_dimension_count
+    )
     batches, inner = view.shape[0], view.shape[-1]
     fixed, outside = zip(*(fix_indices(op, tuples[..., j], size, "clamp") for j, size in enumerate(dims)), strict=True)
     if out_of_bounds == "error" and any(o.any() for o in outside):

@@ -60,8 +60,10 @@ def gather_nd_c(data: Sequence, index: Sequence, batch: int) -> tuple:
 def _dimension_counts(input: Sequence, indices: Sequence) -> Refusal | None:
     n = len(input)
     if len(indices) != n:
-        return Refusal(f"input has {n} dimensions {tuple(input)} but indices has {len(indices)} {tuple(indices)}; "
-                       "DirectML needs the same dimension count (pad with leading 1s)")  # fmt: skip
+        return Refusal(
+            f"input has {n} dimensions {tuple(input)} but indices has {len(indices)} {tuple(indices)}; "
+            "DirectML needs the same dimension count (pad with leading 1s)"
+        )
     if not 1 <= n <= MAX_DIMENSION_COUNT:
         return Refusal(f"dimension count {n} is outside DirectML's range 1 to {MAX_DIMENSION_COUNT}")
     return None
@@ -86,16 +88,20 @@ def _gather_unsafe(input: Sequence, indices: Sequence, axis: int, m: int) -> str
     ``axis`` without theirs (DirectML refuses most, takes some and its process then dies)."""
     n = len(input)
     if m - 1 > axis:
-        return (f"DML_GATHER whose output crops index entries of C (index_dimensions {m} above axis {axis} + 1): "
-                "DirectML takes it, then later operators in its process crash on a write to a wild address inside "
-                "DirectML.dll (docs/semantics.md section 8)")  # fmt: skip
+        return (
+            f"DML_GATHER whose output crops index entries of C (index_dimensions {m} above axis {axis} + 1): "
+            "DirectML takes it, then later operators in its process crash on a write to a wild address inside "
+            "DirectML.dll (docs/semantics.md section 8)"
+        )
     if not all(_known(size) for size in (*indices[: n - m], *input[:axis])):
         return None
     leading, batch = _stripped(indices[: n - m]), _stripped(input[:axis])
     if leading != batch[: len(leading)] or len(leading) > len(batch):
-        return (f"DML_GATHER with index sizes {tuple(indices[: n - m])} before the last {m} that, without leading "
-                f"1s, do not start the input's sizes before axis {axis}, {tuple(input[:axis])}: DirectML refuses most "
-                "such descs, but takes some and its process then ends (docs/semantics.md section 8)")  # fmt: skip
+        return (
+            f"DML_GATHER with index sizes {tuple(indices[: n - m])} before the last {m} that, without leading "
+            f"1s, do not start the input's sizes before axis {axis}, {tuple(input[:axis])}: DirectML refuses most "
+            "such descs, but takes some and its process then ends (docs/semantics.md section 8)"
+        )
     return None
 
 
@@ -119,8 +125,11 @@ def gather_sizes(input: Sequence, indices: Sequence, attributes: Mapping[str, in
 def off_axis_difference(input: Sequence, indices: Sequence, axis: int) -> int | None:
     """The first dimension off ``axis`` where GatherElements' indices and input have known sizes that differ, which
     DirectML refuses, or None. Sizes of other lengths are a ValueError."""
-    differ = [d for d, (a, b) in enumerate(zip(input, indices, strict=True))
-              if d != axis and _known(a) and _known(b) and a != b]  # fmt: skip
+    differ = [
+        d
+        for d, (a, b) in enumerate(zip(input, indices, strict=True))
+        if d != axis and _known(a) and _known(b) and a != b
+    ]
     return differ[0] if differ else None
 
 
@@ -167,16 +176,24 @@ def gather_nd_sizes(
         if not 1 <= count <= n:
             return Refusal(f"{name}_dimension_count {count} is out of range [1, {n}]", stated)
         if any(_known(size) and size != 1 for size in sizes[: n - count]):
-            return Refusal(f"{name} sizes {tuple(sizes)} with {name}_dimension_count {count} have leading sizes "
-                           f"{tuple(sizes[: n - count])}; the {n - count} irrelevant leading sizes must be 1",
-                           stated)  # fmt: skip
+            return Refusal(
+                f"{name} sizes {tuple(sizes)} with {name}_dimension_count {count} have leading sizes "
+                f"{tuple(sizes[: n - count])}; the {n - count} irrelevant leading sizes must be 1",
+                stated,
+            )
     if not 0 <= batch < min(x, q):
-        return Refusal(f"batch_dimension_count {batch} is out of range [0, {min(x, q)}) for input_dimension_count {x} "
-                       f"and indices_dimension_count {q}", stated)  # fmt: skip
+        return Refusal(
+            f"batch_dimension_count {batch} is out of range [0, {min(x, q)}) for input_dimension_count {x} "
+            f"and indices_dimension_count {q}",
+            stated,
+        )
     k = indices[-1]
     if not 1 <= k <= x - batch:
-        return Refusal(f"index tuples of {k} coordinates (the indices' last size) do not fit the input's {x - batch} "
-                       f"dimensions after {batch} batch dimensions (1 to {x - batch})", stated)  # fmt: skip
+        return Refusal(
+            f"index tuples of {k} coordinates (the indices' last size) do not fit the input's {x - batch} "
+            f"dimensions after {batch} batch dimensions (1 to {x - batch})",
+            stated,
+        )
     if stated is None:
         return Refusal(f"output sizes {c} have {len(c)} dimensions, more than the dimension count {n}")
     return stated

@@ -103,16 +103,32 @@ def _version_resource(dll: Path, key: str = "FileVersion") -> str:
 def _download_dlls(folder: Path, out: TextIO) -> None:
     with tempfile.TemporaryDirectory() as download:
         done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--platform", "win_amd64",
-             "--python-version", "3.11", "--disable-pip-version-check", "-d", download,
-             f"onnxruntime-directml=={ORT_DIRECTML_VERSION}"],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--platform",
+                "win_amd64",
+                "--python-version",
+                "3.11",
+                "--disable-pip-version-check",
+                "-d",
+                download,
+                f"onnxruntime-directml=={ORT_DIRECTML_VERSION}",
+            ],
+            capture_output=True,
+            text=True,
+        )
         wheel = Path(download) / WHEEL
         if done.returncode != 0 or not wheel.is_file():
             last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
-            raise SetupError(f"cannot download onnxruntime-directml {ORT_DIRECTML_VERSION} (win_amd64) from the "
-                             f"package registry: {last}")  # fmt: skip
+            raise SetupError(
+                f"cannot download onnxruntime-directml {ORT_DIRECTML_VERSION} (win_amd64) from the "
+                f"package registry: {last}"
+            )
         digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
         if digest != WHEEL_SHA256:
             raise SetupError(f"{WHEEL} has SHA-256 {digest}, not the pinned {WHEEL_SHA256}")
@@ -131,8 +147,9 @@ def _compile(folder: Path, name: str, out: TextIO) -> None:
             (Path(sources) / file).write_bytes(text)
         done = subprocess.run(
             [COMPILER, "-O2", "-Wall", "-o", str(folder / f"{name}.exe"), str(Path(sources) / f"{name}.c")],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+        )
     if done.returncode != 0:
         raise SetupError(f"compiling {name}.c failed: {done.stderr.strip().splitlines()[-1]}")
     print(f"  {name}.exe: compiled from {' and '.join(files)}", file=out)
@@ -142,8 +159,14 @@ def _wine_source(folder: Path) -> Path:
     """Debian's Wine 10 source tarball, downloaded with apt from trixie's deb-src into ``folder``, SHA-256 checked."""
     (folder / "lists" / "partial").mkdir(parents=True)
     (folder / "sources.list").write_text(TRIXIE_SOURCES)
-    private = ["-o", f"Dir::Etc::SourceList={folder / 'sources.list'}", "-o", "Dir::Etc::SourceParts=/dev/null",
-               "-o", f"Dir::State::Lists={folder / 'lists'}"]  # fmt: skip
+    private = [
+        "-o",
+        f"Dir::Etc::SourceList={folder / 'sources.list'}",
+        "-o",
+        "Dir::Etc::SourceParts=/dev/null",
+        "-o",
+        f"Dir::State::Lists={folder / 'lists'}",
+    ]
     for arguments in (["update", "-q"], ["source", "--download-only", "--tar-only", "-q", "wine"]):
         done = subprocess.run(["apt-get", *private, *arguments], cwd=folder, capture_output=True, text=True)
         if done.returncode != 0:
@@ -162,15 +185,24 @@ def _build_d3d12(folder: Path, out: TextIO) -> None:
     with tempfile.TemporaryDirectory(prefix="onnx-gather-d3d12-") as work, resources.as_file(d3d12_files()) as files:
         tarball = _wine_source(Path(work) / "source")
         done = subprocess.run(
-            ["bash", str(files / "build.sh"), str(tarball), str(Path(work) / "build"),
-             *(str(folder / dll) for dll in D3D12_DLLS)],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                "bash",
+                str(files / "build.sh"),
+                str(tarball),
+                str(Path(work) / "build"),
+                *(str(folder / dll) for dll in D3D12_DLLS),
+            ],
+            capture_output=True,
+            text=True,
+        )
     if done.returncode != 0 or not all((folder / dll).is_file() for dll in D3D12_DLLS):
         last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
         raise SetupError(f"building d3d12.dll (vkd3d 1.14) failed: {last}")
-    print(f"  d3d12.dll: vkd3d 1.14 with DXIL, and {NATIVE16_FOLDER}/d3d12.dll with native 16-bit shader ops, built "
-          f"in {time.perf_counter() - start:.0f} s", file=out)  # fmt: skip
+    print(
+        f"  d3d12.dll: vkd3d 1.14 with DXIL, and {NATIVE16_FOLDER}/d3d12.dll with native 16-bit shader ops, built "
+        f"in {time.perf_counter() - start:.0f} s",
+        file=out,
+    )
 
 
 def _what_is_known(layout: Layout, out: TextIO) -> dict:
@@ -228,8 +260,9 @@ def install_binaries(layout: Layout, out: TextIO) -> dict[str, object]:
     if stale:
         _place(layout, stale.keys(), out)
     else:
-        print(f"  onnxruntime-directml {ORT_DIRECTML_VERSION}, runner.exe, direct.exe and d3d12.dll: in place",
-              file=out)  # fmt: skip
+        print(
+            f"  onnxruntime-directml {ORT_DIRECTML_VERSION}, runner.exe, direct.exe and d3d12.dll: in place", file=out
+        )
     state = {
         "onnxruntime": ORT_DIRECTML_VERSION,
         "directml": _version_resource(layout.bin / "DirectML.dll"),
@@ -269,8 +302,10 @@ def make_prefix(layout: Layout, out: TextIO) -> None:
 
 def _versions(layout: Layout) -> str:
     versions = layout.versions()
-    return (f"ONNX Runtime {versions['onnxruntime-directml']} with DirectML {versions['directml']}, "
-            f"wine-{versions['wine']}, Mesa {versions['mesa']}")  # fmt: skip
+    return (
+        f"ONNX Runtime {versions['onnxruntime-directml']} with DirectML {versions['directml']}, "
+        f"wine-{versions['wine']}, Mesa {versions['mesa']}"
+    )
 
 
 def check_setup(layout: Layout, out: TextIO) -> int:

@@ -68,8 +68,15 @@ def _linked(*names: str) -> tuple[str, ...]:
 PARTS = {"DLLs": _linked(*DLLS), **{name: _linked(f"{name}.exe") for name in PROGRAMS}, "d3d12": D3D12_DLLS}
 # What state.json holds: versions, the hashes of what the programs and d3d12.dll were built from, and ``files``,
 # each placed file's SHA-256, size and modification time (fingerprints.record).
-STATE_KEYS = ("onnxruntime", "directml", *(f"{name}_source_sha256" for name in PROGRAMS), "d3d12", "d3d12_native16",
-              "d3d12_source_sha256", "files")  # fmt: skip
+STATE_KEYS = (
+    "onnxruntime",
+    "directml",
+    *(f"{name}_source_sha256" for name in PROGRAMS),
+    "d3d12",
+    "d3d12_native16",
+    "d3d12_source_sha256",
+    "files",
+)
 
 
 def program_source(name: str) -> bytes:
@@ -232,8 +239,9 @@ def pinned_dlls() -> dict[str, dict[str, str]]:
 
 def system_problems() -> list[str]:
     """What of the system packages real DirectML runs on is missing, one line each."""
-    found = [f"Wine is not installed ({program} is missing)" for program in (WINE, WINESERVER)
-             if not Path(program).is_file()]  # fmt: skip
+    found = [
+        f"Wine is not installed ({program} is missing)" for program in (WINE, WINESERVER) if not Path(program).is_file()
+    ]
     if shutil.which("Xvfb") is None:
         found.append("Xvfb is not installed")
     mesa = package_version(MESA_PACKAGE)

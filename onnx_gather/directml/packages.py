@@ -22,8 +22,17 @@ from onnx_gather.directml.layout import (
 )
 
 # Wine, Xvfb, mingw-w64 for the programs and d3d12.dll, what d3d12.dll's build needs besides, Mesa's Vulkan driver.
-PACKAGES = ("wine", "wine64", "xvfb", "gcc-mingw-w64-x86-64", "flex", "bison", "wine64-tools", "libvulkan-dev",
-            MESA_PACKAGE)  # fmt: skip
+PACKAGES = (
+    "wine",
+    "wine64",
+    "xvfb",
+    "gcc-mingw-w64-x86-64",
+    "flex",
+    "bison",
+    "wine64-tools",
+    "libvulkan-dev",
+    MESA_PACKAGE,
+)
 BACKPORTS_SOURCE = Path("/etc/apt/sources.list.d/onnx-gather-bookworm-backports.sources")
 
 
@@ -74,8 +83,10 @@ def install_packages(out: TextIO) -> None:
             "Vulkan drivers) with this system's package manager, then run this again"
         )
     if "debian" not in (release.get("ID", "") + " " + release.get("ID_LIKE", "")):
-        problems.append(f"this is not Debian-like ({release.get('PRETTY_NAME', 'no /etc/os-release')}); "
-                        "the set-up knows Debian 12 and later")  # fmt: skip
+        problems.append(
+            f"this is not Debian-like ({release.get('PRETTY_NAME', 'no /etc/os-release')}); "
+            "the set-up knows Debian 12 and later"
+        )
     if problems:
         raise SetupError("\n".join(problems))
     codename = release.get("VERSION_CODENAME", "")

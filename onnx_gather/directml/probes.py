@@ -19,11 +19,14 @@ def probe(layout: Layout) -> str:
 
     node = helper.make_node("Gather", ["data", "indices"], ["output"], axis=0)
     graph = helper.make_graph(
-        [node], "probe",
-        [helper.make_tensor_value_info("data", TensorProto.FLOAT, [6]),
-         helper.make_tensor_value_info("indices", TensorProto.INT64, [3])],
+        [node],
+        "probe",
+        [
+            helper.make_tensor_value_info("data", TensorProto.FLOAT, [6]),
+            helper.make_tensor_value_info("indices", TensorProto.INT64, [3]),
+        ],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [3])],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     start = time.perf_counter()
     with Runner(layout) as runner:
@@ -33,10 +36,14 @@ def probe(layout: Layout) -> str:
         memory = runner.memory_limit
     if output["output"].tolist() != [11.0, 10.0, 15.0]:
         raise SetupError(f"the probe Gather on DirectML gave {output['output'].tolist()}, not [11, 10, 15]")
-    device = (f"shader model {caps['shader_model']}, WaveOps {caps['wave_ops']}, Int64ShaderOps {caps['int64_ops']}, "
-              f"Native16BitShaderOps {caps['native16']}")  # fmt: skip
-    return (f"a Gather ran on DirectML in {time.perf_counter() - start:.1f} s (Wine and Xvfb started and ended); "
-            f"Direct3D 12 {d3d12_stack()} ({D3D12_VARIABLE}): {device}; memory limit {memory}")  # fmt: skip
+    device = (
+        f"shader model {caps['shader_model']}, WaveOps {caps['wave_ops']}, Int64ShaderOps {caps['int64_ops']}, "
+        f"Native16BitShaderOps {caps['native16']}"
+    )
+    return (
+        f"a Gather ran on DirectML in {time.perf_counter() - start:.1f} s (Wine and Xvfb started and ended); "
+        f"Direct3D 12 {d3d12_stack()} ({D3D12_VARIABLE}): {device}; memory limit {memory}"
+    )
 
 
 def probe_direct(layout: Layout) -> str:
@@ -46,8 +53,15 @@ def probe_direct(layout: Layout) -> str:
     from onnx_gather.directml.direct import DirectRunner
 
     data, indices, output = TensorDesc.of("FLOAT32", [4]), TensorDesc.of("UINT32", [5]), TensorDesc.of("FLOAT32", [5])
-    case = Case("GATHER", {"axis": 0, "index_dimensions": 1}, data, indices, output,
-                to_buffer(data, np.array([11, 12, 13, 14])), to_buffer(indices, np.array([3, 1, 3, 0, 2])))  # fmt: skip
+    case = Case(
+        "GATHER",
+        {"axis": 0, "index_dimensions": 1},
+        data,
+        indices,
+        output,
+        to_buffer(data, np.array([11, 12, 13, 14])),
+        to_buffer(indices, np.array([3, 1, 3, 0, 2])),
+    )
     start = time.perf_counter()
     with DirectRunner(layout) as runner:
         outcome = runner.run([case])[0]
@@ -55,8 +69,10 @@ def probe_direct(layout: Layout) -> str:
     got = outcome.refused or from_buffer(output, outcome.output or b"").tolist()
     if got != [14, 12, 14, 11, 13]:
         raise SetupError(f"DML_GATHER's example 1 through direct.exe gave {got}, not [14, 12, 14, 11, 13]")
-    return (f"a DML_GATHER ran on DirectML called directly (direct.exe) in {time.perf_counter() - start:.1f} s; "
-            f"DirectML feature level {level}")  # fmt: skip
+    return (
+        f"a DML_GATHER ran on DirectML called directly (direct.exe) in {time.perf_counter() - start:.1f} s; "
+        f"DirectML feature level {level}"
+    )
 
 
 def run_probes(layout: Layout, out: TextIO) -> None:

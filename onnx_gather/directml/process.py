@@ -112,9 +112,13 @@ class WineProgram:
                 folder = windows_path(self.layout.programs).replace("/", "\\")
                 self._wine = subprocess.Popen(
                     [WINE, str(self.layout.program(self.program)), folder],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=environment,
-                    start_new_session=True, preexec_fn=prepare,
-                )  # fmt: skip
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    env=environment,
+                    start_new_session=True,
+                    preexec_fn=prepare,
+                )
             self.starts += 1
             self.version = self._reply("start", START_SECONDS)[1]
         except BaseException:  # a failed start, or Ctrl-C: nothing to wait for
@@ -150,9 +154,13 @@ class WineProgram:
         try:
             self._xvfb = subprocess.Popen(
                 ["Xvfb", "-displayfd", str(write_end), "-screen", "0", "640x480x24", "-nolisten", "tcp"],
-                pass_fds=(write_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
-            )  # fmt: skip
+                pass_fds=(write_end,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
             os.close(write_end)
             write_end = -1
             number = b""

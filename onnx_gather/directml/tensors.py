@@ -30,10 +30,32 @@ MAGIC = b"OGTENSOR"
 # ONNX Runtime takes yet).
 CARRIED = frozenset(
     getattr(TensorProto, name)
-    for name in ("FLOAT", "UINT8", "INT8", "UINT16", "INT16", "INT32", "INT64", "STRING", "BOOL", "FLOAT16", "DOUBLE",
-                 "UINT32", "UINT64", "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ",
-                 "UINT4", "INT4", "FLOAT4E2M1", "UINT2", "INT2")
-)  # fmt: skip
+    for name in (
+        "FLOAT",
+        "UINT8",
+        "INT8",
+        "UINT16",
+        "INT16",
+        "INT32",
+        "INT64",
+        "STRING",
+        "BOOL",
+        "FLOAT16",
+        "DOUBLE",
+        "UINT32",
+        "UINT64",
+        "BFLOAT16",
+        "FLOAT8E4M3FN",
+        "FLOAT8E4M3FNUZ",
+        "FLOAT8E5M2",
+        "FLOAT8E5M2FNUZ",
+        "UINT4",
+        "INT4",
+        "FLOAT4E2M1",
+        "UINT2",
+        "INT2",
+    )
+)
 PACKED = frozenset({TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT4E2M1, TensorProto.INT2, TensorProto.UINT2})
 MAX_DIMS = 16  # runner.c's
 
@@ -51,8 +73,10 @@ def element_type(name: str, array: np.ndarray) -> int:
     except (KeyError, TypeError, ValueError):
         raise CarryError(f"input {name!r} is a numpy {array.dtype} array, which is no ONNX tensor type") from None
     if element not in CARRIED:
-        raise CarryError(f"input {name!r} is {TensorProto.DataType.Name(element)}, which ONNX Runtime "
-                         f"{ORT_DIRECTML_VERSION} does not take: the DirectML runner cannot carry it")  # fmt: skip
+        raise CarryError(
+            f"input {name!r} is {TensorProto.DataType.Name(element)}, which ONNX Runtime "
+            f"{ORT_DIRECTML_VERSION} does not take: the DirectML runner cannot carry it"
+        )
     return element
 
 
@@ -60,8 +84,10 @@ def _utf8(name: str, position: tuple[int, ...], item: object) -> bytes:
     if isinstance(item, bytes):
         return item
     if not isinstance(item, str):
-        raise CarryError(f"input {name!r} holds a {type(item).__name__} at {list(position)}, where a STRING "
-                         "tensor holds str or bytes")  # fmt: skip
+        raise CarryError(
+            f"input {name!r} holds a {type(item).__name__} at {list(position)}, where a STRING "
+            "tensor holds str or bytes"
+        )
     try:
         return item.encode("utf-8")
     except UnicodeEncodeError as error:

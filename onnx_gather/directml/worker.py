@@ -33,8 +33,10 @@ DML_PROVIDER = "DmlExecutionProvider"
 # Why ONNX Runtime returns no tensor for an output: the DirectML provider fuses a node into the activation that is its
 # one consumer (Conv -> Relu, Add -> Relu, MatMul -> Sigmoid, ...), and the fused node makes the activation's value only
 # (an output is no consumer), also with its graph fusion off.
-ABSENT = ("ONNX Runtime returned no tensor for it: the DirectML provider fused the node that makes it into the "
-          "activation after it")  # fmt: skip
+ABSENT = (
+    "ONNX Runtime returned no tensor for it: the DirectML provider fused the node that makes it into the "
+    "activation after it"
+)
 
 
 class FallbackFailure(DirectMlError):
@@ -75,8 +77,11 @@ class Loaded:
         providers = listing or (list(self.placed) if len(self.placed) == 1 else [])
         if len(providers) != 1 or providers[0] == DML_PROVIDER:
             return None
-        return FallbackFailure(f"{failed['op_type']} node {failed['name']!r} ran on {providers[0]}, DirectML not "
-                               f"taking it, and failed there: {error}", providers[0])  # fmt: skip
+        return FallbackFailure(
+            f"{failed['op_type']} node {failed['name']!r} ran on {providers[0]}, DirectML not "
+            f"taking it, and failed there: {error}",
+            providers[0],
+        )
 
 
 class Runner(WineProgram):
@@ -86,9 +91,12 @@ class Runner(WineProgram):
         super().__init__("runner", layout, timeout)
 
     def load(
-        self, model: str | os.PathLike | onnx.ModelProto, fallback: bool = False, fuse: bool = True,
+        self,
+        model: str | os.PathLike | onnx.ModelProto,
+        fallback: bool = False,
+        fuse: bool = True,
         data: str | os.PathLike | None = None,
-    ) -> Loaded:  # fmt: skip
+    ) -> Loaded:
         """Create a DirectML session of ``model``: a file, whose external data stays beside it, or a ModelProto,
         written into a workspace of the runner's own with the data files it uses linked there from ``data``.
 
@@ -151,8 +159,11 @@ class Runner(WineProgram):
                 missing = {loaded.outputs[int(rest)] for kind, rest in infos if kind == "absent"}
                 if missing and not absent:
                     raise DirectMlError(f"output {sorted(missing)[0]!r}: {ABSENT}")
-                return {name: tensors.read(folder / f"out{k}.tensor", name) for k, name in enumerate(loaded.outputs)
-                        if name not in missing}  # fmt: skip
+                return {
+                    name: tensors.read(folder / f"out{k}.tensor", name)
+                    for k, name in enumerate(loaded.outputs)
+                    if name not in missing
+                }
 
     def capabilities(self) -> dict[str, str]:
         """What the Direct3D 12 device under DirectML offers: shader_model, wave_ops, int64_ops, native16."""

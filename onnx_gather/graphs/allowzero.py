@@ -180,9 +180,12 @@ def _allowzero(node: onnx.NodeProto) -> onnx.AttributeProto | None:
 
 def allowzero_reshapes(model: onnx.ModelProto) -> set[str]:
     """The names of the Reshape nodes with ``allowzero=1`` (``Reshape #3`` where unnamed), subgraphs included."""
-    return {node.name or unnamed(node, position) for body in bodies(model)
-            for position, node in enumerate(body.nodes)
-            if (attribute := _allowzero(node)) is not None and attribute.i == 1}  # fmt: skip
+    return {
+        node.name or unnamed(node, position)
+        for body in bodies(model)
+        for position, node in enumerate(body.nodes)
+        if (attribute := _allowzero(node)) is not None and attribute.i == 1
+    }
 
 
 def _verdict(shapes: _Shapes, node: onnx.NodeProto, nonempty_inputs: bool) -> tuple[bool, str]:
@@ -214,8 +217,13 @@ def clear_allowzero(
     result.CopyFrom(model)
     types = value_types(result)
     inputs = {value.name for value in result.graph.input}
-    symbols = {dim for value in result.graph.input if (t := ValueType.of(value)) and t.dims
-               for dim in t.dims if isinstance(dim, str)}  # fmt: skip
+    symbols = {
+        dim
+        for value in result.graph.input
+        if (t := ValueType.of(value)) and t.dims
+        for dim in t.dims
+        if isinstance(dim, str)
+    }
     changes = []
     for body in bodies(result):
         shapes = None

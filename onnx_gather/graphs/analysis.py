@@ -59,9 +59,13 @@ class Analysis:
     makes of it (``decide``)."""
 
     def __init__(
-        self, model: onnx.ModelProto, dimension_count: int | None = None, observation: Observer | None = None,
-        keep_on_cpu: FeatureLevel | None = None, carrying: contract.Carrying = contract.CUSTOM_OPS,
-    ) -> None:  # fmt: skip
+        self,
+        model: onnx.ModelProto,
+        dimension_count: int | None = None,
+        observation: Observer | None = None,
+        keep_on_cpu: FeatureLevel | None = None,
+        carrying: contract.Carrying = contract.CUSTOM_OPS,
+    ) -> None:
         self.model = model
         self.carrying = carrying
         self.dimension_count = dimension_count
@@ -155,8 +159,11 @@ class Analysis:
         """How DML form expresses gather ``node`` (the ``index``-th of ``body``), or why it is left as it is; and
         what the report says of it (for a converted node, ``result`` is the DML node's name, fresh in the model)."""
         referenced = referenced_attribute(node)
-        plan = Left(referenced) if referenced else _examine(body, types, node, self.dimension_count, self.unknown,
-                                                            self.carrying)  # fmt: skip
+        plan = (
+            Left(referenced)
+            if referenced
+            else _examine(body, types, node, self.dimension_count, self.unknown, self.carrying)
+        )
         plan, fails = self._placed(body, node, index, plan)
         if isinstance(plan, Left):
             return plan, _left_change(body, types, node, index, plan)
@@ -211,10 +218,15 @@ class Analysis:
         if not observed:
             return ""
         # One run observed them all.
-        roles = " and ".join(f"{'data' if value == node.input[0] else 'indices'} {value!r} ({self.observed[value]})"
-                             for value in observed)  # fmt: skip
-        how = f"observed in a run of ONNX Runtime on {self.observed_run}" if self.ran & set(observed) else \
-            "from ONNX Runtime's symbolic shape inference"  # fmt: skip
+        roles = " and ".join(
+            f"{'data' if value == node.input[0] else 'indices'} {value!r} ({self.observed[value]})"
+            for value in observed
+        )
+        how = (
+            f"observed in a run of ONNX Runtime on {self.observed_run}"
+            if self.ran & set(observed)
+            else "from ONNX Runtime's symbolic shape inference"
+        )
         return f"{roles} {how}"
 
 
@@ -281,9 +293,13 @@ class GatherPlan:
 
 
 def _examine(
-    body: Body, types: dict[str, ValueType], node: onnx.NodeProto, dimension_count: int | None, unknown: dict[str, str],
+    body: Body,
+    types: dict[str, ValueType],
+    node: onnx.NodeProto,
+    dimension_count: int | None,
+    unknown: dict[str, str],
     carrying: contract.Carrying,
-) -> GatherPlan | Left:  # fmt: skip
+) -> GatherPlan | Left:
     """How to put ``node`` into DML form, or why it stays standard (``unknown``: why a value's rank is unknown)."""
     if len(node.input) != 2 or len(node.output) != 1:
         return Left("it does not have exactly two inputs and one output")

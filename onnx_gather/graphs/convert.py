@@ -142,8 +142,9 @@ class _Converter:
         typed[dml_output] = ValueType(carried, (1,) * form.output_ones + out_dims)
         y = dml_output
         if form.output_ones:
-            y = wrote["unpad_output"] = emit.unpad(y, form.output_ones, "unpad_output",
-                                                   None if plan.carrier else node.output[0])  # fmt: skip
+            y = wrote["unpad_output"] = emit.unpad(
+                y, form.output_ones, "unpad_output", None if plan.carrier else node.output[0]
+            )
             typed[y] = ValueType(carried, out_dims)
         if plan.carrier is not None:
             wrote["carry_output"] = emit.node("Cast", [y], "carry_output", node.output[0], to=data.elem_type)

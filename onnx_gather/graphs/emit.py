@@ -54,9 +54,13 @@ class Emitter:
     """Builds standard nodes into a list, in the form the default opset in force takes."""
 
     def __init__(
-        self, body: Body, names: Names, prefix: str, share_constants: bool = False,
+        self,
+        body: Body,
+        names: Names,
+        prefix: str,
+        share_constants: bool = False,
         initializers: Initializers | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.opset = body.opset
         self.names = names
         self.prefix = prefix

@@ -62,8 +62,9 @@ def _convert(model: onnx.ModelProto, target: int, where: str) -> onnx.ModelProto
         message = " ".join(str(error).split())
         message = message.split("failed: ", 1)[-1]  # not the converter's source location and assertion
         version = _default_import(model.opset_import).version
-        raise OpsetError(f"onnx's version converter cannot raise {where} from opset {version} to {target}: "
-                         f"{message}") from None  # fmt: skip
+        raise OpsetError(
+            f"onnx's version converter cannot raise {where} from opset {version} to {target}: {message}"
+        ) from None
 
 
 def _refers_to_attributes(nodes: list[onnx.NodeProto]) -> bool:
@@ -80,13 +81,17 @@ def _refers_to_attributes(nodes: list[onnx.NodeProto]) -> bool:
 def _raise_function(function: onnx.FunctionProto, imports: onnx.OperatorSetIdProto, target: int) -> None:
     where = f"function '{function.domain}.{function.name}'"
     if _refers_to_attributes(list(function.node)):
-        raise OpsetError(f"{where} is at opset {imports.version} and refers to its attributes, which onnx's version "
-                         f"converter does not carry: it cannot be raised to opset {target}")  # fmt: skip
+        raise OpsetError(
+            f"{where} is at opset {imports.version} and refers to its attributes, which onnx's version "
+            f"converter does not carry: it cannot be raised to opset {target}"
+        )
     untyped = onnx.TypeProto()
     graph = helper.make_graph(
-        list(function.node), function.name, [helper.make_value_info(name, untyped) for name in function.input],
+        list(function.node),
+        function.name,
+        [helper.make_value_info(name, untyped) for name in function.input],
         [helper.make_value_info(name, untyped) for name in function.output],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=list(function.opset_import), ir_version=onnx.IR_VERSION)
     converted = _convert(model, target, where)
     del function.node[:]
@@ -126,9 +131,11 @@ def _check_types_kept(before: onnx.ModelProto, after: onnx.ModelProto, where: st
     was, now = _declared(before), _declared(after)
     for name, value in was.items():
         if name in now and _contradicts(ValueType.of(value), ValueType.of(now[name])):
-            raise OpsetError(f"onnx's version converter changed the declared type of {name!r} from "
-                             f"{_type_text(value)} to {_type_text(now[name])} when raising {where} to opset "
-                             f"{target}: refused, as what the model computes may have changed")  # fmt: skip
+            raise OpsetError(
+                f"onnx's version converter changed the declared type of {name!r} from "
+                f"{_type_text(value)} to {_type_text(now[name])} when raising {where} to opset "
+                f"{target}: refused, as what the model computes may have changed"
+            )
 
 
 def raise_opset(model: onnx.ModelProto, target: int) -> None:

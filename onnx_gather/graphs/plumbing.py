@@ -40,15 +40,19 @@ class Body:
 
 
 # Operators that draw new values on every run (ONNX's random generators; Bernoulli from opset 15).
-RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
-                        "Bernoulli"})  # fmt: skip
+RANDOM_OPS = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
 
 
 def random_nodes(model: onnx.ModelProto) -> list[str]:
     """The nodes of ``model`` (subgraphs included) that draw random values, as ``Op 'name'``."""
-    return [f"{node.op_type} {node.name or unnamed(node, position)!r}" for body in bodies(model)
-            for position, node in enumerate(body.nodes)
-            if node.domain in ("", "ai.onnx") and node.op_type in RANDOM_OPS]  # fmt: skip
+    return [
+        f"{node.op_type} {node.name or unnamed(node, position)!r}"
+        for body in bodies(model)
+        for position, node in enumerate(body.nodes)
+        if node.domain in ("", "ai.onnx") and node.op_type in RANDOM_OPS
+    ]
 
 
 def unnamed(node: onnx.NodeProto, position: int) -> str:
@@ -118,8 +122,10 @@ def inner_bodies(body: Body, node: onnx.NodeProto, position: int) -> list[Body]:
     """The subgraphs of ``node`` (at ``position`` in ``body``) the walk goes into, as bodies of the same opset and
     scope."""
     label = node.name or unnamed(node, position)
-    return [Body(graph, body.opset, f"subgraph {name!r} of node {label!r} in {body.where}", body.scope)
-            for name, graph in nested(node)]  # fmt: skip
+    return [
+        Body(graph, body.opset, f"subgraph {name!r} of node {label!r} in {body.where}", body.scope)
+        for name, graph in nested(node)
+    ]
 
 
 def graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto]:

@@ -69,8 +69,11 @@ def symbolic_types(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, Va
     # Weights whose data were left out become graph inputs of their type and dims: inference reads the data of
     # initializers, and needs only the dims of those.
     kept = [t for t in light.graph.initializer if t.raw_data or not t.dims or _has_data(t)]
-    light.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-                             for t in light.graph.initializer if t not in kept)  # fmt: skip
+    light.graph.input.extend(
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+        for t in light.graph.initializer
+        if t not in kept
+    )
     del light.graph.initializer[:]
     light.graph.initializer.extend(kept)
     inferred = _symbolic_inference(light)
@@ -107,5 +110,7 @@ def _symbolic_inference(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 
 def _has_data(tensor: onnx.TensorProto) -> bool:
-    return any(len(getattr(tensor, field)) for field in ("float_data", "int32_data", "int64_data", "double_data",
-                                                          "uint64_data", "string_data"))  # fmt: skip
+    return any(
+        len(getattr(tensor, field))
+        for field in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
+    )

@@ -41,9 +41,7 @@ class ValueType:
         tensor = value.type.tensor_type
         if not tensor.HasField("shape"):
             return ValueType(tensor.elem_type, None)
-        dims = tuple(
-            d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim
-        )  # fmt: skip
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
         return ValueType(tensor.elem_type, dims)
 
     def value_info(self, name: str) -> onnx.ValueInfoProto:

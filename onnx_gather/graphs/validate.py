@@ -43,8 +43,10 @@ def _check_definitions(model: onnx.ModelProto) -> None:
                     raise InvalidModel(f"{where}: {_node_name(node, position)} uses {name!r}, which nothing defines")
             for attribute_name, subgraph in subgraphs(node):
                 if not may_hold_graphs(node):
-                    raise InvalidModel(f"{where}: {_node_name(node, position)}: attribute {attribute_name!r} holds "
-                                       f"a graph, which {node.op_type} does not take")  # fmt: skip
+                    raise InvalidModel(
+                        f"{where}: {_node_name(node, position)}: attribute {attribute_name!r} holds "
+                        f"a graph, which {node.op_type} does not take"
+                    )
                 stack.append(
                     (subgraph, frozenset(defined), f"subgraph {attribute_name!r} of {_node_name(node, position)}")
                 )

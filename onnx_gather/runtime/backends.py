@@ -78,8 +78,10 @@ class Backend:
     def refusal(self, model: onnx.ModelProto) -> str | None:
         """None if this backend can take ``model`` as far as can be told before running it, else why not."""
         if not self.runs_dml_ops and any(contract.is_dml(node) for body in bodies(model) for node in body.nodes):
-            return (f"the model holds onnx-gather's DML ops, which the {self.name} backend cannot run: use pyop, or "
-                    "`onnx-gather lower` the model into standard ONNX first")  # fmt: skip
+            return (
+                f"the model holds onnx-gather's DML ops, which the {self.name} backend cannot run: use pyop, or "
+                "`onnx-gather lower` the model into standard ONNX first"
+            )
         return None
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
@@ -97,8 +99,9 @@ class PyOp(Backend):
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         converted = ops.traced(model.converted(feeds, self.out_of_bounds))
-        session = ops.InferenceSession(converted.SerializeToString(), quiet_options(model.folder),
-                                       max_output_elements=self.max_output_elements)  # fmt: skip
+        session = ops.InferenceSession(
+            converted.SerializeToString(), quiet_options(model.folder), max_output_elements=self.max_output_elements
+        )
         with ops.counting_out_of_bounds() as counts:
             outputs = session.run(None, inputs.for_onnxruntime(feeds))
         # Every DML node in model order; one that never ran (an If branch not taken) met none.
@@ -262,13 +265,18 @@ class DirectMl(_Provider):
             kept = [value for value in model.proto.graph.output if value.name not in left]
             again = self._run(with_outputs(model, kept, model.marked - left), feeds)
             outputs = {name: again.outputs.get(name, outcome.outputs.get(name)) for name in model.output_names}
-            outcome = Outcome({name: array for name, array in outputs.items() if array is not None},
-                              placement=again.placement, absent=again.absent)  # fmt: skip
+            outcome = Outcome(
+                {name: array for name, array in outputs.items() if array is not None},
+                placement=again.placement,
+                absent=again.absent,
+            )
         own = [name for name in empty if name not in model.marked]
         if own:
-            outcome.notes.append(f"output {own[0]!r} is empty, and ONNX Runtime's DirectML provider then leaves the "
-                                 "other outputs it copies back from the device unwritten: they hold leftover memory "
-                                 "(docs/semantics.md, section 9)")  # fmt: skip
+            outcome.notes.append(
+                f"output {own[0]!r} is empty, and ONNX Runtime's DirectML provider then leaves the "
+                "other outputs it copies back from the device unwritten: they hold leftover memory "
+                "(docs/semantics.md, section 9)"
+            )
         return outcome
 
     def _run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:

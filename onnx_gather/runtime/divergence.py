@@ -52,9 +52,13 @@ class Divergence:
 
 
 def first_divergences(
-    model: onnx.ModelProto, outputs: Mapping[str, Mapping[str, Comparison]], backend: str, ran: Outcome,
-    strict_ties: bool = False, limit: int = 5,
-) -> list[Divergence]:  # fmt: skip
+    model: onnx.ModelProto,
+    outputs: Mapping[str, Mapping[str, Comparison]],
+    backend: str,
+    ran: Outcome,
+    strict_ties: bool = False,
+    limit: int = 5,
+) -> list[Divergence]:
     """The first ``limit`` nodes, in topological order, with an output outside tolerance on ``backend`` (which
     computed ``ran``) while every input of theirs that was compared is within it (graph inputs and weights are the
     same everywhere); a node with an input the backend could not return is not judged. An output apart only by the

@@ -68,8 +68,11 @@ def check_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) 
     unknown = sorted(set(shapes) - set(values))
     if unknown:
         default = unknown[0] in {value.name for value in with_defaults(model)}
-        what = "an input with a default (its initializer), never generated: give it with --inputs" if default else \
-            "which is not an input of the model"  # fmt: skip
+        what = (
+            "an input with a default (its initializer), never generated: give it with --inputs"
+            if default
+            else "which is not an input of the model"
+        )
         raise InputError(f"--shape names {unknown[0]!r}, {what}")
     for name, shape in shapes.items():
         value_type = ValueType.of(values[name])
@@ -138,8 +141,10 @@ def generate(
         shape = _shape(value, value_type, shapes)
         elements = int(np.prod(shape, dtype=object))
         if elements > max_elements:
-            raise InputError(f"input {value.name!r} of shape {shape} would have {elements} elements, more than "
-                             f"--max-elements {max_elements}")  # fmt: skip
+            raise InputError(
+                f"input {value.name!r} of shape {shape} would have {elements} elements, more than "
+                f"--max-elements {max_elements}"
+            )
         if dtype.kind == "f":
             feeds[value.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
@@ -176,8 +181,9 @@ def _check_given(model: onnx.ModelProto, given: Declared) -> None:
             problems.append(f"array {name!r} is {array_type(dtype)} where the model takes {wanted}")
             continue
         dims = value_type.dims
-        if dims is not None and (len(dims) != len(shape) or any(
-                isinstance(d, int) and d != n for d, n in zip(dims, shape, strict=True))):  # fmt: skip
+        if dims is not None and (
+            len(dims) != len(shape) or any(isinstance(d, int) and d != n for d, n in zip(dims, shape, strict=True))
+        ):
             declared = "x".join(str(d) if isinstance(d, int) else f"<{d or '?'}>" for d in dims) or "a scalar"
             problems.append(f"array {name!r} has shape {dims_text(shape)} where the model takes {declared}")
     if len(problems) > 6:
@@ -201,8 +207,10 @@ def dynamic_hint(
         declared = ",".join(str(d) if d is not None else "?" for d in value_type.dims)
         generated = "x".join(str(d) if isinstance(d, int) else "1" for d in value_type.dims)
         named.append(f"{value.name} [{declared}] as {generated}")
-        options.append(f"--shape {value.name}:" + "x".join(str(d) if isinstance(d, int) else f"<{d or '?'}>"
-                                                            for d in value_type.dims))  # fmt: skip
+        options.append(
+            f"--shape {value.name}:"
+            + "x".join(str(d) if isinstance(d, int) else f"<{d or '?'}>" for d in value_type.dims)
+        )
     if not named:
         return ""
     return f"dynamic dims were generated as 1 ({'; '.join(named)}): give real sizes with {' '.join(options)}"
@@ -242,8 +250,10 @@ def index_hint(model: onnx.ModelProto, message: str, generated: Collection[str],
     names = ", ".join(sorted(sources))
     takes = f", which takes [{match['low']}, {match['high']}]" if match["low"] is not None else ""
     smaller = f"--int-range 0:{int(match['high']) + 1}" if match["low"] is not None else "a smaller --int-range"
-    return (f"the generated integer input {names} (drawn from --int-range {low}:{high}) reaches the indices of "
-            f"{node.op_type} node {node.name!r}{takes}: give {smaller}, or real values with --inputs")  # fmt: skip
+    return (
+        f"the generated integer input {names} (drawn from --int-range {low}:{high}) reaches the indices of "
+        f"{node.op_type} node {node.name!r}{takes}: give {smaller}, or real values with --inputs"
+    )
 
 
 _HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
@@ -266,8 +276,10 @@ def _declared(path: Path) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
                 raise InputError(f"{where}: not a readable .npy header ({type(error).__name__})") from None
             size = header + int(np.prod(shape, dtype=object)) * dtype.itemsize
             if info.file_size != size:
-                raise InputError(f"{where} declares {dtype.name} {dims_text(shape)} ({size:,} bytes with its "
-                                 f"header) but holds {info.file_size:,} bytes")  # fmt: skip
+                raise InputError(
+                    f"{where} declares {dtype.name} {dims_text(shape)} ({size:,} bytes with its "
+                    f"header) but holds {info.file_size:,} bytes"
+                )
             declared[info.filename.removesuffix(".npy")] = (dtype, tuple(shape))
     return declared
 
@@ -283,8 +295,10 @@ def load_npz(
         for name, (_, shape) in declared.items():
             elements = int(np.prod(shape, dtype=object))
             if max_elements is not None and elements > max_elements:
-                raise InputError(f"--inputs {path}: array {name!r} of shape {dims_text(shape)} has {elements:,} "
-                                 f"elements, more than --max-elements {max_elements}")  # fmt: skip
+                raise InputError(
+                    f"--inputs {path}: array {name!r} of shape {dims_text(shape)} has {elements:,} "
+                    f"elements, more than --max-elements {max_elements}"
+                )
         if model is not None:
             _check_given(model, declared)
         with np.load(Path(path), allow_pickle=False) as archive:
@@ -317,8 +331,10 @@ def for_onnxruntime(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             element = onnx.TensorProto.DataType.Name(helper.np_dtype_to_tensor_dtype(array.dtype))
         except ValueError:
             continue  # a void array of no ONNX type: ONNX Runtime says so
-        raise UserError(f"input {name!r} is {element}, which ONNX Runtime's Python binding does not take (the dml "
-                        "and reference backends do)")  # fmt: skip
+        raise UserError(
+            f"input {name!r} is {element}, which ONNX Runtime's Python binding does not take (the dml "
+            "and reference backends do)"
+        )
     return {name: _strings(name, array) if array.dtype.kind in "OSU" else array for name, array in arrays.items()}
 
 
@@ -328,6 +344,8 @@ def _strings(name: str, array: np.ndarray) -> np.ndarray:
         try:
             result[position] = item.decode("utf-8") if isinstance(item, bytes) else item
         except UnicodeDecodeError:
-            raise UserError(f"input {name!r}: the bytes at {list(position)} are not UTF-8, which ONNX Runtime's "
-                            "Python binding cannot take") from None  # fmt: skip
+            raise UserError(
+                f"input {name!r}: the bytes at {list(position)} are not UTF-8, which ONNX Runtime's "
+                "Python binding cannot take"
+            ) from None
     return result

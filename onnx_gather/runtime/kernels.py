@@ -42,9 +42,14 @@ _NATIVE_GATHER_OUTPUT_BYTES = 2**23
 
 
 def gather(
-    input: np.ndarray, indices: np.ndarray, axis: int, index_dimensions: int, out_of_bounds: str, *,
+    input: np.ndarray,
+    indices: np.ndarray,
+    axis: int,
+    index_dimensions: int,
+    out_of_bounds: str,
+    *,
     max_output_elements: int,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """DML_GATHER with the results of ``semantics.dml_gather``; no output of more than ``max_output_elements``
     elements is allocated (so in the other two)."""
     output_sizes = semantics.validate_gather(input, indices, axis, index_dimensions, out_of_bounds)

@@ -84,8 +84,9 @@ def _count(input: np.ndarray, indices: np.ndarray, attributes: dict) -> int:
 def _traced(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """``function`` that also counts, under the node's name, the out-of-bounds indices it meets."""
 
-    def traced(input: np.ndarray, indices: np.ndarray, node: str, *, max_output_elements: int,
-               **attributes: object) -> np.ndarray:  # fmt: skip
+    def traced(
+        input: np.ndarray, indices: np.ndarray, node: str, *, max_output_elements: int, **attributes: object
+    ) -> np.ndarray:
         if _state.out_of_bounds is not None:
             _state.out_of_bounds[node] += _count(input, indices, attributes)
         return function(input, indices, max_output_elements=max_output_elements, **attributes)
@@ -93,13 +94,15 @@ def _traced(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     return traced
 
 
-_KERNELS = {"DmlGather": kernels.gather, "DmlGatherElements": kernels.gather_elements,
-            "DmlGatherNd": kernels.gather_nd}  # fmt: skip
+_KERNELS = {"DmlGather": kernels.gather, "DmlGatherElements": kernels.gather_elements, "DmlGatherNd": kernels.gather_nd}
 _BASE_OPERATORS = tuple(
-    _Operator(op.op_type, _KERNELS[op.op_type],
-              {name: _BRIDGE_ATTRIBUTES[kind] for name, kind in op.attribute_types().items()})
+    _Operator(
+        op.op_type,
+        _KERNELS[op.op_type],
+        {name: _BRIDGE_ATTRIBUTES[kind] for name, kind in op.attribute_types().items()},
+    )
     for op in contract.OPS
-)  # fmt: skip
+)
 # The same ops with a ``node`` attribute naming the DML node they stand for, for counting out-of-bounds
 # indices per node (the bridge does not tell an op which node it runs).
 TRACED = {operator.op_type: f"{operator.op_type}Traced" for operator in _BASE_OPERATORS}
@@ -236,8 +239,12 @@ def _invoke(op_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> t
             _record(operator, error)
         except BaseException as interrupt:  # KeyboardInterrupt, SystemExit: no error of the op's
             if run is None:
-                _log.error("%s: %s outside onnx_gather.InferenceSession.run, which alone can raise it (the node's "
-                           "output is empty)", operator.op_type, type(interrupt).__name__)  # fmt: skip
+                _log.error(
+                    "%s: %s outside onnx_gather.InferenceSession.run, which alone can raise it (the node's "
+                    "output is empty)",
+                    operator.op_type,
+                    type(interrupt).__name__,
+                )
             else:
                 run.interrupt(interrupt)
     return (op_id, result.shape, result)

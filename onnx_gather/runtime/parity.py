@@ -77,8 +77,11 @@ def contradicted(model: onnx.ModelProto, runs: Mapping[str, BackendRun]) -> list
     found = []
     for value in model.graph.output:
         declared = ValueType.of(value)
-        ran = [(name, run.outcome.outputs[value.name]) for name, run in runs.items()
-               if run.outcome is not None and value.name in run.outcome.outputs]  # fmt: skip
+        ran = [
+            (name, run.outcome.outputs[value.name])
+            for name, run in runs.items()
+            if run.outcome is not None and value.name in run.outcome.outputs
+        ]
         if declared is None or declared.dims is None or not ran:
             continue
         name, shape = ran[0][0], ran[0][1].shape
@@ -147,8 +150,13 @@ class Parity:
     @property
     def complete(self) -> list[str]:
         """The backends besides the reference that ran and were compared on every output of the model."""
-        return [name for name, run in self.backends.items() if name != self.reference and run.status == "ok"
-                and all(name in by_backend for by_backend in self.outputs.values())]  # fmt: skip
+        return [
+            name
+            for name, run in self.backends.items()
+            if name != self.reference
+            and run.status == "ok"
+            and all(name in by_backend for by_backend in self.outputs.values())
+        ]
 
     def rejected(self, tensors: Mapping[str, Mapping[str, Comparison]]) -> dict[str, list[str]]:
         """Per backend, the values of ``tensors`` that do not pass: outside tolerance (and not only by tied keys,
@@ -170,10 +178,13 @@ class Parity:
     def marking_changed(self) -> list[tuple[str, str, Comparison, Comparison]]:
         """``all_tensors``: the outputs that pass on a backend in one run and not in the other, as (output, backend,
         comparison unmarked, comparison with every value marked)."""
-        return [(output, name, comparison, marked) for output, by_backend in self.outputs.items()
-                for name, comparison in by_backend.items()
-                if (marked := (self.marked or {}).get(output, {}).get(name)) is not None
-                and comparison.accepted(self.strict_ties) != marked.accepted(self.strict_ties)]  # fmt: skip
+        return [
+            (output, name, comparison, marked)
+            for output, by_backend in self.outputs.items()
+            for name, comparison in by_backend.items()
+            if (marked := (self.marked or {}).get(output, {}).get(name)) is not None
+            and comparison.accepted(self.strict_ties) != marked.accepted(self.strict_ties)
+        ]
 
     @property
     def verdict(self) -> Verdict:
@@ -205,8 +216,9 @@ def _compared(
         for output in model.output_names:
             if output in expected.outputs and output in outcome.outputs:  # else a marked value it did not return
                 tensors[output][backend.name] = compare(expected.outputs[output], outcome.outputs[output], tolerance)
-        differing = [name for name, by in tensors.items()
-                     if backend.name in by and not by[backend.name].within_tolerance]  # fmt: skip
+        differing = [
+            name for name, by in tensors.items() if backend.name in by and not by[backend.name].within_tolerance
+        ]
         if differing:
             ties = find_ties(model, feeds.arrays, order[0], backend, outcome, differing, tolerance)
             for name, found in ties.items():
@@ -235,13 +247,23 @@ def run_parity(
     order = [reference, *(backend for backend in backends if backend.name != reference.name)]
     runs, outputs = _compared(model, feeds, order, tolerance)
     parity = Parity(
-        model.path, reference.name, tolerance, feeds, runs, outputs, reference.out_of_bounds,
-        random_nodes(model.proto), required, strict_ties, contradicted(model.proto, runs),
-    )  # fmt: skip
+        model.path,
+        reference.name,
+        tolerance,
+        feeds,
+        runs,
+        outputs,
+        reference.out_of_bounds,
+        random_nodes(model.proto),
+        required,
+        strict_ties,
+        contradicted(model.proto, runs),
+    )
     if all_tensors:
         parity.marked_runs, parity.marked = _compared(divergence.marked(model), feeds, order, tolerance)
         parity.divergence = {
             name: divergence.first_divergences(model.proto, parity.marked, name, run.outcome, strict_ties)
-            for name, run in parity.marked_runs.items() if run.outcome is not None and name != reference.name
-        }  # fmt: skip
+            for name, run in parity.marked_runs.items()
+            if run.outcome is not None and name != reference.name
+        }
     return parity

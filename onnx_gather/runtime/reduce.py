@@ -103,9 +103,14 @@ class Reducer:
     """Runs windows of ``model`` on ``backend`` and tells whether each shows the whole model's symptom."""
 
     def __init__(
-        self, model: Model, feeds: Mapping[str, np.ndarray], backend: Backend, reference: Backend,
-        tolerance: Tolerance, progress: Callable[[str], object],
-    ) -> None:  # fmt: skip
+        self,
+        model: Model,
+        feeds: Mapping[str, np.ndarray],
+        backend: Backend,
+        reference: Backend,
+        tolerance: Tolerance,
+        progress: Callable[[str], object],
+    ) -> None:
         self.original = model
         proto = onnx.ModelProto()
         proto.CopyFrom(model.proto)
@@ -182,8 +187,10 @@ class Reducer:
             left = step.most_left + 2 * math.ceil(math.log2(max(step.smallest, 1)))  # halvings to come
             what = f"{counted(len(step.kept), 'node')}: {'shows it' if step.shows else 'does not'}"
             gone = f", left out {listed(removed, 3, quoted=False)}" if removed else ""
-            self.progress(f"  run {step.tests}: {what}{gone}; smallest so far {step.smallest} "
-                          f"(about {counted(left, 'run')} more, {time.monotonic() - start:.0f} s so far)")  # fmt: skip
+            self.progress(
+                f"  run {step.tests}: {what}{gone}; smallest so far {step.smallest} "
+                f"(about {counted(left, 'run')} more, {time.monotonic() - start:.0f} s so far)"
+            )
 
         def more() -> bool:  # one run kept for the window found
             return self.runs < budget.runs - 1 and time.monotonic() - start < budget.seconds
@@ -193,8 +200,10 @@ class Reducer:
         again = self.symptom(reduced)
         note = ""
         if again is None or not again.same_as(whole):
-            note = (f"it showed the symptom once and not on a second run ({again.detail if again else 'no difference'}"
-                    f"): {self.backend.name} may not be deterministic on it")  # fmt: skip
+            note = (
+                f"it showed the symptom once and not on a second run ({again.detail if again else 'no difference'}"
+                f"): {self.backend.name} may not be deterministic on it"
+            )
             again = seen[found.kept]
         feeds = {value.name: np.asarray(self.values[value.name]) for value in reduced.proto.graph.input}
         nodes = self._named(found.kept)

@@ -39,11 +39,24 @@ class DmlGatherNd(OpRun):
     op_domain = DOMAIN
 
     def _run(
-        self, input, indices, input_dimension_count=None, indices_dimension_count=None,  # noqa: ANN001
-        batch_dimension_count=None, out_of_bounds=None,  # noqa: ANN001
-    ):  # fmt: skip
-        return (semantics.dml_gather_nd(input, indices, int(input_dimension_count), int(indices_dimension_count),
-                                        int(batch_dimension_count), _mode(out_of_bounds)),)  # fmt: skip
+        self,
+        input,  # noqa: ANN001
+        indices,  # noqa: ANN001
+        input_dimension_count=None,  # noqa: ANN001
+        indices_dimension_count=None,  # noqa: ANN001
+        batch_dimension_count=None,  # noqa: ANN001
+        out_of_bounds=None,  # noqa: ANN001
+    ):
+        return (
+            semantics.dml_gather_nd(
+                input,
+                indices,
+                int(input_dimension_count),
+                int(indices_dimension_count),
+                int(batch_dimension_count),
+                _mode(out_of_bounds),
+            ),
+        )
 
 
 class GatherElements(OpRun):

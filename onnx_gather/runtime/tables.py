@@ -75,9 +75,10 @@ def _constants(graph: onnx.GraphProto, ir_version: int, folder: Path | None) -> 
     overridable = {value.name for value in graph.input} if ir_version >= 4 else set()
     external = folder is None
     constants: dict[str, onnx.NodeProto | None] = {
-        t.name: None for t in graph.initializer
+        t.name: None
+        for t in graph.initializer
         if t.name not in overridable and not (external and t.data_location == onnx.TensorProto.EXTERNAL)
-    }  # fmt: skip
+    }
     for node in graph.node:
         standard = node.domain in ("", "ai.onnx") and node.op_type not in RANDOM_OPS and not any(subgraphs(node))
         if standard and all(i in constants for i in node.input if i):
@@ -98,10 +99,12 @@ def _compute(
             stack.extend(i for i in (node.input if node is not None else ()) if i)
     graph = model.graph
     probe = helper.make_graph(
-        [n for n in graph.node if any(o in needed for o in n.output)], "constant_tables", [],
+        [n for n in graph.node if any(o in needed for o in n.output)],
+        "constant_tables",
+        [],
         [helper.make_value_info(v, onnx.TypeProto()) for v in values],
         [t for t in graph.initializer if t.name in needed],
-    )  # fmt: skip
+    )
     probe_model = helper.make_model(probe, opset_imports=model.opset_import, ir_version=model.ir_version)
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 4

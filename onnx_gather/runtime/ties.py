@@ -123,8 +123,13 @@ def _reordered(
         graph.input.append(helper.make_tensor_value_info(given, onnx.TensorProto.INT64, theirs[index].shape))
         after[position] = [helper.make_node("Identity", [given], [index], names.fresh(f"{label}_order"))]
         if node.op_type == "TopK":
-            gather = helper.make_node("GatherElements", [node.input[0], index], [node.output[0]],
-                                      names.fresh(f"{label}_values"), axis=_attribute(node, "axis", -1))  # fmt: skip
+            gather = helper.make_node(
+                "GatherElements",
+                [node.input[0], index],
+                [node.output[0]],
+                names.fresh(f"{label}_values"),
+                axis=_attribute(node, "axis", -1),
+            )
             after[position].append(gather)
             node.output[0] = names.fresh(f"{node.output[0]}_reference_order")
         node.output[INDICES[node.op_type]] = own
@@ -151,9 +156,14 @@ def _known(model: Model, feeds: Mapping[str, np.ndarray], outcome: Outcome, name
 
 
 def find_ties(
-    model: Model, feeds: Mapping[str, np.ndarray], reference: Backend, backend: Backend, actual: Outcome,
-    differing: Collection[str], tolerance: Tolerance,
-) -> dict[str, tuple[Tie, ...]]:  # fmt: skip
+    model: Model,
+    feeds: Mapping[str, np.ndarray],
+    reference: Backend,
+    backend: Backend,
+    actual: Outcome,
+    differing: Collection[str],
+    tolerance: Tolerance,
+) -> dict[str, tuple[Tie, ...]]:
     """Of ``differing``, values of ``model`` outside tolerance on ``backend`` (which computed ``actual``), those that
     differ from ``reference``'s only by the order of tied keys, with the sort-like nodes that ordered them otherwise.
     A run this needs that fails leaves the differences unexplained."""
@@ -177,8 +187,9 @@ def find_ties(
         for position, node in nodes.items():
             keys = _known(model, feeds, rerun, node.input[KEYS[node.op_type]])
             own, index = rerun.outputs[renamed[indices[position]][1]], indices[position]
-            judged[position] = judged_tie(node, node.name or unnamed(node, position), keys, own, theirs[index],
-                                          tolerance)  # fmt: skip
+            judged[position] = judged_tie(
+                node, node.name or unnamed(node, position), keys, own, theirs[index], tolerance
+            )
     except Exception:  # a run or a value it lacks: the differences stay unexplained
         return {}
     found = {}

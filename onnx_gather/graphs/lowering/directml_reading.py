@@ -176,10 +176,12 @@ def _guarded(emit: Emitter, gather: NativeGather, condition: str, branches: _Bra
         zeros = reading.fork()
         zeros_out = zeros.node("ConstantOfShape", [branches.out_shape(zeros)], "zeros", value=value)
         read = reading.node(
-            "If", [reading.node("Less", [tensor.count, tensor.one], "no_data")], "if_no_data",
+            "If",
+            [reading.node("Less", [tensor.count, tensor.one], "no_data")],
+            "if_no_data",
             then_branch=branch("no_data", zeros.nodes, zeros_out, data_type),
             else_branch=branch("repair", exact.nodes, result, data_type),
-        )  # fmt: skip
+        )
         then_nodes = reading.nodes
     elif tensor.known_count == 0:
         read = reading.node("ConstantOfShape", [branches.out_shape(reading)], "zeros", value=value)
@@ -187,10 +189,13 @@ def _guarded(emit: Emitter, gather: NativeGather, condition: str, branches: _Bra
     else:
         read, then_nodes = result, reading.nodes + exact.nodes
     emit.node(
-        "If", [condition], "if_outside", gather.output,
+        "If",
+        [condition],
+        "if_outside",
+        gather.output,
         then_branch=branch("directml_reading", then_nodes, read, data_type),
         else_branch=branch("in_bounds", branches.native.nodes, branches.fast, data_type),
-    )  # fmt: skip
+    )
 
 
 def _index_dtype(index_type: int) -> type:
@@ -216,8 +221,11 @@ def _directml_gather(emit: Emitter, gather: NativeGather) -> None:
     limit = size[0]
     if index_type == TensorProto.INT32:
         known = size[1]
-        limit = emit.constant(known, np.int32, "size_int32") if known is not None else (
-            emit.node("Cast", [limit], "size_int32", to=index_type))  # fmt: skip
+        limit = (
+            emit.constant(known, np.int32, "size_int32")
+            if known is not None
+            else (emit.node("Cast", [limit], "size_int32", to=index_type))
+        )
     outside, condition = _outside(emit, v, limit, size[1], _index_dtype(index_type), gather.signed)
     reading = emit.fork()
     tensor = Tensor(reading, data, axis, size[0])
@@ -250,8 +258,9 @@ def _directml_gather_nd(emit: Emitter, gather: NativeGather) -> None:
 
     def out_shape(branch: Emitter) -> str:
         tuple_dims = branch.slice(branch.node("Shape", [tuples], "v_shape"), 0, -1, "tuple_dims")
-        return branch.node("Concat", [tuple_dims, data.sizes(branch, batch + k, rank, "trailing")], "output_shape",
-                           axis=0)  # fmt: skip
+        return branch.node(
+            "Concat", [tuple_dims, data.sizes(branch, batch + k, rank, "trailing")], "output_shape", axis=0
+        )
 
     fast_path = emit.fork()
     fast = fast_path.node("GatherND", [x, v], "native", **({"batch_dims": batch} if batch else {}))
@@ -266,9 +275,11 @@ def _directml_gather_nd(emit: Emitter, gather: NativeGather) -> None:
         # Which tuples have a coordinate outside, where they are, and what they hold.
         tuple_outside = functools.reduce(
             lambda a, b: exact.node("Or", [a, b], "tuple_outside"),
-            (exact.node("Gather", [outside, exact.constant(j, np.int64, f"j{j}")], f"outside{j}", axis=-1)
-             for j in range(k)),
-        )  # fmt: skip
+            (
+                exact.node("Gather", [outside, exact.constant(j, np.int64, f"j{j}")], f"outside{j}", axis=-1)
+                for j in range(k)
+            ),
+        )
         at = exact.node("NonZero", [tuple_outside], "outside_at")  # (index rank - 1, M)
         coordinates = exact.node("Transpose", [at], "outside_coordinates")  # (M, index rank - 1)
         bad = exact.node("GatherND", [v, coordinates], "outside_tuples")  # (M, k)

@@ -220,9 +220,11 @@ def overwrite(emit: Emitter, values: str, where: str, data_type: int) -> str:
     """``values`` with 0 where ``where`` holds (a ScatterND, exact for every type)."""
     positions = emit.node("Transpose", [emit.node("NonZero", [where], "padding_positions")], "padding_at")
     zeros = emit.node(
-        "ConstantOfShape", [emit.slice(emit.node("Shape", [positions], "padding_shape"), 0, 1, "padding_count")],
-        "zeros", value=helper.make_tensor("zero", data_type, [1], [0]),
-    )  # fmt: skip
+        "ConstantOfShape",
+        [emit.slice(emit.node("Shape", [positions], "padding_shape"), 0, 1, "padding_count")],
+        "zeros",
+        value=helper.make_tensor("zero", data_type, [1], [0]),
+    )
     return emit.node("ScatterND", [values, positions, zeros], "zero_padding")
 
 
@@ -246,8 +248,14 @@ def all_positions(
     states the dims and they are few, else a Range."""
     if dims is not None and math.prod(dims) <= 4096:
         return emit.constant(np.arange(math.prod(dims), dtype=np.int64).reshape(shape), np.int64, step)
-    return emit.node("Reshape", [emit.node("Range", [tensor.zero, count(), tensor.one], f"{step}_range"),
-                                 emit.constant(shape, np.int64, f"{step}_shape")], step)  # fmt: skip
+    return emit.node(
+        "Reshape",
+        [
+            emit.node("Range", [tensor.zero, count(), tensor.one], f"{step}_range"),
+            emit.constant(shape, np.int64, f"{step}_shape"),
+        ],
+        step,
+    )
 
 
 def gather_shape(emit: Emitter, data: Data, v_shape: str, axis: int) -> str:

@@ -226,9 +226,21 @@ class _Lowering:
         result = self.names.fresh(f"{name}/output") if reshaped or mask is not None else around.final
         if directml:
             dims = tuple(input_type.dims[around.data_ones :])
-            directml_reading(emit, NativeGather(gather.op_type, around.data, dims, indices, index_type,
-                                                gather.index_rank, data_type, gather.mode, result,
-                                                axis=gather.standard_axis))  # fmt: skip
+            directml_reading(
+                emit,
+                NativeGather(
+                    gather.op_type,
+                    around.data,
+                    dims,
+                    indices,
+                    index_type,
+                    gather.index_rank,
+                    data_type,
+                    gather.mode,
+                    result,
+                    axis=gather.standard_axis,
+                ),
+            )
         else:
             emit.nodes.append(
                 helper.make_node(gather.op_type, [around.data, fixed], [result], name=name, axis=gather.standard_axis)
@@ -273,8 +285,22 @@ class _Lowering:
         masked = mode == "zero" and not in_bounds
         result = self.names.fresh(f"{name}/output") if padding != 0 or masked else around.final
         if mode.startswith("directml") and not in_bounds:
-            directml_reading(emit, NativeGather("GatherND", data, dims, indices, index_type, indices_count, data_type,
-                                                mode, result, batch=batch, tuple_length=tuple_length))  # fmt: skip
+            directml_reading(
+                emit,
+                NativeGather(
+                    "GatherND",
+                    data,
+                    dims,
+                    indices,
+                    index_type,
+                    indices_count,
+                    data_type,
+                    mode,
+                    result,
+                    batch=batch,
+                    tuple_length=tuple_length,
+                ),
+            )
         else:
             if in_bounds:  # every mode reads what the native op reads
                 fixed = native_indices(emit, indices, index_type, (TensorProto.INT64,))
@@ -290,9 +316,16 @@ class _Lowering:
         return self._finish(emit, work, node, name, mode, result, padding, around)
 
     def _finish(
-        self, emit: Emitter, work: DefUse, node: onnx.NodeProto, name: str, mode: str, result: str, padding: int,
+        self,
+        emit: Emitter,
+        work: DefUse,
+        node: onnx.NodeProto,
+        name: str,
+        mode: str,
+        result: str,
+        padding: int,
         around: Surroundings,
-    ) -> list[onnx.NodeProto]:  # fmt: skip
+    ) -> list[onnx.NodeProto]:
         """``result`` into ``around.final``: cropped, or with ``padding`` leading ones added (or taken away);
         reported."""
         if around.crop_to is not None:
@@ -302,8 +335,9 @@ class _Lowering:
             emit.pad(result, padding, "pad_output", around.final)
         elif padding < 0:
             emit.unpad(result, -padding, "unpad_output", around.final)
-        change = NodeChange(where=work.body.where, node=_named(work, node), op_type=node.op_type, result=name,
-                            out_of_bounds=mode)  # fmt: skip
+        change = NodeChange(
+            where=work.body.where, node=_named(work, node), op_type=node.op_type, result=name, out_of_bounds=mode
+        )
         self.report.changed.append(change)
         return emit.nodes
 
@@ -344,11 +378,14 @@ class _Lowering:
             input_dims, indices_dims = types[node.input[0]].dims, types[node.input[1]].dims
             if mode not in contract.ATTRIBUTE_VALUES or not 0 <= axis < n or not 0 <= index_dimensions <= n:
                 reason = f"its attributes are invalid for rank {n}: {attributes}"
-            elif node.op_type == "DmlGather" and not semantics.plain_gather(input_dims, indices_dims, axis,
-                                                                             index_dimensions):  # fmt: skip
-                reason = (f"indices {indices_dims} and input {input_dims} are beyond ONNX's Gather (index sizes other "
-                          "than 1 before the last index_dimensions, or a crop of input sizes other than 1): only "
-                          "the custom ops compute what DirectML does there")  # fmt: skip
+            elif node.op_type == "DmlGather" and not semantics.plain_gather(
+                input_dims, indices_dims, axis, index_dimensions
+            ):
+                reason = (
+                    f"indices {indices_dims} and input {input_dims} are beyond ONNX's Gather (index sizes other "
+                    "than 1 before the last index_dimensions, or a crop of input sizes other than 1): only "
+                    "the custom ops compute what DirectML does there"
+                )
             else:
                 return axis, index_dimensions, mode
         self._leave(work, node, reason)

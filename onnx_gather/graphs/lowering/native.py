@@ -118,8 +118,10 @@ def fix_indices(
             # ONNX Runtime 1.31's INT64 Clip left values beyond the int32 range unclamped (Clip(2^32 - 8, -6, 5)
             # gave 2^32 - 8; 1.32 clamps them, and the package admits 1.20 on). DOUBLE keeps every value's order
             # against the bounds, and the clamped ones exactly. Pinned by tests/test_workarounds.py.
-            as_double = [emit.node("Cast", [v], f"{step}_double", to=TensorProto.DOUBLE)
-                         for v, step in ((indices, "indices"), (bounds.low, "low"), (bounds.high, "high"))]  # fmt: skip
+            as_double = [
+                emit.node("Cast", [v], f"{step}_double", to=TensorProto.DOUBLE)
+                for v, step in ((indices, "indices"), (bounds.low, "low"), (bounds.high, "high"))
+            ]
             clamped = emit.node("Clip", as_double, "clamp_double")
             return emit.node("Cast", [clamped], "clamp", to=TensorProto.INT64), mask
         below = emit.node("Less", [indices, bounds.low], "below_low")
@@ -148,18 +150,26 @@ def fix_tuples(
     low = emit.node("Neg", [sizes], "low")
     mask = None
     if mode == "zero":
-        outside = emit.node("Equal", [emit.node("Less", [v, sizes], "below_size"),
-                                      emit.node("Less", [v, low], "below_low")], "outside")  # fmt: skip
+        outside = emit.node(
+            "Equal", [emit.node("Less", [v, sizes], "below_size"), emit.node("Less", [v, low], "below_low")], "outside"
+        )
         # An Or over the k coordinates (not a ReduceMax: ONNX Runtime 1.31 gave an empty one the wrong shape;
         # pinned by tests/test_workarounds.py).
-        coordinates = [emit.node("Gather", [outside, emit.constant(j, np.int64, f"j{j}")], f"outside{j}", axis=-1)
-                       for j in range(k)]  # fmt: skip
+        coordinates = [
+            emit.node("Gather", [outside, emit.constant(j, np.int64, f"j{j}")], f"outside{j}", axis=-1)
+            for j in range(k)
+        ]
         any_outside = functools.reduce(lambda a, b: emit.node("Or", [a, b], "any_outside"), coordinates)
         mask = emit.node("Not", [any_outside], "in_bounds")
     # Clamped through DOUBLE: ONNX Runtime 1.31's INT64 Min and Max were wrong beyond the int32 range (pinned by
     # tests/test_workarounds.py).
-    double = [emit.node("Cast", [value], f"{step}_double", to=TensorProto.DOUBLE)
-              for value, step in ((v, "v"), (low, "low"), (emit.node("Sub", [sizes, emit.constant(1, np.int64, "one")],
-                                                                      "high"), "high"))]  # fmt: skip
+    double = [
+        emit.node("Cast", [value], f"{step}_double", to=TensorProto.DOUBLE)
+        for value, step in (
+            (v, "v"),
+            (low, "low"),
+            (emit.node("Sub", [sizes, emit.constant(1, np.int64, "one")], "high"), "high"),
+        )
+    ]
     clamped = emit.node("Max", [emit.node("Min", [double[0], double[2]], "below_high"), double[1]], "clamp_double")
     return emit.node("Cast", [clamped], "clamp", to=TensorProto.INT64), mask

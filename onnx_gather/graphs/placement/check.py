@@ -75,9 +75,12 @@ def _standard(change: NodeChange, level_name: str, placed: Placed | None) -> Ver
     dml = (change.op_type, change.dimension_count, change.data_type, change.index_type, change.batch)
     refusal = judge(level, *dml)
     if refusal is not None:  # the device has the node's types, so the provider takes it; DirectML refuses it
-        return verdict("fails", f"{refusal}: ONNX Runtime's provider takes the node (the device has its types) and "
-                                "DirectML refuses the operator when the session is created (from DirectML's "
-                                "operator tables; no device of that level was measured)")  # fmt: skip
+        return verdict(
+            "fails",
+            f"{refusal}: ONNX Runtime's provider takes the node (the device has its types) and "
+            "DirectML refuses the operator when the session is created (from DirectML's "
+            "operator tables; no device of that level was measured)",
+        )
     described = _describe(*dml)
     return verdict("DirectML", f"{described}; {placement.reason}")
 
@@ -135,11 +138,18 @@ def _sorted(model: onnx.ModelProto) -> onnx.ModelProto:
 def summary(verdicts: list[Verdict], feature_level: str) -> str:
     """One line: how many gathers the provider runs where, at ``feature_level``."""
     counts = {status: sum(v.status == status for v in verdicts) for status in STATUSES}
-    parts = [f"{counts[s]} {label}" for s, label in (
-        ("DirectML", "on DirectML"), ("CPU", "on the CPU provider"), ("fails", "failing"),
-        ("refused", "refused"), ("unknown", "unknown until the model runs"),
-        ("DML", "as DML nodes (converted by onnx-gather: check the original model for placement)"),
-    ) if counts[s]]  # fmt: skip
+    parts = [
+        f"{counts[s]} {label}"
+        for s, label in (
+            ("DirectML", "on DirectML"),
+            ("CPU", "on the CPU provider"),
+            ("fails", "failing"),
+            ("refused", "refused"),
+            ("unknown", "unknown until the model runs"),
+            ("DML", "as DML nodes (converted by onnx-gather: check the original model for placement)"),
+        )
+        if counts[s]
+    ]
     return (
         f"{counted(len(verdicts), 'gather')} at DirectML feature level {feature_level}: {', '.join(parts) or 'none'}."
     )

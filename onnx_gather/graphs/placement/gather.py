@@ -84,8 +84,14 @@ def judge(level: FeatureLevel, op_type: str, n: int, data_type: int, index_type:
 
 def needed_level(op_type: str, n: int, data_type: int, index_type: int, batch: int = 0) -> str | None:
     """The lowest feature level that accepts the DML node, or None if none does."""
-    return next((name for name, level in FEATURE_LEVELS.items()
-                 if judge(level, op_type, n, data_type, index_type, batch) is None), None)  # fmt: skip
+    return next(
+        (
+            name
+            for name, level in FEATURE_LEVELS.items()
+            if judge(level, op_type, n, data_type, index_type, batch) is None
+        ),
+        None,
+    )
 
 
 @dataclass(frozen=True)
@@ -106,16 +112,22 @@ def place_gather(
         return Placement("CPU", f"{dml_type_name(data.elem_type)} gathers are not registered for DirectML; {cpu}")
     # The provider asks the device which tensor types it has, and takes no node with a tensor of another type.
     has = level.data_types | level.index_types
-    lacking = [f"{dml_type_name(value.elem_type)} {role}" for role, value in (("data", data), ("indices", indices))
-               if contract.DIRECTML_STORAGE.get(value.elem_type, value.elem_type) not in has]  # fmt: skip
+    lacking = [
+        f"{dml_type_name(value.elem_type)} {role}"
+        for role, value in (("data", data), ("indices", indices))
+        if contract.DIRECTML_STORAGE.get(value.elem_type, value.elem_type) not in has
+    ]
     if lacking:
         return Placement("CPU", f"a device of feature level {level.name} lacks {' and '.join(lacking)}; {cpu}")
     ranks = {"data": data.rank, "indices": indices.rank, "output": out_rank}
     over = [f"{role} {rank}" for role, rank in ranks.items() if rank > MAX_DIMENSION_COUNT]
     when = "when the session is created (static shapes) or when it runs (dynamic ones)"
     if over:
-        return Placement("fails", f"more than {MAX_DIMENSION_COUNT} dimensions ({', '.join(over)}): the provider "
-                                  f"takes the node and fails {when} (80070057)")  # fmt: skip
+        return Placement(
+            "fails",
+            f"more than {MAX_DIMENSION_COUNT} dimensions ({', '.join(over)}): the provider "
+            f"takes the node and fails {when} (80070057)",
+        )
     if op_type == "GatherND" and out_rank == 0:
         return Placement("fails", f"its output is a scalar: the provider takes the node and fails {when} (80070057)")
     if op_type == "GatherND":
@@ -123,18 +135,27 @@ def place_gather(
         differ = [d for d, (a, b) in enumerate(pairs) if isinstance(a, int) and isinstance(b, int) and a != b]
         if differ:
             d = differ[0]
-            return Placement("fails", f"its batch sizes differ (dimension {d}: data {data.dims[d]}, indices "
-                                      f"{indices.dims[d]}); the provider takes the node and fails when the session "
-                                      "is created (MLOperatorAuthorImpl.cpp(2853) 80070057)")  # fmt: skip
+            return Placement(
+                "fails",
+                f"its batch sizes differ (dimension {d}: data {data.dims[d]}, indices "
+                f"{indices.dims[d]}); the provider takes the node and fails when the session "
+                "is created (MLOperatorAuthorImpl.cpp(2853) 80070057)",
+            )
     if op_type == "GatherElements":
         d = off_axis_difference(data.dims, indices.dims, axis)
         if d is not None:
-            return Placement("fails", f"its indices differ from the data off the axis (dimension {d}: "
-                                      f"{indices.dims[d]} != {data.dims[d]}); DirectML refuses such a "
-                                      "DML_GATHER_ELEMENTS and the provider fails when the session is created "
-                                      "(AbiCustomRegistry.cpp(519) 80070057)")  # fmt: skip
+            return Placement(
+                "fails",
+                f"its indices differ from the data off the axis (dimension {d}: "
+                f"{indices.dims[d]} != {data.dims[d]}); DirectML refuses such a "
+                "DML_GATHER_ELEMENTS and the provider fails when the session is created "
+                "(AbiCustomRegistry.cpp(519) 80070057)",
+            )
         pairs = [(a, b) for d, (a, b) in enumerate(zip(data.dims, indices.dims, strict=True)) if d != axis]
         if any(a is None or b is None or a != b for a, b in pairs):
-            return Placement("DirectML", "runs on DirectML if its indices match the data off the axis when it runs "
-                                         "(dynamic dims); the run fails if they do not")  # fmt: skip
+            return Placement(
+                "DirectML",
+                "runs on DirectML if its indices match the data off the axis when it runs "
+                "(dynamic dims); the run fails if they do not",
+            )
     return Placement("DirectML", "runs on DirectML")

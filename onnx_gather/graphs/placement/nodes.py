@@ -37,13 +37,32 @@ from onnx_gather.graphs.types import ValueType, value_types
 
 SMALL_INITIALIZER = 100  # kSmallInitializerThreshold: elements
 # Inputs of these types keep a node off the CPU provider (fallback_cpu_capability.cc).
-_NEVER_TO_CPU = frozenset({TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN,
-                           TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ})  # fmt: skip
-_TYPE_CODES = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16,
-               "bool": TensorProto.BOOL, "string": TensorProto.STRING, "uint4": TensorProto.UINT4,
-               "int4": TensorProto.INT4, "complex64": TensorProto.COMPLEX64, "complex128": TensorProto.COMPLEX128,
-               **{f"{sign}int{bits}": getattr(TensorProto, f"{sign.upper()}INT{bits}")
-                  for sign in ("", "u") for bits in (8, 16, 32, 64)}}  # fmt: skip
+_NEVER_TO_CPU = frozenset(
+    {
+        TensorProto.FLOAT16,
+        TensorProto.BFLOAT16,
+        TensorProto.FLOAT8E4M3FN,
+        TensorProto.FLOAT8E4M3FNUZ,
+        TensorProto.FLOAT8E5M2,
+        TensorProto.FLOAT8E5M2FNUZ,
+    }
+)
+_TYPE_CODES = {
+    "float": TensorProto.FLOAT,
+    "double": TensorProto.DOUBLE,
+    "float16": TensorProto.FLOAT16,
+    "bool": TensorProto.BOOL,
+    "string": TensorProto.STRING,
+    "uint4": TensorProto.UINT4,
+    "int4": TensorProto.INT4,
+    "complex64": TensorProto.COMPLEX64,
+    "complex128": TensorProto.COMPLEX128,
+    **{
+        f"{sign}int{bits}": getattr(TensorProto, f"{sign.upper()}INT{bits}")
+        for sign in ("", "u")
+        for bits in (8, 16, 32, 64)
+    },
+}
 
 # Why a node goes where it goes.
 FOLDED, CPU_PREFERRED, NO_KERNEL = "folded", "shape computation", "no kernel"
