@@ -195,17 +195,36 @@ def test_check_refuses_gather_elements_at_1_0(tmp_path, capsys):
         (["convert", "{model}"], "the following arguments are required: -o/--output"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(tmp_path, arguments, message):
+def test_bad_input_exits_2_with_one_line(tmp_path, arguments, message, capsys, monkeypatch):
+    # In this process: argparse's refusals leave by SystemExit, the others by main's return value (the process's
+    # exit code from either: test_bad_input_exits_2_from_the_process_too).
     (tmp_path / "notes.onnx").write_text("this is text, not a model\n")
     model = _embedding_model(tmp_path, external=False)
     arguments = [a.format(folder=tmp_path, text=tmp_path / "notes.onnx", model=model) for a in arguments]
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(arguments)
+    except SystemExit as leaving:
+        code = leaving.code
+    stderr = capsys.readouterr().err
+    assert code == 2
+    assert stderr.count("\n") == 1 and stderr.startswith("onnx-gather: error: ")
+    assert message in stderr
+    assert not (tmp_path / "x.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [["convert", "missing.onnx", "-o", "x.onnx"], ["run", "{model}", "--backend", "cpu", "--seed", "-5"]],
+    ids=["returned", "argparse"],
+)
+def test_bad_input_exits_2_from_the_process_too(tmp_path, arguments):
+    arguments = [a.format(model=_embedding_model(tmp_path, external=False)) for a in arguments]
     result = subprocess.run(
         [sys.executable, "-m", "onnx_gather", *arguments], capture_output=True, text=True, cwd=tmp_path, check=False
     )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("onnx-gather: error: ")
-    assert message in result.stderr
-    assert not (tmp_path / "x.onnx").exists()
 
 
 @pytest.mark.openvino
@@ -241,12 +260,14 @@ def test_version_and_debug_anywhere(tmp_path, capsys):
     assert "Traceback" in error and error.rstrip().endswith("missing.onnx: no such file")
 
 
-def test_help_names_gather_nd():
-    result = subprocess.run([sys.executable, "-m", "onnx_gather", "--help"], capture_output=True, text=True, check=True)
-    assert "Gather, GatherElements and GatherND" in result.stdout
-    result = subprocess.run([sys.executable, "-m", "onnx_gather", "convert", "--help"], capture_output=True, text=True,
-                            check=True)  # fmt: skip
-    assert "Convert standard Gather, GatherElements and GatherND into DML custom ops." in result.stdout
+def test_help_names_gather_nd(capsys):
+    for arguments, text in (
+        (["--help"], "Gather, GatherElements and GatherND"),
+        (["convert", "--help"], "Convert standard Gather, GatherElements and GatherND into DML custom ops."),
+    ):
+        with pytest.raises(SystemExit) as done:
+            main(arguments)
+        assert done.value.code == 0 and text in capsys.readouterr().out
 
 
 def test_lower_says_what_the_directml_mode_costs_and_names_the_cheaper_modes(tmp_path, capsys):

@@ -100,16 +100,27 @@ def test_subgraphs_nested_as_deep_as_protobuf_allows_convert_and_run():
     assert onnx_gather.InferenceSession(converted).run(None, feeds)[0].tolist() == [4.0, 0.0]
 
 
-@pytest.mark.slow
-def test_a_model_of_100000_nodes_converts():
+def _convert_speed():
     sys.path.insert(0, str(TOOLS))
     try:
-        from convert_speed import chain
+        import convert_speed
     finally:
         sys.path.remove(str(TOOLS))
-    converted, report = convert(chain(100_000))
-    assert len(report.changed) == 100_000 and not report.left
-    assert len(converted.graph.node) == 300_000
+    return convert_speed
+
+
+def test_a_model_of_10000_nodes_converts():
+    # 100,000 and the growth from 1,000 up, against ONNX Runtime's own session: python tools/convert_speed.py --scaling
+    converted, report = convert(_convert_speed().chain(10_000))
+    assert len(report.changed) == 10_000 and not report.left
+    assert len(converted.graph.node) == 30_000
+
+
+def test_the_scaling_benchmark_prints_to_dml_against_native(capsys):
+    rows = _convert_speed().scaling([10, 100])
+    assert [gathers for gathers, _, _ in rows] == [10, 100] and all(native > 0 for _, _, native in rows)
+    printed = capsys.readouterr().out
+    assert "100 Gathers: to_dml" in printed and "to_dml/native" in printed and "x10 nodes: to_dml x" in printed
 
 
 def test_a_gather_nd_with_batch_dims_past_the_ranks_is_refused_naming_the_node(tmp_path, capsys):

@@ -6,7 +6,9 @@ DirectML, the oracle, and through the routes that predict it.
   fails gets a session of its own (two runners side by side, ``directml.alone``).
 * ``pyop``, ``lowered`` and ``reference`` give DirectML's output bit for bit where it ran, and fail where it failed:
   naming DirectML where the DirectML provider refused the node, with any error where ONNX Runtime refused the model
-  before any provider saw it (an invalid axis).
+  before any provider saw it (an invalid axis). The cases that ran are packed into one model per route and opset
+  (as are those ONNX Runtime's CPU kernels compute for the reference check), each case still checked and reported
+  on its own; a case that should fail runs alone, and so does each case of a batch that failed.
 * The peers' expectations differ from DirectML's verdicts exactly where the data say why; ONNX Runtime's CPU
   kernels meet the peers' expectations but where listed below (which checks the transcription).
 """
@@ -48,12 +50,43 @@ REFUSED_BY_DIRECTML = "80070057"
 RESULTS: Counter = Counter()  # (route, outcome) -> cases, for the summary
 
 
-def _run(route: str, case: peers.Case, folder) -> np.ndarray:
-    """The case alone through a backend of ``onnx_gather.runtime.backends``: its output."""
-    proto, path = peers.model([case]), folder / "case.onnx"
+def _run(route: str, cases: list[peers.Case], folder) -> list[np.ndarray]:
+    """The cases packed into one model through a backend of ``onnx_gather.runtime.backends``: their outputs."""
+    proto, path = peers.model(cases), folder / f"{route}-{len(cases)}.onnx"
     onnx.save(proto, path)
-    outcome = backends.create(route).run(backends.Model(path, proto), peers.feeds([case]))
-    return np.asarray(outcome.outputs["output_0"])
+    outcome = backends.create(route).run(backends.Model(path, proto), peers.feeds(cases))
+    return [np.asarray(outcome.outputs[f"output_{k}"]) for k in range(len(cases))]
+
+
+class _Batches:
+    """A route's outputs, the cases that should run packed into one model per route and opset (a session each, not
+    one per case). A case outside those, or in a batch that failed, runs alone: its failure is its own."""
+
+    def __init__(self, folder) -> None:
+        self.folder, self.outputs = folder, {}
+
+    def output(self, route: str, case: peers.Case, batched, folder) -> np.ndarray:
+        """``batched``: whether a case is expected to run on ``route`` (and so goes into the batches)."""
+        if not batched(case):
+            return _run(route, [case], folder)[0]
+        if (route, case.opset) not in self.outputs:
+            group = [each for each in CASES if each.opset == case.opset and batched(each)]
+            try:
+                found = dict(zip((each.name for each in group), _run(route, group, self.folder), strict=True))
+            except Exception:  # each alone then, to fail with its own error
+                found = {}
+            self.outputs[route, case.opset] = found
+        found = self.outputs[route, case.opset]
+        return found[case.name] if case.name in found else _run(route, [case], folder)[0]
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory) -> _Batches:
+    return _Batches(tmp_path_factory.mktemp("peers-batches"))
+
+
+def _cpu_runs(case: peers.Case) -> bool:
+    return case.expected is not None and case.name not in CPU_DIFFERS_FROM_THE_PEER
 
 
 def _route_params() -> list:
@@ -151,15 +184,15 @@ def test_check_gives_directml_s_verdict(case):
 
 
 @pytest.mark.parametrize(("route", "case"), _route_params())
-def test_route_gives_directml_s_verdict(route, case, tmp_path):
+def test_route_gives_directml_s_verdict(route, case, tmp_path, batches):
     if not case.ran:
         with pytest.raises(Exception) as failure:
-            _run(route, case, tmp_path)
+            _run(route, [case], tmp_path)
         if REFUSED_BY_DIRECTML in case.directml["message"]:
             assert "DirectML" in str(failure.value)
         RESULTS[route, "fails as DirectML does"] += 1
         return
-    assert_identical(_run(route, case, tmp_path), case.directml_output)
+    assert_identical(batches.output(route, case, lambda each: each.ran, tmp_path), case.directml_output)
     RESULTS[route, "bit-identical with DirectML"] += 1
 
 
@@ -176,10 +209,10 @@ def test_the_peers_differ_from_directml_exactly_where_the_data_say_why():
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
-def test_onnx_runtime_cpu_meets_the_peer_s_expectation(case, tmp_path):
+def test_onnx_runtime_cpu_meets_the_peer_s_expectation(case, tmp_path, batches):
     # The peers' own reference for ORT's tests, and a check of the transcription; not an oracle for DirectML.
     try:
-        actual = _run("cpu", case, tmp_path)
+        actual = batches.output("cpu", case, _cpu_runs, tmp_path)
     except Exception as error:
         met, outcome = case.expected is None and case.error in str(error), "fails"
     else:

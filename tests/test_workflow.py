@@ -1,9 +1,10 @@
 """The Windows workflow (.github/workflows/directml.yml) cannot run here: what can be checked on Linux is. Its runner,
-its pinned versions, its test selection (exactly the tests marked ``directml``, some), and its commands (files and
-entry points that exist; the parity step runs here without its dml backend)."""
+its pinned versions, its test selection (exactly the tests marked ``directml``, some: read from the test files), and its
+commands (files and entry points that exist; the parity step runs here without its dml backend)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shlex
@@ -12,8 +13,6 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
-
-import pytest
 
 from onnx_gather.app.cli import COMMANDS, main
 from onnx_gather.directml.layout import ORT_DIRECTML_VERSION
@@ -66,23 +65,81 @@ def test_the_workflow_pins_the_versions_the_semantics_were_measured_with():
     assert set(extras) <= set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
 
 
-def _collected(arguments: list[str]) -> set[str]:
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           *arguments], cwd=ROOT, capture_output=True, text=True, check=True)  # fmt: skip
-    return {line for line in done.stdout.splitlines() if "::" in line}
+def _is_directml_mark(node: ast.AST) -> bool:
+    """``pytest.mark.directml`` itself."""
+    return (isinstance(node, ast.Attribute) and node.attr == "directml" and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "mark")  # fmt: skip
 
 
-@pytest.mark.slow
+def _has_directml_mark(node: ast.AST) -> bool:
+    return any(_is_directml_mark(each) for each in ast.walk(node))
+
+
+def _calls_require_directml(node: ast.AST) -> bool:
+    return any(isinstance(each, ast.Call) and getattr(each.func, "id", None) == "require_directml"
+               for each in ast.walk(node))  # fmt: skip
+
+
+def _is_fixture(function: ast.FunctionDef) -> bool:
+    return any("fixture" in ast.unparse(decorator) for decorator in function.decorator_list)
+
+
+class _Marks:
+    """What the test files say, read without importing or collecting them: each test function's ``directml`` mark
+    (on the function, on its module, or on some of its parameters, directly or through a module-level name), and
+    whether it needs real DirectML (calls ``require_directml``, or takes a fixture that does)."""
+
+    def __init__(self) -> None:
+        self.marked: set[str] = set()  # "file::test": every case of the test is marked
+        self.partly: set[str] = set()  # some of its parameters are
+        self.needing: set[str] = set()
+        conftest = ast.parse((ROOT / "tests" / "conftest.py").read_text())
+        shared = {f.name for f in ast.walk(conftest) if isinstance(f, ast.FunctionDef) and _is_fixture(f)
+                  and _calls_require_directml(f)}  # fmt: skip
+        for path in sorted((ROOT / "tests").glob("test_*.py")):
+            tree = ast.parse(path.read_text())
+            names = {}  # module-level name -> its definition (parameter lists, or functions that make them)
+            for node in tree.body:
+                if isinstance(node, ast.Assign):
+                    names.update((target.id, node) for target in node.targets if isinstance(target, ast.Name))
+                elif isinstance(node, ast.FunctionDef):
+                    names[node.name] = node
+            module_marked = "pytestmark" in names and _has_directml_mark(names["pytestmark"])
+            fixtures = shared | {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and _is_fixture(f)
+                                 and _calls_require_directml(f)}  # fmt: skip
+            for test in ast.walk(tree):
+                if not isinstance(test, ast.FunctionDef) or not test.name.startswith("test_"):
+                    continue
+                key = f"{path.name}::{test.name}"
+                if module_marked or any(_is_directml_mark(decorator) for decorator in test.decorator_list):
+                    self.marked.add(key)
+                for decorator in (each for each in test.decorator_list if not _is_directml_mark(each)):
+                    used = {each.id for each in ast.walk(decorator) if isinstance(each, ast.Name)} & set(names)
+                    if _has_directml_mark(decorator) or any(_has_directml_mark(names[name]) for name in used):
+                        self.partly.add(key)
+                arguments = {argument.arg for argument in test.args.args}
+                if _calls_require_directml(test) or arguments & fixtures:
+                    self.needing.add(key)
+
+
 def test_the_workflows_test_selection_is_exactly_the_tests_marked_directml_and_some():
     command = _one("python -m pytest")
-    assert command[:3] == ["python", "-m", "pytest"] and "-k" not in command
-    arguments = [word for word in command[3:] if word not in ("-q", "-rs")]
-    assert all((ROOT / word).exists() for word in arguments if not word.startswith("-") and word != "directml")
-    selected = _collected(arguments)
-    assert len(selected) > 100, len(selected)  # the conformance, the whole models, the runner, the docs' dml example
-    assert selected == _collected(["tests", "-m", "directml"])
-    assert any("test_reduce.py::test_directmls_pow" in test for test in selected)
-    assert not any("test_parity.py::test_bad_input_exits_2" in test for test in selected)
+    assert command[:3] == ["python", "-m", "pytest"]
+    # Only the marker selects: no -k, --deselect, --ignore or other paths, so the selection is `pytest -m directml
+    # tests` as such (what pyproject adds applies to both alike, and selects nothing).
+    assert [word for word in command[3:] if word not in ("-q", "-rs")] == ["-m", "directml", "tests"], command
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert settings["testpaths"] == ["tests"]
+    assert not re.search(r"(^|\s)(-m|-k|--deselect|--ignore)", settings["addopts"])
+    assert any(marker.startswith("directml:") for marker in settings["markers"])
+    marks = _Marks()
+    # Every test that needs real DirectML is among them (require_directml fails an unmarked one where it runs).
+    assert not marks.needing - marks.marked - marks.partly, sorted(marks.needing - marks.marked - marks.partly)
+    # Some: the conformance, the whole models, the runner, the docs' dml example...
+    assert len(marks.marked) > 50 and len(marks.partly) >= 4, (len(marks.marked), len(marks.partly))
+    pow_of_zero = "test_directmls_pow_of_zero_to_the_zero_deep_in_a_chain_is_found_on_real_directml"
+    assert f"test_reduce.py::{pow_of_zero}" in marks.marked
+    assert "test_parity.py::test_bad_input_exits_2" not in marks.marked | marks.partly
 
 
 def test_the_workflows_parity_step_runs_here_without_its_dml_backend(tmp_path, monkeypatch, capsys):

@@ -1,4 +1,5 @@
 """Converter speed and memory, run by hand: python tools/convert_speed.py [--gathers 10000] [--weights-gb 1.5]
+   or its scaling alone: python tools/convert_speed.py --scaling [--sizes 1000,10000,100000]
 
 1. A chain of N Gathers through to_dml and to_onnx, with out_of_bounds clamp and directml (the default, whose
    lowering puts DirectML's reading beside each native op: about 100 nodes per gather) (target: under 5 s for
@@ -7,6 +8,10 @@
    process whose peak resident memory is read from the kernel (target: under 500 MB for 1.5 GB).
 3. The chain with its rows a graph input at opset 7, whose clamp and directml lowerings need opset 11: to_onnx raises
    the model first (onnx's version converter) and lowers it again, against the same chain at opset 11.
+4. Scaling (--scaling): to_dml of chains of 1,000, 10,000 and 100,000 Gathers (directml), against ONNX Runtime's
+   native kernels measured side by side in the same run: a session of the same chain made and run once (its graph,
+   its Gather kernels). Printed: each time, to_dml/native, and how much each grows per tenfold nodes (10 is linear).
+   (The 100,000-node conversion, once a slow test, is measured here; tests/test_load.py converts 10,000.)
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
@@ -102,11 +108,53 @@ def measure_large(gigabytes: float) -> None:
               f"peak resident memory {peak_mb:.0f} MB, {copied:.2f} GB of external data copied")  # fmt: skip
 
 
+def _native(model: onnx.ModelProto) -> float:
+    """Seconds for ONNX Runtime's native kernels to take ``model``: a CPU session made, then run once."""
+    start = time.perf_counter()
+    options = onnxruntime.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session.run(None, {"v0": np.arange(9, dtype=np.float32).reshape(3, 3, 1)})
+    return time.perf_counter() - start
+
+
+def scaling(sizes: list[int], mode: str = "directml") -> list[tuple[int, float, float]]:
+    """to_dml of a chain of each size against the native session of the same chain: (gathers, to_dml s, native s),
+    printed with the ratios."""
+    rows = []
+    for gathers in sizes:
+        model = chain(gathers)
+        native = _native(model)
+        start = time.perf_counter()
+        converted, report = convert(model, out_of_bounds=mode)
+        seconds = time.perf_counter() - start
+        assert len(report.changed) == gathers and not report.left and len(converted.graph.node) == 3 * gathers
+        rows.append((gathers, seconds, native))
+    print(f"onnxruntime {onnxruntime.__version__}: to_dml (out_of_bounds={mode}) of a chain of N Gathers against "
+          "a native CPU session of it (made and run once)")  # fmt: skip
+    previous = None
+    for gathers, seconds, native in rows:
+        growth = ""
+        if previous is not None:
+            factor = gathers / previous[0]
+            growth = (f"; x{factor:g} nodes: to_dml x{seconds / previous[1]:.1f}, "
+                      f"native x{native / previous[2]:.1f}")  # fmt: skip
+        print(f"  {gathers:>7} Gathers: to_dml {seconds:.3f} s, native {native:.3f} s, "
+              f"to_dml/native {seconds / native:.2f}{growth}")  # fmt: skip
+        previous = (gathers, seconds, native)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gathers", type=int, default=10_000)
     parser.add_argument("--weights-gb", type=float, default=1.5)
+    parser.add_argument("--scaling", action="store_true", help="only the scaling of to_dml against native (4.)")
+    parser.add_argument("--sizes", default="1000,10000,100000", help="chain lengths for --scaling")
     args = parser.parse_args()
+    if args.scaling:
+        scaling([int(size) for size in args.sizes.split(",")])
+        return
     measure_large(args.weights_gb)  # first: a child forked later would start as large as this process has grown
     for mode in ("clamp", "directml"):
         time_chain(args.gathers, mode)
