@@ -189,8 +189,15 @@ def shaders(folder: Path) -> dict[str, set[str]]:
 
 # inotify's events of a folder's entries that change what it holds, by name: not IN_ATTRIB, which a hard link made to
 # a file from elsewhere also raises (its link count changes), nor reads.
-_CHANGES = {0x2: "modified", 0x8: "closed after writing", 0x40: "moved out", 0x80: "moved in", 0x100: "created",
-            0x200: "removed", 0x4000: "events lost"}  # fmt: skip
+_CHANGES = {
+    0x2: "modified",
+    0x8: "closed after writing",
+    0x40: "moved out",
+    0x80: "moved in",
+    0x100: "created",
+    0x200: "removed",
+    0x4000: "events lost",
+}
 
 
 @contextlib.contextmanager

@@ -21,11 +21,19 @@ from onnx_gather.app.cli import main
 def _positive_model(tmp_path) -> tuple[str, str]:
     """sqrt(exp(x)) > 0: every backend answers True everywhere, while their exponentials part in the last place
     (onnx's reference evaluator computes numpy's; the custom ops ONNX Runtime's)."""
-    nodes = [h.make_node("Exp", ["x"], ["grown"], name="grow"), h.make_node("Sqrt", ["grown"], ["root"], name="root"),
-             h.make_node("Greater", ["root", "zero"], ["y"], name="positive")]  # fmt: skip
+    nodes = [
+        h.make_node("Exp", ["x"], ["grown"], name="grow"),
+        h.make_node("Sqrt", ["grown"], ["root"], name="root"),
+        h.make_node("Greater", ["root", "zero"], ["y"], name="positive"),
+    ]
     zero = numpy_helper.from_array(np.array(0, np.float32), "zero")
-    graph = h.make_graph(nodes, "positive", [h.make_tensor_value_info("x", T.FLOAT, [256])],
-                         [h.make_tensor_value_info("y", T.BOOL, [256])], [zero])  # fmt: skip
+    graph = h.make_graph(
+        nodes,
+        "positive",
+        [h.make_tensor_value_info("x", T.FLOAT, [256])],
+        [h.make_tensor_value_info("y", T.BOOL, [256])],
+        [zero],
+    )
     path = tmp_path / "positive.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
     np.savez(tmp_path / "x.npz", x=np.random.default_rng(0).standard_normal(256).astype(np.float32) * 3)
@@ -75,9 +83,11 @@ def test_real_directml_fuses_tanh_gelu_unmarked_only_and_the_unmarked_difference
     assert changed["marked"]["within_tolerance"] is True  # every value marked: no fusion, the tanh formula
     assert document["all_tensors"]["rejected"] == {} and document["divergence"]["dml"] == []
     said = [line for line in lines if line.startswith("Output 'y' on dml: ")]
-    assert said == [f"Output 'y' on dml: outside tolerance (max abs {unmarked['max_abs']:.3g}) as the model runs, "
-                    "within tolerance with every value marked: marking values as outputs stops fusions, so the "
-                    "unmarked run is the one that counts."]  # fmt: skip
+    assert said == [
+        f"Output 'y' on dml: outside tolerance (max abs {unmarked['max_abs']:.3g}) as the model runs, "
+        "within tolerance with every value marked: marking values as outputs stops fusions, so the "
+        "unmarked run is the one that counts."
+    ]
     assert lines[-1] == "FAILED: outputs outside tolerance on dml."
     SUMMARIES.append(
         f"parity --all-tensors of the tanh-GELU on real DirectML: unmarked (fused into FastGelu) max abs "

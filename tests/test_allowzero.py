@@ -43,9 +43,11 @@ def _view(dims, after: str | None = None) -> onnx.ModelProto:
 
 def _heads(dims, tail=(-1, 64)) -> onnx.ModelProto:
     """x [batch, seq, 384] viewed as [batch, seq, -1, 64] from its own Shape, as PyTorch exports write ``view``."""
-    nodes = [h.make_node("Shape", ["x"], ["bs"], name="shape", start=0, end=2),
-             h.make_node("Concat", ["bs", "tail"], ["target"], name="concat", axis=0),
-             h.make_node("Reshape", ["x", "target"], ["y"], name="node_view", allowzero=1)]  # fmt: skip
+    nodes = [
+        h.make_node("Shape", ["x"], ["bs"], name="shape", start=0, end=2),
+        h.make_node("Concat", ["bs", "tail"], ["target"], name="concat", axis=0),
+        h.make_node("Reshape", ["x", "target"], ["y"], name="node_view", allowzero=1),
+    ]
     return _model(nodes, dims, [_ints(list(tail), "tail")])
 
 
@@ -55,21 +57,30 @@ def _verdicts(model, nonempty_inputs=False) -> dict[str, tuple[bool, str]]:
 
 
 def test_a_shape_no_zero_can_reach_gets_allowzero_0_and_the_same_outputs():
-    followed = [h.make_node("Shape", ["x"], ["s"], name="shape"),
-                h.make_node("Gather", ["s", "two"], ["last"], name="pick", axis=0),  # 384, a scalar
-                h.make_node("Unsqueeze", ["last", "axis0"], ["last1"], name="unsqueeze"),
-                h.make_node("Slice", ["s", "zero", "two1"], ["bs"], name="slice"),  # [2, 5]
-                h.make_node("Cast", ["bs"], ["bs64"], name="cast", to=T.INT64),
-                h.make_node("Concat", ["bs64", "last1", "one"], ["target"], name="concat", axis=0),
-                h.make_node("Reshape", ["x", "target"], ["r"], name="computed", allowzero=1),
-                h.make_node("Reshape", ["r", "flat"], ["y"], name="constant", allowzero=1)]  # fmt: skip
-    weights = [_ints(2, "two"), _ints([0], "axis0"), _ints([0], "zero"), _ints([2], "two1"), _ints([1], "one"),
-               _ints([-1], "flat")]  # fmt: skip
+    followed = [
+        h.make_node("Shape", ["x"], ["s"], name="shape"),
+        h.make_node("Gather", ["s", "two"], ["last"], name="pick", axis=0),  # 384, a scalar
+        h.make_node("Unsqueeze", ["last", "axis0"], ["last1"], name="unsqueeze"),
+        h.make_node("Slice", ["s", "zero", "two1"], ["bs"], name="slice"),  # [2, 5]
+        h.make_node("Cast", ["bs"], ["bs64"], name="cast", to=T.INT64),
+        h.make_node("Concat", ["bs64", "last1", "one"], ["target"], name="concat", axis=0),
+        h.make_node("Reshape", ["x", "target"], ["r"], name="computed", allowzero=1),
+        h.make_node("Reshape", ["r", "flat"], ["y"], name="constant", allowzero=1),
+    ]
+    weights = [
+        _ints(2, "two"),
+        _ints([0], "axis0"),
+        _ints([0], "zero"),
+        _ints([2], "two1"),
+        _ints([1], "one"),
+        _ints([-1], "flat"),
+    ]
     model = _model(followed, [2, 5, 384], weights)
     rewritten, changes = clear_allowzero(model)
     assert [(c.node, c.changed, c.reason) for c in changes] == [
         ("computed", True, "allowzero 1 -> 0: no element of its shape can be 0"),
-        ("constant", True, "allowzero 1 -> 0: no element of its shape can be 0")]  # fmt: skip
+        ("constant", True, "allowzero 1 -> 0: no element of its shape can be 0"),
+    ]
     assert [a.i for n in rewritten.graph.node for a in n.attribute if a.name == "allowzero"] == [0, 0]
     assert [a.i for n in model.graph.node for a in n.attribute if a.name == "allowzero"] == [1, 1]  # not modified
     x = np.random.default_rng(3).random((2, 5, 384), np.float32)
@@ -77,8 +88,9 @@ def test_a_shape_no_zero_can_reach_gets_allowzero_0_and_the_same_outputs():
 
 
 def test_a_zero_that_can_reach_the_shape_leaves_the_node_alone():
-    kept = _model([h.make_node("Reshape", ["x", "zeros"], ["y"], name="keep", allowzero=1)], ["n", 384],
-                  [_ints([0, -1], "zeros")])  # fmt: skip
+    kept = _model(
+        [h.make_node("Reshape", ["x", "zeros"], ["y"], name="keep", allowzero=1)], ["n", 384], [_ints([0, -1], "zeros")]
+    )
     assert _verdicts(kept, nonempty_inputs=True) == {
         "keep": (False, "element 0 of its shape is 0 (the constant 'zeros'): allowzero=1 makes that dim 0")
     }
@@ -100,18 +112,23 @@ def test_a_zero_that_can_reach_the_shape_leaves_the_node_alone():
 
 
 def test_a_dim_that_may_be_0_whatever_the_inputs_and_a_shape_not_followed_leave_the_node_alone():
-    nonzero = [h.make_node("NonZero", ["x"], ["where"], name="nonzero"),  # [1, count]: count may be 0
-               h.make_node("Shape", ["where"], ["s"], name="shape"),
-               h.make_node("Reshape", ["x", "s"], ["y"], name="by_count", allowzero=1),
-               h.make_node("Add", ["flat", "flat"], ["doubled"], name="add"),
-               h.make_node("Reshape", ["x", "doubled"], ["z"], name="by_sum", allowzero=1),
-               h.make_node("Reshape", ["x", "flat"], ["w"], name="plain")]  # allowzero 0: no verdict  # fmt: skip
+    nonzero = [
+        h.make_node("NonZero", ["x"], ["where"], name="nonzero"),  # [1, count]: count may be 0
+        h.make_node("Shape", ["where"], ["s"], name="shape"),
+        h.make_node("Reshape", ["x", "s"], ["y"], name="by_count", allowzero=1),
+        h.make_node("Add", ["flat", "flat"], ["doubled"], name="add"),
+        h.make_node("Reshape", ["x", "doubled"], ["z"], name="by_sum", allowzero=1),
+        h.make_node("Reshape", ["x", "flat"], ["w"], name="plain"),
+    ]  # allowzero 0: no verdict
     model = _model(nonzero, ["n"], [_ints([-1], "flat")], outputs=("y", "z", "w"))
     verdicts = _verdicts(model, nonempty_inputs=True)
     by_count = r"element 1 of its shape is dim 1 of 'where'( \('\w+'\))?, which may be 0"  # not an input's dim
     assert verdicts["by_count"][0] is False and re.fullmatch(by_count, verdicts["by_count"][1])
-    assert verdicts["by_sum"] == (False, "its shape 'doubled' comes from Add 'add', which this rewrite does not "
-                                         "follow: whether an element may be 0 is not known")  # fmt: skip
+    assert verdicts["by_sum"] == (
+        False,
+        "its shape 'doubled' comes from Add 'add', which this rewrite does not "
+        "follow: whether an element may be 0 is not known",
+    )
     assert "plain" not in verdicts
 
 
@@ -134,12 +151,20 @@ def test_convert_reshape_allowzero_0_says_per_node_what_it_did(tmp_path, capsys)
 
 @pytest.mark.parametrize(
     ("message", "expected"),
-    [("RUN: Non-zero status code returned while running Reshape node. Name:'view' Status Message: "
-      "MLOperatorAuthorImpl.cpp(2597) 8007023E", "Reshape 'view' has allowzero=1, which DirectML fails on"),
-     ("CREATE_SESSION: Exception during initialization: MLOperatorAuthorImpl.cpp(2853) 80070057 Invalid parameter.",
-      "the model has 1 Reshape with allowzero=1, which DirectML fails on at session creation"),
-     ("RUN: Non-zero status code returned while running Neg node. Name:'after' 8007023E", None)],
-)  # fmt: skip
+    [
+        (
+            "RUN: Non-zero status code returned while running Reshape node. Name:'view' Status Message: "
+            "MLOperatorAuthorImpl.cpp(2597) 8007023E",
+            "Reshape 'view' has allowzero=1, which DirectML fails on",
+        ),
+        (
+            "CREATE_SESSION: Exception during initialization: "
+            "MLOperatorAuthorImpl.cpp(2853) 80070057 Invalid parameter.",
+            "the model has 1 Reshape with allowzero=1, which DirectML fails on at session creation",
+        ),
+        ("RUN: Non-zero status code returned while running Neg node. Name:'after' 8007023E", None),
+    ],
+)
 def test_the_hint_points_a_directml_failure_on_a_reshape_with_allowzero_1_to_the_option(message, expected):
     feeds = Feeds({"x": np.zeros(6, np.float32)}, frozenset(), seed=0)
     hint = failure_hint(DirectMlError(message), "dml", _view(["n"], "Neg"), feeds, InputChoice())
@@ -155,10 +180,15 @@ def test_the_hint_points_a_directml_failure_on_a_reshape_with_allowzero_1_to_the
 # depends on what takes the Reshape's output.
 FAILURES = [
     ([6], None, SessionCreationError, r"MLOperatorAuthorImpl\.cpp\(2853\).* 80070057 Invalid parameter\."),
-    (["n"], None, DirectMlError, r"running Reshape node\. Name:'view'.*MLOperatorAuthorImpl\.cpp\(2597\).* 8007000E "
-                                 r"Out of memory\."),
+    (
+        ["n"],
+        None,
+        DirectMlError,
+        r"running Reshape node\. Name:'view'.*MLOperatorAuthorImpl\.cpp\(2597\).* 8007000E "
+        r"Out of memory\.",
+    ),
     (["n"], "Neg", DirectMlError, r"running Reshape node\. Name:'view'.*MLOperatorAuthorImpl\.cpp\(2597\).* 8007023E"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.directml

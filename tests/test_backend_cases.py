@@ -20,9 +20,10 @@ with warnings.catch_warnings():
     CASES = [
         case
         for case in collect_testcases()
-        if any(n.op_type in GATHER_OPS and n.domain in ("", "ai.onnx")
-               for body in bodies(case.model) for n in body.nodes)
-    ]  # fmt: skip
+        if any(
+            n.op_type in GATHER_OPS and n.domain in ("", "ai.onnx") for body in bodies(case.model) for n in body.nodes
+        )
+    ]
 DIRECT = [case for case in CASES if case.name.startswith(("test_gather_", "test_gather_elements_", "test_gathernd_"))]
 
 

@@ -121,20 +121,27 @@ def test_dml_semantics_out_of_range_in_each_mode(out_of_range_models, model, nam
 
 def test_pyop_counts_out_of_bounds_indices_per_node_inside_a_loop(tmp_path):
     body = h.make_graph(
-        [h.make_node("Gather", ["table", "ids"], ["row"], name="inner_lookup", axis=0),
-         h.make_node("Identity", ["cond_in"], ["cond_out"])],
+        [
+            h.make_node("Gather", ["table", "ids"], ["row"], name="inner_lookup", axis=0),
+            h.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
         "body",
         [h.make_tensor_value_info("n", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, [])],
         [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("row", T.FLOAT, [3, 2])],
-    )  # fmt: skip
+    )
     model = _save(
         tmp_path,
-        [h.make_node("Loop", ["trips", ""], ["rows"], name="loop", body=body),
-         h.make_node("Gather", ["table", "ids"], ["direct"], name="outer_lookup", axis=0)],
-        [h.make_tensor_value_info("table", T.FLOAT, [4, 2]), h.make_tensor_value_info("ids", T.INT64, [3]),
-         h.make_tensor_value_info("trips", T.INT64, [])],
+        [
+            h.make_node("Loop", ["trips", ""], ["rows"], name="loop", body=body),
+            h.make_node("Gather", ["table", "ids"], ["direct"], name="outer_lookup", axis=0),
+        ],
+        [
+            h.make_tensor_value_info("table", T.FLOAT, [4, 2]),
+            h.make_tensor_value_info("ids", T.INT64, [3]),
+            h.make_tensor_value_info("trips", T.INT64, []),
+        ],
         [h.make_tensor_value_info("rows", T.FLOAT, [None, 3, 2]), h.make_tensor_value_info("direct", T.FLOAT, [3, 2])],
-    )  # fmt: skip
+    )
     feeds = {"table": np.ones((4, 2), np.float32), "ids": np.array([9, 0, -5]), "trips": np.array(3)}
     outcome = backends.create("pyop").run(model, feeds)
     assert outcome.out_of_bounds == {"inner_lookup": 6, "outer_lookup": 2}  # 2 per run, the loop runs 3 times
@@ -169,12 +176,18 @@ def test_a_failure_of_the_cpu_provider_beside_directml_is_said_to_be_its(tmp_pat
     # DirectML takes no STRING: ONNX Runtime runs the GatherElements on its CPU provider, whose kernel refuses index 5
     require_directml(wine=True)  # the runner's placement log tells where each node ran
     graph = h.make_graph(
-        [h.make_node("GatherElements", ["words", "i"], ["picked"], name="pick", axis=0),
-         h.make_node("Neg", ["x"], ["y"], name="negate")], "mixed",
-        [h.make_tensor_value_info("words", T.STRING, [3]), h.make_tensor_value_info("i", T.INT64, [2]),
-         h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [
+            h.make_node("GatherElements", ["words", "i"], ["picked"], name="pick", axis=0),
+            h.make_node("Neg", ["x"], ["y"], name="negate"),
+        ],
+        "mixed",
+        [
+            h.make_tensor_value_info("words", T.STRING, [3]),
+            h.make_tensor_value_info("i", T.INT64, [2]),
+            h.make_tensor_value_info("x", T.FLOAT, [2]),
+        ],
         [h.make_tensor_value_info("picked", T.STRING, [2]), h.make_tensor_value_info("y", T.FLOAT, [2])],
-    )  # fmt: skip
+    )
     model = tmp_path / "mixed.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), model)
     np.savez(tmp_path / "in.npz", words=np.array(["a", "b", "c"]), i=np.array([0, 5]), x=np.ones(2, np.float32))
@@ -188,16 +201,20 @@ def test_a_failure_of_the_cpu_provider_beside_directml_is_said_to_be_its(tmp_pat
 def test_a_run_failure_is_said_to_be_the_provider_s_that_ran_the_node():
     # ONNX Runtime names the failing node; its placement log, where the node went (by name only where the model's
     # nodes went to more than one provider)
-    error = DirectMlError("RUN: Non-zero status code returned while running GatherElements node. Name:'pick' "
-                          "Status Message: GatherElements op: Out of range value in index tensor")  # fmt: skip
-    both = worker.Loaded(0, 0, [], [], {"DmlExecutionProvider": ["Neg (negate)"],
-                                        "CPUExecutionProvider": ["GatherElements (pick)"]})  # fmt: skip
+    error = DirectMlError(
+        "RUN: Non-zero status code returned while running GatherElements node. Name:'pick' "
+        "Status Message: GatherElements op: Out of range value in index tensor"
+    )
+    both = worker.Loaded(
+        0, 0, [], [], {"DmlExecutionProvider": ["Neg (negate)"], "CPUExecutionProvider": ["GatherElements (pick)"]}
+    )
     alone = worker.Loaded(0, 0, [], [], {"CPUExecutionProvider": []}, {"CPUExecutionProvider": 1})
     for loaded in (both, alone):
         fallback = loaded.fallback(error)
         assert fallback.provider == "CPUExecutionProvider"
-        assert str(fallback) == (f"GatherElements node 'pick' ran on CPUExecutionProvider, DirectML not taking it, "
-                                 f"and failed there: {error}")  # fmt: skip
+        assert str(fallback) == (
+            f"GatherElements node 'pick' ran on CPUExecutionProvider, DirectML not taking it, and failed there: {error}"
+        )
     on_directml = worker.Loaded(0, 0, [], [], {"DmlExecutionProvider": []}, {"DmlExecutionProvider": 1})
     assert on_directml.fallback(error) is None  # DirectML's own failure
     assert alone.fallback(DirectMlError("output 'y': no tensor")) is None  # no node named

@@ -78,9 +78,12 @@ def test_a_folder(tmp_path, capsys):
     (tmp_path / "folder.onnx").mkdir()
     # parity takes folders of models: an empty one is refused as such
     _assert_refused_everywhere(
-        tmp_path / "folder.onnx", "is a directory, not an ONNX model file", tmp_path / "out", capsys,
+        tmp_path / "folder.onnx",
+        "is a directory, not an ONNX model file",
+        tmp_path / "out",
+        capsys,
         parity_message="a folder with no .onnx model in it",
-    )  # fmt: skip
+    )
 
 
 def test_a_missing_file(tmp_path, capsys):
@@ -97,8 +100,13 @@ def test_an_unreadable_file(tmp_path):
             pytest.skip("running as root without setpriv, so no file is unreadable")
         prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
     for arguments in _commands(model, tmp_path):
-        result = subprocess.run([*prefix, sys.executable, "-m", "onnx_gather", *arguments], capture_output=True,
-                                text=True, cwd=tmp_path, check=False)  # fmt: skip
+        result = subprocess.run(
+            [*prefix, sys.executable, "-m", "onnx_gather", *arguments],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            check=False,
+        )
         assert result.returncode == 2, result
         assert result.stderr == f"onnx-gather: error: {model}: permission denied\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.onnx"]
@@ -122,10 +130,11 @@ def test_convert_onto_its_own_path_leaves_a_valid_model_or_the_original(tmp_path
 def _dynamic_model(folder: Path) -> Path:
     """A model of one float input x of dynamic size n (y = x)."""
     graph = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["y"])], "g",
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])],
-    )  # fmt: skip
+    )
     path = folder / "dynamic.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
@@ -134,9 +143,7 @@ def _dynamic_model(folder: Path) -> Path:
 def _zeros_member(archive: zipfile.ZipFile, name: str, elements: int) -> None:
     """A member of float32 zeros that deflates to almost nothing and inflates to 4 bytes an element."""
     with archive.open(zipfile.ZipInfo(name), "w", force_zip64=True) as member:
-        np.lib.format.write_array_header_1_0(
-            member, {"descr": "<f4", "fortran_order": False, "shape": (elements,)}
-        )  # fmt: skip
+        np.lib.format.write_array_header_1_0(member, {"descr": "<f4", "fortran_order": False, "shape": (elements,)})
         chunk = bytes(2**22)
         for _ in range(elements * 4 // len(chunk)):
             member.write(chunk)
@@ -155,11 +162,14 @@ def no_array_read(monkeypatch):
 @pytest.mark.parametrize(
     ("member", "arguments", "message"),
     [
-        ("x.npy", ["--max-elements", "1000"],
-         "array 'x' of shape 16777216 has 16,777,216 elements, more than --max-elements 1000"),
+        (
+            "x.npy",
+            ["--max-elements", "1000"],
+            "array 'x' of shape 16777216 has 16,777,216 elements, more than --max-elements 1000",
+        ),
         ("big.npy", [], "--inputs holds 'big', which the model has no input for (its inputs: x)"),
     ],
-)  # fmt: skip
+)
 def test_a_huge_member_is_refused_from_its_header(tmp_path, capsys, no_array_read, member, arguments, message):
     # 64 MB of zeros (deflated to 64 kB): refused from the zip directory and the .npy header, nothing inflated.
     model, npz = _dynamic_model(tmp_path), tmp_path / "huge.npz"
@@ -208,11 +218,15 @@ def _model_with_a_default(folder: Path, ir_version: int) -> Path:
     """y = Gather(table, i): ``table`` a graph input that its initializer also provides (a default from IR 4)."""
     table = onnx.numpy_helper.from_array(np.arange(10, 16, dtype=np.float32), "table")
     graph = helper.make_graph(
-        [helper.make_node("Gather", ["table", "i"], ["y"], name="lookup")], "g",
-        [helper.make_tensor_value_info("table", TensorProto.FLOAT, [6]),
-         helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], [table],
-    )  # fmt: skip
+        [helper.make_node("Gather", ["table", "i"], ["y"], name="lookup")],
+        "g",
+        [
+            helper.make_tensor_value_info("table", TensorProto.FLOAT, [6]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [table],
+    )
     path = folder / f"default{ir_version}.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=ir_version), path)
     return path

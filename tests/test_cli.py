@@ -115,25 +115,36 @@ def test_check_at_each_feature_level_says_what_onnx_runtime_does(tmp_path, capsy
     onnx.save(model, path)
     assert main(["check", str(path), "--feature-level", "2.1"]) == 1
     printed = capsys.readouterr().out
-    refusal = ("INT32 indices are not supported at feature level 2.1: ONNX Runtime's provider takes the node (the "
-               "device has its types) and DirectML refuses the operator")  # fmt: skip
+    refusal = (
+        "INT32 indices are not supported at feature level 2.1: ONNX Runtime's provider takes the node (the "
+        "device has its types) and DirectML refuses the operator"
+    )
     assert "fails    node 'embed'" in printed and refusal in printed
     assert "1 gather at DirectML feature level 2.1: 1 failing." in printed
 
 
 def test_check_says_where_the_directml_provider_puts_each_gather(tmp_path, capsys):
     graph = h.make_graph(
-        [h.make_node("Gather", ["deep", "k"], ["y4"], name="nine", axis=0),
-         h.make_node("Gather", ["b", "i"], ["y1"], name="bf16", axis=0),
-         h.make_node("Gather", ["d", "i"], ["y2"], name="double", axis=0),
-         h.make_node("GatherElements", ["d", "j"], ["y3"], name="narrow", axis=1)],
+        [
+            h.make_node("Gather", ["deep", "k"], ["y4"], name="nine", axis=0),
+            h.make_node("Gather", ["b", "i"], ["y1"], name="bf16", axis=0),
+            h.make_node("Gather", ["d", "i"], ["y2"], name="double", axis=0),
+            h.make_node("GatherElements", ["d", "j"], ["y3"], name="narrow", axis=1),
+        ],
         "placement",
-        [h.make_tensor_value_info("b", T.BFLOAT16, [4]), h.make_tensor_value_info("d", T.DOUBLE, [4, 5]),
-         h.make_tensor_value_info("i", T.INT64, [2]), h.make_tensor_value_info("j", T.INT64, [2, 3]),
-         h.make_tensor_value_info("deep", T.FLOAT, [2] * 5), h.make_tensor_value_info("k", T.INT32, [1] * 5)],
-        [h.make_value_info(f"y{n}", h.make_tensor_type_proto(t, None))
-         for n, t in ((1, T.BFLOAT16), (2, T.DOUBLE), (3, T.DOUBLE), (4, T.FLOAT))],
-    )  # fmt: skip
+        [
+            h.make_tensor_value_info("b", T.BFLOAT16, [4]),
+            h.make_tensor_value_info("d", T.DOUBLE, [4, 5]),
+            h.make_tensor_value_info("i", T.INT64, [2]),
+            h.make_tensor_value_info("j", T.INT64, [2, 3]),
+            h.make_tensor_value_info("deep", T.FLOAT, [2] * 5),
+            h.make_tensor_value_info("k", T.INT32, [1] * 5),
+        ],
+        [
+            h.make_value_info(f"y{n}", h.make_tensor_type_proto(t, None))
+            for n, t in ((1, T.BFLOAT16), (2, T.DOUBLE), (3, T.DOUBLE), (4, T.FLOAT))
+        ],
+    )
     path = tmp_path / "placement.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
     assert main(["check", str(path)]) == 1
@@ -230,9 +241,13 @@ def test_bad_input_exits_2_from_the_process_too(tmp_path, arguments):
 @pytest.mark.openvino
 def test_demo_shows_the_sample_model_agreeing_everywhere(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "onnx_gather", "demo"], capture_output=True, text=True, check=False, cwd=tmp_path,
+        [sys.executable, "-m", "onnx_gather", "demo"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
         env={**os.environ, "PYTHONWARNINGS": "error"},
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     first, second = result.stdout.split("2. Two token ids out of range")
     assert "embed: Gather -> DmlGather, N=3" in first and "rerank: GatherElements -> DmlGatherElements" in first
@@ -240,13 +255,17 @@ def test_demo_shows_the_sample_model_agreeing_everywhere(tmp_path):
     # The backends defaulted: cuda (onnxruntime's CPU build here) could not run, so the verdict is PARTIAL, not PASSED.
     if Layout.default().problems():  # 3 outputs on cpu, lowered and openvino
         assert first.count("bit-identical") == 9 and "PASSED" not in first
-        assert "PARTIAL: every output of cpu, lowered, openvino is within tolerance of the reference pyop; could not " \
-               "run: cuda, dml (see above)." in first  # fmt: skip
+        assert (
+            "PARTIAL: every output of cpu, lowered, openvino is within tolerance of the reference pyop; could not "
+            "run: cuda, dml (see above)." in first
+        )
         assert "Real DirectML did not run here (skipped: real DirectML is not set up here" in second
     else:  # and on real DirectML
         assert first.count("bit-identical") == 12 and "PASSED" not in first
-        assert "PARTIAL: every output of cpu, lowered, openvino, dml is within tolerance of the reference pyop; " \
-               "could not run: cuda (see above)." in first  # fmt: skip
+        assert (
+            "PARTIAL: every output of cpu, lowered, openvino, dml is within tolerance of the reference pyop; "
+            "could not run: cuda (see above)." in first
+        )
         assert "the custom ops beside real DirectML:" in second and second.count("    dml   [") == 2
 
 
@@ -273,8 +292,12 @@ def test_help_names_gather_nd(capsys):
 def test_lower_says_what_the_directml_mode_costs_and_names_the_cheaper_modes(tmp_path, capsys):
     model = tmp_path / "ids.onnx"
     inputs = [h.make_tensor_value_info("table", T.FLOAT, [6, 2]), h.make_tensor_value_info("ids", T.INT64, ["n"])]
-    graph = h.make_graph([h.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0)], "ids", inputs,
-                         [h.make_tensor_value_info("rows", T.FLOAT, ["n", 2])])  # fmt: skip
+    graph = h.make_graph(
+        [h.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0)],
+        "ids",
+        inputs,
+        [h.make_tensor_value_info("rows", T.FLOAT, ["n", 2])],
+    )
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), model)
     for mode, told in (("directml", True), ("clamp", False)):
         converted, lowered = tmp_path / f"{mode}.onnx", tmp_path / f"{mode}_lowered.onnx"
@@ -322,8 +345,9 @@ def test_an_internal_error_exits_3_with_one_line_and_debug_gives_its_traceback(t
     assert error.endswith("onnx-gather: internal error: KeyError: 'a bug'\n")
 
 
-def test_symbolic_shape_inference_that_cannot_finish_leaves_nothing_in_the_current_folder(tmp_path, monkeypatch,
-                                                                                          capsys):  # fmt: skip
+def test_symbolic_shape_inference_that_cannot_finish_leaves_nothing_in_the_current_folder(
+    tmp_path, monkeypatch, capsys
+):
     """Where ONNX Runtime's symbolic shape inference cannot finish (an operator it does not know), its own
     ``infer_shapes`` saves ``sym_shape_infer_temp.onnx`` and ``<uuid>.data`` into the current folder: not here."""
     import tempfile
@@ -332,13 +356,16 @@ def test_symbolic_shape_inference_that_cannot_finish_leaves_nothing_in_the_curre
 
     weights = numpy_helper.from_array(np.zeros(3000, np.float32), "w")
     graph = h.make_graph(
-        [h.make_node("Add", ["x", "w"], ["s"]), h.make_node("Mystery", ["s"], ["y"], domain="custom"),
-         h.make_node("GatherElements", ["y", "i"], ["out"], axis=0)],
+        [
+            h.make_node("Add", ["x", "w"], ["s"]),
+            h.make_node("Mystery", ["s"], ["y"], domain="custom"),
+            h.make_node("GatherElements", ["y", "i"], ["out"], axis=0),
+        ],
         "mystery",
         [h.make_tensor_value_info("x", T.FLOAT, [3000]), h.make_tensor_value_info("i", T.INT64, [2])],
         [h.make_tensor_value_info("out", T.FLOAT, None)],
         initializer=[weights],
-    )  # fmt: skip
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("custom", 1)])
     (tmp_path / "model").mkdir()
     path = tmp_path / "model" / "mystery.onnx"
@@ -419,8 +446,18 @@ def test_an_os_error_naming_no_file_names_the_command(tmp_path, capsys, monkeypa
 def test_a_negative_int_range_is_taken_without_an_equals_sign_by_every_command(tmp_path):
     model = _embedding_model(tmp_path, external=False)
     saved = tmp_path / "in.npz"
-    arguments = ["parity", str(model), "--backends", "pyop,cpu", "--shape", "ids:40x3", "--int-range", "-90:160",
-                 "--save-inputs", str(saved)]  # fmt: skip
+    arguments = [
+        "parity",
+        str(model),
+        "--backends",
+        "pyop,cpu",
+        "--shape",
+        "ids:40x3",
+        "--int-range",
+        "-90:160",
+        "--save-inputs",
+        str(saved),
+    ]
     assert main(arguments) == 0
     ids = np.load(saved)["ids"]
     assert -90 <= ids.min() < 0 and 0 < ids.max() < 160  # drawn from [-90, 160)
@@ -444,10 +481,13 @@ _TAKING_SHAPES = {
         ("nosuch:1x2", "--shape names 'nosuch', which is not an input of the model"),
         ("ids:2x4", "--shape ids:2x4: dimension 1 is 3 in the model"),  # the model says [batch, 3]
         ("ids:2", "--shape ids: 1 dimensions given, the model says 2"),
-        ("ids:2xtwo", "argument --shape: 'ids:2xtwo': expected NAME:DIMS such as token_ids:4x6 (see onnx-gather "
-         "{command} --help)"),
+        (
+            "ids:2xtwo",
+            "argument --shape: 'ids:2xtwo': expected NAME:DIMS such as token_ids:4x6 (see onnx-gather "
+            "{command} --help)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_every_command_refuses_a_bad_shape_alike_with_exit_2(tmp_path, capsys, command, shape, message):
     model = _embedding_model(tmp_path, external=False)
     output = tmp_path / "out.onnx"
@@ -479,8 +519,11 @@ def test_every_command_lists_the_shared_flags_the_same_way(capsys):
     assert len(set(sections.values())) == 1, sections
     assert all(f"  {flag} " in sections["check"] for flag in ("--inputs", "--shape", "--seed", "--int-range"))
     helps = {command: _help(command, capsys) for command in ("demo", "convert", "run", "parity")}
-    for flag, commands in (("--out-of-bounds", helps), ("--device-id", ("run", "parity")),
-                           ("--max-elements", ("run", "parity"))):  # fmt: skip
+    for flag, commands in (
+        ("--out-of-bounds", helps),
+        ("--device-id", ("run", "parity")),
+        ("--max-elements", ("run", "parity")),
+    ):
         assert len({_flag_help(helps[command], flag) for command in commands}) == 1, flag
 
 
@@ -488,10 +531,16 @@ def test_a_node_without_a_name_is_named_alike_by_every_command(tmp_path, capsys)
     # What reports call it, 'Gather #2' (its op type and position), in check, convert, lower, reduce and errors
     table = numpy_helper.from_array(np.arange(8, dtype=np.float16).reshape(4, 2), "table")
     graph = h.make_graph(
-        [h.make_node("Abs", ["i"], ["a"]), h.make_node("Cast", ["a"], ["k"], to=T.INT64),
-         h.make_node("Gather", ["table", "k"], ["y"])], "g",
-        [h.make_tensor_value_info("i", T.FLOAT, [2])], [h.make_tensor_value_info("y", T.FLOAT16, [2, 2])], [table],
-    )  # fmt: skip
+        [
+            h.make_node("Abs", ["i"], ["a"]),
+            h.make_node("Cast", ["a"], ["k"], to=T.INT64),
+            h.make_node("Gather", ["table", "k"], ["y"]),
+        ],
+        "g",
+        [h.make_tensor_value_info("i", T.FLOAT, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT16, [2, 2])],
+        [table],
+    )
     model = tmp_path / "unnamed.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), model)
     assert main(["check", str(model)]) == 0
@@ -499,16 +548,30 @@ def test_a_node_without_a_name_is_named_alike_by_every_command(tmp_path, capsys)
     assert main(["convert", str(model), "-o", str(tmp_path / "c.onnx")]) == 0
     assert "  node 'Gather #2': FLOAT16 data travels as FLOAT" in capsys.readouterr().out
     np.savez(tmp_path / "in.npz", i=np.array([1, 9], np.float32))  # 9: out of bounds, where the CPU kernels fail
-    assert main(["reduce", str(model), "--backend", "cpu", "--inputs", str(tmp_path / "in.npz"),
-                 "-o", str(tmp_path / "r.onnx")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "reduce",
+                str(model),
+                "--backend",
+                "cpu",
+                "--inputs",
+                str(tmp_path / "in.npz"),
+                "-o",
+                str(tmp_path / "r.onnx"),
+            ]
+        )
+        == 0
+    )
     assert "1 that still show it on cpu (" in (printed := capsys.readouterr().out)
     assert "): Gather 'Gather #2'\n" in printed
     dml = h.make_node("DmlGather", ["x", "k"], ["y"], domain=DOMAIN, axis=0, index_dimensions=1, out_of_bounds="zero")
     graph = h.make_graph(
-        [h.make_node("Neg", ["a"], ["x"]), dml], "g",
+        [h.make_node("Neg", ["a"], ["x"]), dml],
+        "g",
         [h.make_tensor_value_info("a", T.FLOAT, None), h.make_tensor_value_info("k", T.INT64, None)],
         [h.make_tensor_value_info("y", T.FLOAT, None)],
-    )  # fmt: skip
+    )
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid(DOMAIN, 1)]), model)
     assert main(["lower", str(model), "-o", str(tmp_path / "l.onnx")]) == 1
     assert "left as it was: node 'DmlGather #1' (DmlGather, graph 'g')" in capsys.readouterr().out
@@ -526,7 +589,9 @@ def test_a_reader_that_goes_away_ends_the_command_silently_with_141(tmp_path):
     outputs = [h.make_tensor_value_info(f"g{k}", T.FLOAT, [2]) for k in range(3000)]
     graph = h.make_graph(nodes, "many", [h.make_tensor_value_info("i", T.INT64, [2])], outputs, [data])
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), tmp_path / "many.onnx")
-    command = (f"{shlex.quote(sys.executable)} -m onnx_gather check {shlex.quote(str(tmp_path / 'many.onnx'))} "
-               "| head -1 >/dev/null; echo ${PIPESTATUS[0]}")  # fmt: skip
+    command = (
+        f"{shlex.quote(sys.executable)} -m onnx_gather check {shlex.quote(str(tmp_path / 'many.onnx'))} "
+        "| head -1 >/dev/null; echo ${PIPESTATUS[0]}"
+    )
     result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True, timeout=120)
     assert result.stdout.strip() == "141" and result.stderr == ""

@@ -20,10 +20,12 @@ def _dml_model(op_type: str, input: list, indices: list, domain: str = contract.
     graph = h.make_graph(
         [node],
         "g",
-        [h.make_tensor_value_info("input", TensorProto.FLOAT, input),
-         h.make_tensor_value_info("indices", TensorProto.INT64, indices)],
+        [
+            h.make_tensor_value_info("input", TensorProto.FLOAT, input),
+            h.make_tensor_value_info("indices", TensorProto.INT64, indices),
+        ],
         [onnx.ValueInfoProto(name="output")],
-    )  # fmt: skip
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid(contract.DOMAIN, 1)])
 
 
@@ -39,14 +41,29 @@ def _inferred(model: onnx.ModelProto) -> str:
         ("DmlGather", [2, 3], [1, 4], {"axis": 0, "index_dimensions": 1}, "FLOAT, 4x3"),
         ("DmlGather", ["n", 3], [1, 4], {"axis": 1, "index_dimensions": 0}, "FLOAT, 1xn"),
         ("DmlGatherElements", ["a", 3], ["a", 9], {"axis": 1}, "FLOAT, ax9"),
-        ("DmlGatherNd", ["b", 4, 5], ["b", 7, 1],
-         {"input_dimension_count": 3, "indices_dimension_count": 3, "batch_dimension_count": 1}, "FLOAT, bx7x5"),
-        ("DmlGatherNd", [1, 4, 5], [1, 6, 2],
-         {"input_dimension_count": 2, "indices_dimension_count": 2, "batch_dimension_count": 0}, "FLOAT, 1x1x6"),
-        ("DmlGatherNd", [4, 5], [6, "k"],
-         {"input_dimension_count": 2, "indices_dimension_count": 2, "batch_dimension_count": 0}, "FLOAT"),
+        (
+            "DmlGatherNd",
+            ["b", 4, 5],
+            ["b", 7, 1],
+            {"input_dimension_count": 3, "indices_dimension_count": 3, "batch_dimension_count": 1},
+            "FLOAT, bx7x5",
+        ),
+        (
+            "DmlGatherNd",
+            [1, 4, 5],
+            [1, 6, 2],
+            {"input_dimension_count": 2, "indices_dimension_count": 2, "batch_dimension_count": 0},
+            "FLOAT, 1x1x6",
+        ),
+        (
+            "DmlGatherNd",
+            [4, 5],
+            [6, "k"],
+            {"input_dimension_count": 2, "indices_dimension_count": 2, "batch_dimension_count": 0},
+            "FLOAT",
+        ),
     ],
-)  # fmt: skip
+)
 def test_onnx_shape_inference_types_dml_nodes(op_type, input, indices, attributes, expected):
     assert _inferred(_dml_model(op_type, input, indices, out_of_bounds="directml", **attributes)) == expected
 
@@ -65,8 +82,9 @@ def test_inferred_sizes_are_the_semantics_sizes(seed):
             expected = semantics.gather_output_sizes(input, indices, axis, index_dimensions)
         except semantics.GatherError:
             continue
-        model = _dml_model("DmlGather", input, indices, axis=axis, index_dimensions=index_dimensions,
-                           out_of_bounds="clamp")  # fmt: skip
+        model = _dml_model(
+            "DmlGather", input, indices, axis=axis, index_dimensions=index_dimensions, out_of_bounds="clamp"
+        )
         assert _inferred(model) == "FLOAT, " + "x".join(map(str, expected))
         checked += 1
     assert checked > 50

@@ -68,32 +68,46 @@ def test_gathers_in_both_branches_of_an_if_nested_three_deep():
     outer_if = h.make_node("If", ["c1"], ["y"], name="outer_if", then_branch=middle, else_branch=other)
     model = _model(
         [outer_if],
-        [h.make_tensor_value_info("x", T.FLOAT, [3, 4]), h.make_tensor_value_info("i", T.INT64, [2]),
-         h.make_tensor_value_info("j", T.INT64, [3, 4]), h.make_tensor_value_info("c1", T.BOOL, []),
-         h.make_tensor_value_info("c2", T.BOOL, [])],
+        [
+            h.make_tensor_value_info("x", T.FLOAT, [3, 4]),
+            h.make_tensor_value_info("i", T.INT64, [2]),
+            h.make_tensor_value_info("j", T.INT64, [3, 4]),
+            h.make_tensor_value_info("c1", T.BOOL, []),
+            h.make_tensor_value_info("c2", T.BOOL, []),
+        ],
         [h.make_tensor_value_info("y", T.FLOAT, [None, None])],
-    )  # fmt: skip
+    )
     for c1, c2 in ((True, True), (True, False), (False, True)):
-        feeds = {"x": RNG.random((3, 4), np.float32), "i": np.array([2, -1]), "j": RNG.integers(-4, 4, (3, 4)),
-                 "c1": np.array(c1), "c2": np.array(c2)}  # fmt: skip
+        feeds = {
+            "x": RNG.random((3, 4), np.float32),
+            "i": np.array([2, -1]),
+            "j": RNG.integers(-4, 4, (3, 4)),
+            "c1": np.array(c1),
+            "c2": np.array(c2),
+        }
         _assert_same_everywhere(model, feeds, expected_dml=3)
 
 
 def test_gather_in_a_loop_body_reading_an_outer_value():
     body = h.make_graph(
-        [h.make_node("Gather", ["table", "ids"], ["row"], name="loop_gather", axis=0),
-         h.make_node("Identity", ["cond_in"], ["cond_out"])],
+        [
+            h.make_node("Gather", ["table", "ids"], ["row"], name="loop_gather", axis=0),
+            h.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
         "body",
         [h.make_tensor_value_info("iter", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, [])],
         [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("row", T.FLOAT, [2, 5])],
-    )  # fmt: skip
+    )
     loop = h.make_node("Loop", ["trips", ""], ["rows"], name="loop", body=body)
     model = _model(
         [loop],
-        [h.make_tensor_value_info("table", T.FLOAT, ["vocab", 5]), h.make_tensor_value_info("ids", T.INT32, [2]),
-         h.make_tensor_value_info("trips", T.INT64, [])],
+        [
+            h.make_tensor_value_info("table", T.FLOAT, ["vocab", 5]),
+            h.make_tensor_value_info("ids", T.INT32, [2]),
+            h.make_tensor_value_info("trips", T.INT64, []),
+        ],
         [h.make_tensor_value_info("rows", T.FLOAT, [None, 2, 5])],
-    )  # fmt: skip
+    )
     feeds = {"table": RNG.random((6, 5), np.float32), "ids": np.array([5, -6], np.int32), "trips": np.array(3)}
     _assert_same_everywhere(model, feeds, expected_dml=1)
 
@@ -117,10 +131,13 @@ def test_gather_elements_in_a_scan_body():
 
 def test_gather_in_a_model_local_function():
     function = h.make_function(
-        "local", "Embed", ["table", "ids"], ["vectors"],
+        "local",
+        "Embed",
+        ["table", "ids"],
+        ["vectors"],
         [h.make_node("Gather", ["table", "ids"], ["vectors"], name="function_gather", axis=0)],
         opset_imports=[h.make_opsetid("", 17)],
-    )  # fmt: skip
+    )
     call = h.make_node("Embed", ["table", "ids"], ["y"], domain="local", name="call")
     model = _model(
         [call],
@@ -200,12 +217,17 @@ def test_string_data_stays_standard_and_is_reported():
 
 def test_decisions_are_typed_a_left_gather_says_why_a_converted_one_its_n_a_lowered_one_its_mode():
     model = _model(
-        [h.make_node("Gather", ["x", "i"], ["y"], name="embed", axis=0),
-         h.make_node("Gather", ["w", "i"], ["z"], name="words", axis=0)],
-        [h.make_tensor_value_info("x", T.FLOAT, [4, 3]), h.make_tensor_value_info("i", T.INT64, [2]),
-         h.make_tensor_value_info("w", T.STRING, [3])],
+        [
+            h.make_node("Gather", ["x", "i"], ["y"], name="embed", axis=0),
+            h.make_node("Gather", ["w", "i"], ["z"], name="words", axis=0),
+        ],
+        [
+            h.make_tensor_value_info("x", T.FLOAT, [4, 3]),
+            h.make_tensor_value_info("i", T.INT64, [2]),
+            h.make_tensor_value_info("w", T.STRING, [3]),
+        ],
         [h.make_tensor_value_info("y", T.FLOAT, [2, 3]), h.make_tensor_value_info("z", T.STRING, [2])],
-    )  # fmt: skip
+    )
     analysis = Analysis(model)
     body = bodies(model)[0]
     embed, words = (analysis.decide(body, analysis.types[0], node, i)[0] for i, node in enumerate(body.nodes))
@@ -260,16 +282,28 @@ def test_a_run_that_tells_ranks_warns_of_symbolic_dims_it_made_1():
 
 def test_a_rank_an_if_decides_is_not_taken_from_one_run():
     # The data is a 1-D or 2-D tensor by turns: the branch decides its rank.
-    one, two = (h.make_graph([h.make_node("Identity", [source], [f"{source}_out"])], f"b_{source}", [],
-                             [h.make_value_info(f"{source}_out", h.make_tensor_type_proto(T.FLOAT, None))])
-                for source in ("flat", "square"))  # fmt: skip
+    one, two = (
+        h.make_graph(
+            [h.make_node("Identity", [source], [f"{source}_out"])],
+            f"b_{source}",
+            [],
+            [h.make_value_info(f"{source}_out", h.make_tensor_type_proto(T.FLOAT, None))],
+        )
+        for source in ("flat", "square")
+    )
     model = _model(
-        [h.make_node("If", ["c"], ["x"], name="choose", then_branch=one, else_branch=two),
-         h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=0)],
-        [h.make_tensor_value_info("c", T.BOOL, []), h.make_tensor_value_info("flat", T.FLOAT, [4]),
-         h.make_tensor_value_info("square", T.FLOAT, [2, 2]), h.make_tensor_value_info("i", T.INT64, [1])],
+        [
+            h.make_node("If", ["c"], ["x"], name="choose", then_branch=one, else_branch=two),
+            h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=0),
+        ],
+        [
+            h.make_tensor_value_info("c", T.BOOL, []),
+            h.make_tensor_value_info("flat", T.FLOAT, [4]),
+            h.make_tensor_value_info("square", T.FLOAT, [2, 2]),
+            h.make_tensor_value_info("i", T.INT64, [1]),
+        ],
         [h.make_value_info("y", h.make_tensor_type_proto(T.FLOAT, None))],
-    )  # fmt: skip
+    )
     converted, report = convert(model)
     assert _dml_count(converted) == 0
     assert report.left[0].reason == "the rank of data 'x' is unknown (it depends on which branch of If 'choose' runs)"
@@ -277,20 +311,27 @@ def test_a_rank_an_if_decides_is_not_taken_from_one_run():
 
 def test_dimension_count_four_pads_everything_to_four_and_leaves_what_needs_more():
     model = _model(
-        [h.make_node("Gather", ["x", "i"], ["y"], name="fits", axis=0),
-         h.make_node("Gather", ["x", "k"], ["z"], name="too_big", axis=1)],
-        [h.make_tensor_value_info("x", T.FLOAT, [3, 4]), h.make_tensor_value_info("i", T.INT64, [2]),
-         h.make_tensor_value_info("k", T.INT64, [2, 2, 2, 2])],
+        [
+            h.make_node("Gather", ["x", "i"], ["y"], name="fits", axis=0),
+            h.make_node("Gather", ["x", "k"], ["z"], name="too_big", axis=1),
+        ],
+        [
+            h.make_tensor_value_info("x", T.FLOAT, [3, 4]),
+            h.make_tensor_value_info("i", T.INT64, [2]),
+            h.make_tensor_value_info("k", T.INT64, [2, 2, 2, 2]),
+        ],
         [h.make_tensor_value_info("y", T.FLOAT, [2, 4]), h.make_tensor_value_info("z", T.FLOAT, [3, 2, 2, 2, 2])],
-    )  # fmt: skip
+    )
     converted, report = convert(model, dimension_count=4)
     assert [c.dimension_count for c in report.changed] == [4]
     assert report.left[0].node == "too_big"
     assert report.left[0].reason == "it needs 5 dimensions, more than the dimension count 4"
     dml = next(n for n in converted.graph.node if n.domain == DOMAIN)
     assert {a.name: h.get_attribute_value(a) for a in dml.attribute} == {
-        "axis": 2, "index_dimensions": 1, "out_of_bounds": b"directml"
-    }  # fmt: skip
+        "axis": 2,
+        "index_dimensions": 1,
+        "out_of_bounds": b"directml",
+    }
     feeds = {"x": RNG.random((3, 4), np.float32), "i": np.array([2, 0]), "k": RNG.integers(0, 4, (2, 2, 2, 2))}
     assert_all_identical(run_model(converted, feeds, custom_ops=True), run_model(model, feeds))
 
@@ -303,12 +344,14 @@ def test_a_bad_dimension_count_is_refused():
 
 def test_conversion_keeps_everything_else_and_is_idempotent():
     model = _model(
-        [h.make_node("Relu", ["x"], ["r"], name="relu", doc_string="kept"),
-         h.make_node("Gather", ["r", "i"], ["y"], name="lookup", axis=-1)],
+        [
+            h.make_node("Relu", ["x"], ["r"], name="relu", doc_string="kept"),
+            h.make_node("Gather", ["r", "i"], ["y"], name="lookup", axis=-1),
+        ],
         [h.make_tensor_value_info("x", T.FLOAT, ["batch", 4]), h.make_tensor_value_info("i", T.INT64, [])],
         [h.make_tensor_value_info("y", T.FLOAT, ["batch"])],
         initializers=[onnx.numpy_helper.from_array(np.array(3, np.int64), "i")],
-    )  # fmt: skip
+    )
     model.doc_string, model.producer_name = "a model", "hand"
     h.set_model_props(model, {"author": "test"})
     model.graph.value_info.append(h.make_tensor_value_info("r", T.FLOAT, ["batch", 4]))
@@ -326,17 +369,23 @@ def test_conversion_keeps_everything_else_and_is_idempotent():
 
 def test_round_trip_with_error_mode_restores_the_original_graph():
     model = _model(
-        [h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=1),
-         h.make_node("GatherElements", ["x", "j"], ["z"], name="ge", axis=0)],
-        [h.make_tensor_value_info("x", T.FLOAT16, ["a", 4]), h.make_tensor_value_info("i", T.INT64, [2, 3]),
-         h.make_tensor_value_info("j", T.INT64, [1, 2])],
+        [
+            h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=1),
+            h.make_node("GatherElements", ["x", "j"], ["z"], name="ge", axis=0),
+        ],
+        [
+            h.make_tensor_value_info("x", T.FLOAT16, ["a", 4]),
+            h.make_tensor_value_info("i", T.INT64, [2, 3]),
+            h.make_tensor_value_info("j", T.INT64, [1, 2]),
+        ],
         [h.make_tensor_value_info("y", T.FLOAT16, ["a", 2, 3]), h.make_tensor_value_info("z", T.FLOAT16, [1, 2])],
-    )  # fmt: skip
+    )
     lowered, report = lower(onnx_gather.to_dml(model, out_of_bounds="error", provider_failures="onnx"))
     assert _ops(lowered) == _ops(model)
     assert [(n.name, n.op_type, list(n.input), list(n.output)) for n in lowered.graph.node] == [
-        ("g", "Gather", ["x", "i"], ["y"]), ("ge", "GatherElements", ["x", "j"], ["z"])
-    ]  # fmt: skip
+        ("g", "Gather", ["x", "i"], ["y"]),
+        ("ge", "GatherElements", ["x", "j"], ["z"]),
+    ]
     assert not lowered.graph.value_info
     assert [o.domain for o in lowered.opset_import] == [""]
     assert len(report.changed) == 2 and not report.left
@@ -354,8 +403,17 @@ def test_lowering_a_model_without_dml_nodes_changes_nothing():
 def test_a_dml_gather_nd_whose_output_needs_more_than_its_dimension_count_is_left():
     # Data {2,3,4}, tuples of 1 in indices {5,6,1}: the output {5,6,3,4} has 4 dimensions, the node 3; DirectML
     # crops nothing (docs/semantics.md section 3b), so the node computes nothing and is not lowered.
-    node = h.make_node("DmlGatherNd", ["x", "i"], ["y"], name="nd", domain=DOMAIN, input_dimension_count=3,
-                       indices_dimension_count=3, batch_dimension_count=0, out_of_bounds="directml")  # fmt: skip
+    node = h.make_node(
+        "DmlGatherNd",
+        ["x", "i"],
+        ["y"],
+        name="nd",
+        domain=DOMAIN,
+        input_dimension_count=3,
+        indices_dimension_count=3,
+        batch_dimension_count=0,
+        out_of_bounds="directml",
+    )
     model = _model(
         [node],
         [h.make_tensor_value_info("x", T.FLOAT, [2, 3, 4]), h.make_tensor_value_info("i", T.INT64, [5, 6, 1])],
@@ -373,13 +431,17 @@ def test_a_dml_gather_nd_whose_output_needs_more_than_its_dimension_count_is_lef
 def test_inference_reads_small_initializers_such_as_axes():
     # Squeeze's axes come from an initializer: without its value the rank after it would be unknown.
     model = _model(
-        [h.make_node("Squeeze", ["x", "axes"], ["s"], name="squeeze"),
-         h.make_node("Gather", ["table", "s"], ["y"], name="lookup", axis=0)],
+        [
+            h.make_node("Squeeze", ["x", "axes"], ["s"], name="squeeze"),
+            h.make_node("Gather", ["table", "s"], ["y"], name="lookup", axis=0),
+        ],
         [h.make_tensor_value_info("x", T.INT64, [2, 1])],
         [h.make_tensor_value_info("y", T.FLOAT, [2, 3])],
-        initializers=[onnx.numpy_helper.from_array(np.array([1], np.int64), "axes"),
-                      onnx.numpy_helper.from_array(RNG.random((1000, 3), np.float32), "table")],
-    )  # fmt: skip
+        initializers=[
+            onnx.numpy_helper.from_array(np.array([1], np.int64), "axes"),
+            onnx.numpy_helper.from_array(RNG.random((1000, 3), np.float32), "table"),
+        ],
+    )
     converted, report = convert(model)
     assert [c.node for c in report.changed] == ["lookup"] and not report.left
     feeds = {"x": np.array([[999], [-1000]])}
@@ -428,8 +490,9 @@ def test_gather_1_converts_and_lowers_raising_the_opset_where_the_mode_needs_it(
         converted = onnx_gather.to_dml(model, out_of_bounds=mode)
         lowered, report = lower(converted)
         assert not report.left and lowered.opset_import[0].version == 11
-        assert report.notes == ["default-domain opset raised from 1 to 11 with onnx's version converter: lowering 1 "
-                                "DML node needs it"]  # fmt: skip
+        assert report.notes == [
+            "default-domain opset raised from 1 to 11 with onnx's version converter: lowering 1 DML node needs it"
+        ]
         assert_all_identical(run_model(lowered, feeds), run_model(converted, feeds, custom_ops=True))
     _, report = convert(gather_1(T.FLOAT16))
     assert report.left[0].reason == "carrying FLOAT16 needs Cast-6 (opset 1)"
@@ -458,11 +521,15 @@ def test_lowered_int64_indices_beyond_the_int32_range_follow_the_semantics(mode)
 def test_lowered_directml_reading_in_every_opset_it_supports(opset, op, shape, indices, axis):
     data = RNG.integers(-100, 100, shape).astype(np.int8)  # odd byte counts: the padding reads 0
     model = h.make_model(
-        h.make_graph([h.make_node(op, ["x", "i"], ["y"], axis=axis)], "t",
-                     [h.make_tensor_value_info("x", T.INT8, shape), h.make_tensor_value_info("i", T.INT64, None)],
-                     [h.make_tensor_value_info("y", T.INT8, None)]),
-        opset_imports=[h.make_opsetid("", opset)], ir_version=7,
-    )  # fmt: skip
+        h.make_graph(
+            [h.make_node(op, ["x", "i"], ["y"], axis=axis)],
+            "t",
+            [h.make_tensor_value_info("x", T.INT8, shape), h.make_tensor_value_info("i", T.INT64, None)],
+            [h.make_tensor_value_info("y", T.INT8, None)],
+        ),
+        opset_imports=[h.make_opsetid("", opset)],
+        ir_version=7,
+    )
     model.graph.input[1].type.tensor_type.elem_type = h.np_dtype_to_tensor_dtype(indices.dtype)
     model.graph.input[1].type.tensor_type.shape.CopyFrom(h.make_tensor_type_proto(1, indices.shape).tensor_type.shape)
     lowered = onnx_gather.to_onnx(onnx_gather.to_dml(model))
@@ -477,16 +544,20 @@ def test_lowered_directml_reading_in_every_opset_it_supports(opset, op, shape, i
 def test_dml_outputs_are_typed_with_their_symbolic_dims_and_lowering_needs_no_inference():
     # The VITS case: GatherElements on computed indices, axis -1, its output feeding a Gather.
     model = _model(
-        [h.make_node("ArgMax", ["x"], ["picked"], name="pick", axis=-1, keepdims=1),
-         h.make_node("GatherElements", ["x", "picked"], ["best"], name="take", axis=-1),
-         h.make_node("Gather", ["best", "rows"], ["y"], name="rows_of", axis=0)],
+        [
+            h.make_node("ArgMax", ["x"], ["picked"], name="pick", axis=-1, keepdims=1),
+            h.make_node("GatherElements", ["x", "picked"], ["best"], name="take", axis=-1),
+            h.make_node("Gather", ["best", "rows"], ["y"], name="rows_of", axis=0),
+        ],
         [h.make_tensor_value_info("x", T.FLOAT, ["frames", 4]), h.make_tensor_value_info("rows", T.INT64, [2])],
         [h.make_value_info("y", h.make_tensor_type_proto(T.FLOAT, None))],
-    )  # fmt: skip
+    )
     converted = onnx_gather.to_dml(model)
     graph = converted.graph
-    typed = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
-             for v in (*graph.value_info, *graph.output)}  # fmt: skip
+    typed = {
+        v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in (*graph.value_info, *graph.output)
+    }
     assert typed["best"] == ["frames", 1]
     assert typed["y"] == [2, 1]  # the output declared no shape: it gets the one the DML form was made for
     lowered, report = lower(converted)
@@ -511,8 +582,11 @@ def test_constant_indices_inside_stated_sizes_lower_to_the_native_op_alone(op, i
     data = RNG.integers(-100, 100, (3, 4)).astype(np.float32)
     constant = h.make_node("Constant", [], ["i"], value=onnx.numpy_helper.from_array(indices))
     gather = h.make_node(op, ["x", "i"], ["y"], name="g", **({} if op == "GatherND" else {"axis": 1}))
-    model = _model([constant, gather], [h.make_tensor_value_info("x", T.FLOAT, [3, 4])],
-                   [h.make_tensor_value_info("y", T.FLOAT, None)])  # fmt: skip
+    model = _model(
+        [constant, gather],
+        [h.make_tensor_value_info("x", T.FLOAT, [3, 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+    )
     if op == "GatherElements":  # indices of the data's shape off the axis
         model.graph.node[0].attribute[0].t.CopyFrom(
             onnx.numpy_helper.from_array(np.array([[0, 3, -1, 1]] * 3, np.int32))
@@ -531,10 +605,12 @@ def test_a_lowered_gather_nd_on_dims_known_only_by_name_loads_without_a_warning(
     # A Slice of the data's shape, used inside the If, made ONNX Runtime warn once per GatherND on every session.
     model = _model(
         [h.make_node("GatherND", ["x", "i"], ["y"], name="pick")],
-        [h.make_tensor_value_info("x", T.FLOAT, ["a", "b", "c", "d"]),
-         h.make_tensor_value_info("i", T.INT64, ["n", 3])],
+        [
+            h.make_tensor_value_info("x", T.FLOAT, ["a", "b", "c", "d"]),
+            h.make_tensor_value_info("i", T.INT64, ["n", 3]),
+        ],
         [h.make_tensor_value_info("y", T.FLOAT, ["n", "d"])],
-    )  # fmt: skip
+    )
     path, converted = tmp_path / "lowered.onnx", onnx_gather.to_dml(model)
     onnx.save(onnx_gather.to_onnx(converted), path)
     script = "import sys, onnxruntime; onnxruntime.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])"
@@ -555,9 +631,11 @@ def _function_with_referenced_axis(op_type: str, domain: str = "", **attributes)
     function = h.make_function("local", "Pick", ["d", "i"], ["o"], [node], imports, attributes=["ax"])
     call = h.make_node("Pick", ["x", "idx"], ["y"], domain="local", ax=1)
     return _model(
-        [call], [h.make_tensor_value_info("x", T.FLOAT, [3, 4]), h.make_tensor_value_info("idx", T.INT64, [1, 2])],
-        [h.make_tensor_value_info("y", T.FLOAT, None)], functions=[function],
-    )  # fmt: skip
+        [call],
+        [h.make_tensor_value_info("x", T.FLOAT, [3, 4]), h.make_tensor_value_info("idx", T.INT64, [1, 2])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+        functions=[function],
+    )
 
 
 def test_a_gather_whose_axis_a_function_call_gives_stays_standard_with_the_reason():
@@ -578,4 +656,5 @@ def test_a_dml_node_whose_axis_a_function_call_gives_is_left_by_the_lowering_wit
     model.opset_import.extend([h.make_opsetid("local", 1), h.make_opsetid(DOMAIN, 1)])
     _, report = lower(model)
     assert [(c.op_type, c.reason) for c in report.left] == [
-        ("DmlGatherElements", "its axis is the function's attribute 'ax', whose value each call gives")]  # fmt: skip
+        ("DmlGatherElements", "its axis is the function's attribute 'ax', whose value each call gives")
+    ]

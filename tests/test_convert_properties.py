@@ -26,8 +26,20 @@ from onnx_gather.graphs.lowering.lower import lower
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Every type ONNX Runtime's native Gather and GatherElements run, FLOAT16 and BOOL included.
-ELEMENT_TYPES = [T.FLOAT, T.FLOAT16, T.DOUBLE, T.INT8, T.INT16, T.INT32, T.INT64, T.UINT8, T.UINT16, T.UINT32,
-                 T.UINT64, T.BOOL]  # fmt: skip
+ELEMENT_TYPES = [
+    T.FLOAT,
+    T.FLOAT16,
+    T.DOUBLE,
+    T.INT8,
+    T.INT16,
+    T.INT32,
+    T.INT64,
+    T.UINT8,
+    T.UINT16,
+    T.UINT32,
+    T.UINT64,
+    T.BOOL,
+]
 
 
 def _data(rng, shape, elem):
@@ -54,17 +66,21 @@ def standard_graphs(draw):
         index_shape = [draw(st.integers(0, 3)) for _ in range(draw(st.integers(0, 9 - r)))]
         out_shape = data_shape[: axis % r] + index_shape + data_shape[axis % r + 1 :]
     else:  # ONNX lets the indices be smaller than the data off the axis
-        index_shape = [draw(st.integers(1, size)) if d != axis % r else draw(st.integers(0, 3))
-                       for d, size in enumerate(data_shape)]  # fmt: skip
+        index_shape = [
+            draw(st.integers(1, size)) if d != axis % r else draw(st.integers(0, 3))
+            for d, size in enumerate(data_shape)
+        ]
         out_shape = index_shape
     node = h.make_node(op, ["x", "i"], ["y"], name="the_gather", axis=axis)
     graph = h.make_graph(
         [node],
         "random",
-        [h.make_tensor_value_info("x", elem, _dims(draw, data_shape, "d")),
-         h.make_tensor_value_info("i", index_elem, _dims(draw, index_shape, "q"))],
+        [
+            h.make_tensor_value_info("x", elem, _dims(draw, data_shape, "d")),
+            h.make_tensor_value_info("i", index_elem, _dims(draw, index_shape, "q")),
+        ],
         [h.make_tensor_value_info("y", elem, [None] * len(out_shape))],
-    )  # fmt: skip
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=8)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     size = data_shape[axis % r]
@@ -221,11 +237,14 @@ def gather_nd_graphs(draw):
     indices = np.floor(rng.random(index_shape) * 2 * sizes - sizes).astype(np.int64)
     node = h.make_node("GatherND", ["x", "i"], ["y"], name="the_gather", **({"batch_dims": batch} if batch else {}))
     graph = h.make_graph(
-        [node], "random",
-        [h.make_tensor_value_info("x", elem, _dims(draw, data_shape, "d")),
-         h.make_tensor_value_info("i", T.INT64, [*_dims(draw, index_shape[:-1], "q"), k])],
+        [node],
+        "random",
+        [
+            h.make_tensor_value_info("x", elem, _dims(draw, data_shape, "d")),
+            h.make_tensor_value_info("i", T.INT64, [*_dims(draw, index_shape[:-1], "q"), k]),
+        ],
         [h.make_tensor_value_info("y", elem, None)],
-    )  # fmt: skip
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=8)
     return model, {"x": _data(rng, data_shape, elem), "i": indices}
 

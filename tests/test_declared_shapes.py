@@ -38,8 +38,17 @@ def _parity(tmp_path, capsys, declared: list, backends: str) -> tuple[int, dict,
     return code, json.loads(report.read_text()), capsys.readouterr().out.strip().splitlines()
 
 
-@pytest.mark.parametrize("declared, contradicts", [([2, 1, 12], False), ([2, 1, "n"], False), ([None, 1, None], False),
-                                                   ([2, 2, "n"], True), ([1, -1], True), ([24], True)])  # fmt: skip
+@pytest.mark.parametrize(
+    "declared, contradicts",
+    [
+        ([2, 1, 12], False),
+        ([2, 1, "n"], False),
+        ([None, 1, None], False),
+        ([2, 2, "n"], True),
+        ([1, -1], True),
+        ([24], True),
+    ],
+)
 def test_a_fixed_dim_that_differs_or_another_rank_contradicts_the_declaration(declared, contradicts):
     runs = {"pyop": BackendRun("pyop", "ok", outcome=Outcome({"y": np.zeros((2, 1, 12), np.float32)}))}
     expected = [Declared("y", tuple(None if d is None else d for d in declared), (2, 1, 12), "pyop")]
@@ -67,7 +76,9 @@ def test_real_directml_fails_on_a_fixed_dim_that_differs_and_parity_points_to_th
     assert "running Neg node. Name:'neg'" in document["backends"]["dml"]["reason"]
     assert "Invalid parameter" in document["backends"]["dml"]["reason"]
     assert "the model declares another shape for 'y' than computed (see above)" in document["hint"]
-    assert any(line.startswith("Output 'y': the model declares [2, 2, n], the reference pyop computed 2x1x12")
-               for line in lines)  # fmt: skip
+    assert any(
+        line.startswith("Output 'y': the model declares [2, 2, n], the reference pyop computed 2x1x12")
+        for line in lines
+    )
     code, document, _ = _parity(tmp_path, capsys, [1, -1], "cpu,dml")  # another rank: DirectML runs it
     assert code == 0 and document["declared_shapes"]["y"]["declared"] == [1, -1]

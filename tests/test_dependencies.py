@@ -85,11 +85,18 @@ def test_a_plain_install_checks_a_model_that_needs_symbolic_shape_inference(tmp_
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    install = subprocess.run([venv / "bin" / "pip", "install", "-q", str(ROOT)], capture_output=True, text=True,
-                             env=environment, check=False)  # fmt: skip
+    install = subprocess.run(
+        [venv / "bin" / "pip", "install", "-q", str(ROOT)], capture_output=True, text=True, env=environment, check=False
+    )
     assert install.returncode == 0, install.stderr[-2000:]
-    check = subprocess.run([venv / "bin" / "onnx-gather", "check", "contrib.onnx"], cwd=tmp_path, capture_output=True,
-                           text=True, env=environment, check=False)  # fmt: skip
+    check = subprocess.run(
+        [venv / "bin" / "onnx-gather", "check", "contrib.onnx"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=False,
+    )
     assert check.returncode == 0, check.stderr
     assert "internal error" not in check.stderr and "sympy" not in check.stderr
     assert "1 gather" in check.stdout and "'pick'" in check.stdout, check.stdout

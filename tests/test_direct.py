@@ -48,8 +48,16 @@ def _case(operator: str, attributes: dict, data, indices, output_sizes, output: 
     input_desc = TensorDesc.of(NUMPY_NAMES[data.dtype], data.shape)
     indices_desc = TensorDesc.of(NUMPY_NAMES[indices.dtype], indices.shape)
     output = output or TensorDesc.of(NUMPY_NAMES[data.dtype], output_sizes)
-    return Case(operator, attributes, input_desc, indices_desc, output, to_buffer(input_desc, data),
-                to_buffer(indices_desc, indices), fill)  # fmt: skip
+    return Case(
+        operator,
+        attributes,
+        input_desc,
+        indices_desc,
+        output,
+        to_buffer(input_desc, data),
+        to_buffer(indices_desc, indices),
+        fill,
+    )
 
 
 def _output(outcome: DescOutcome, case: Case) -> list:
@@ -60,13 +68,26 @@ def _output(outcome: DescOutcome, case: Case) -> list:
 # DML_GATHER_OPERATOR_DESC's page, examples 1, 2, 4 and 5 (3 below): axis, index_dimensions, input, indices, output.
 GATHER_EXAMPLES = [
     pytest.param(0, 1, [11, 12, 13, 14], [3, 1, 3, 0, 2], [14, 12, 14, 11, 13], id="1 1D remapping"),
-    pytest.param(0, 1, [[1, 2], [3, 4], [5, 6]], [[0, 1, 1, 2]], [[1, 2], [3, 4], [3, 4], [5, 6]],
-                 id="2 concatenate rows"),
-    pytest.param(2, 2, [[[1, 2, 3], [4, 5, 6], [7, 8, 9]]], [[[0, 2]]], [[[1, 3]], [[4, 6]], [[7, 9]]],
-                 id="4 nested indices axis 2"),
-    pytest.param(1, 2, [[[1, 2], [3, 4], [5, 6]]], [[[0, 1], [1, 2]]], [[[1, 2], [3, 4]], [[3, 4], [5, 6]]],
-                 id="5 nested indices axis 1"),
-]  # fmt: skip
+    pytest.param(
+        0, 1, [[1, 2], [3, 4], [5, 6]], [[0, 1, 1, 2]], [[1, 2], [3, 4], [3, 4], [5, 6]], id="2 concatenate rows"
+    ),
+    pytest.param(
+        2,
+        2,
+        [[[1, 2, 3], [4, 5, 6], [7, 8, 9]]],
+        [[[0, 2]]],
+        [[[1, 3]], [[4, 6]], [[7, 9]]],
+        id="4 nested indices axis 2",
+    ),
+    pytest.param(
+        1,
+        2,
+        [[[1, 2], [3, 4], [5, 6]]],
+        [[[0, 1], [1, 2]]],
+        [[[1, 2], [3, 4]], [[3, 4], [5, 6]]],
+        id="5 nested indices axis 1",
+    ),
+]
 
 
 @pytest.mark.directml
@@ -100,9 +121,12 @@ def test_dml_gather_nd1_gives_its_documented_examples(direct):
     names = ("input_dimension_count", "indices_dimension_count", "batch_dimension_count")
     remap = _case("GATHER_ND1", dict(zip(names, (2, 2, 0), strict=True)), [[0, 1], [2, 3]], [[1], [0]], (2, 2))
     batches = _case(
-        "GATHER_ND1", dict(zip(names, (3, 3, 1), strict=True)), np.arange(12).reshape(1, 3, 2, 2),
-        [[[[0, 0], [1, 1]], [[1, 1], [0, 0]], [[0, 1], [1, 0]]]], (1, 1, 3, 2),
-    )  # fmt: skip
+        "GATHER_ND1",
+        dict(zip(names, (3, 3, 1), strict=True)),
+        np.arange(12).reshape(1, 3, 2, 2),
+        [[[[0, 0], [1, 1]], [[1, 1], [0, 0]], [[0, 1], [1, 0]]]],
+        (1, 1, 3, 2),
+    )
     outcomes = direct.run([remap, batches])
     assert _output(outcomes[0], remap) == [[2, 3], [0, 1]]
     assert _output(outcomes[1], batches) == [[[[0, 3], [7, 4], [9, 10]]]]
@@ -125,10 +149,17 @@ def test_a_total_must_reach_the_extent_rounded_up_to_4_but_need_not_be_a_multipl
     # Five UINT8 values gathered from five: each extent is 5 bytes, 8 when rounded up.
     data, indices = TensorDesc("UINT8", (5,), None, 8), TensorDesc.of("UINT32", (5,))
     cases = [
-        Case("GATHER", {"axis": 0, "index_dimensions": 1}, data, indices, TensorDesc("UINT8", (5,), None, total),
-             to_buffer(data, np.arange(1, 6)), to_buffer(indices, np.array([4, 3, 2, 1, 0])))
+        Case(
+            "GATHER",
+            {"axis": 0, "index_dimensions": 1},
+            data,
+            indices,
+            TensorDesc("UINT8", (5,), None, total),
+            to_buffer(data, np.arange(1, 6)),
+            to_buffer(indices, np.array([4, 3, 2, 1, 0])),
+        )
         for total in (5, 7, 8, 9)
-    ]  # fmt: skip
+    ]
     outcomes = direct.run(cases)
     assert [outcome.refused for outcome in outcomes] == ["create 0x80070057"] * 2 + [None] * 2
     assert outcomes[3].output == bytes([5, 4, 3, 2, 1]) + b"\xcd" * 4
@@ -156,8 +187,10 @@ def test_a_batch_of_cases_gives_each_its_own_output(direct):
         [[11, 12, 13, 14][k % 4]] for k in range(200)
     ]
     milliseconds = 1000 * seconds / len(cases)
-    SUMMARIES.append(f"direct.exe: {len(cases)} DML_GATHER cases in {seconds:.2f} s ({milliseconds:.1f} ms a case), "
-                     f"DirectML feature level {direct.feature_level}")  # fmt: skip
+    SUMMARIES.append(
+        f"direct.exe: {len(cases)} DML_GATHER cases in {seconds:.2f} s ({milliseconds:.1f} ms a case), "
+        f"DirectML feature level {direct.feature_level}"
+    )
 
 
 @pytest.mark.directml
@@ -234,8 +267,9 @@ def test_conformance_every_random_desc_is_predicted_bit_for_bit_and_the_custom_o
     assert {c.input.dtype for c in accepted} == set(DIRECTML_DTYPES)
     assert {c.indices.dtype for c in accepted} == {"INT32", "INT64", "UINT32", "UINT64"}
     assert any(c.input.strides is not None and 0 in c.input.strides for c in accepted)  # broadcast strides
-    assert any(c.input.total_bytes > TensorDesc.of(c.input.dtype, c.input.sizes, c.input.strides).total_bytes
-               for c in accepted)  # slack  # fmt: skip
+    assert any(
+        c.input.total_bytes > TensorDesc.of(c.input.dtype, c.input.sizes, c.input.strides).total_bytes for c in accepted
+    )  # slack
     carried = sum(r.custom_ops is not None for r in run.results)
     unpredicted = sum(r.predicted is None for r in run.results)
     SUMMARIES.append(
@@ -264,8 +298,9 @@ def test_16_bit_descs_are_predicted_bit_for_bit_on_the_dxbc_and_on_the_dxil_kern
     kind = KERNEL_OF_16_BIT_DATA[stack]
     assert {k for k, names in gathers.items() if names} == {kind}, gathers
     accepted = [r.case for r in run.results if r.kind in ("in range", "out of bounds")]
-    assert {(c.operator, c.input.dtype) for c in accepted} == {(o, t) for o in direct_conformance.OPERATORS
-                                                               for t in SIXTEEN_BIT}  # fmt: skip
+    assert {(c.operator, c.input.dtype) for c in accepted} == {
+        (o, t) for o in direct_conformance.OPERATORS for t in SIXTEEN_BIT
+    }
     unpredicted = sum(r.predicted is None for r in run.results)
     SUMMARIES.append(
         f"16-bit descs through DirectML called directly on {stack}: {len(cases)} ({run.seconds:.1f} s on DirectML), "
@@ -291,24 +326,72 @@ def test_the_examples_of_docs_section_8_on_directml_and_in_the_prediction(direct
     uint8 = TensorDesc("UINT8", (5,), None, 8)
     int64 = TensorDesc("INT64", (2,), None, 20)
     examples = [
-        (case("GATHER_ELEMENTS", {"axis": 1}, row, np.array([[2**64 - 2, 2**63 + 1, 2**32 + 1, 5]], np.uint64),
-              (1, 4)), [[16, 17, 11, 15]]),
-        (case("GATHER_ELEMENTS", {"axis": 1}, row, np.array([[2**32 - 2, 2**31 + 1, 1, 5]], np.uint32), (1, 4)),
-         [[17, 17, 11, 15]]),
-        (case("GATHER_ELEMENTS", {"axis": 0}, np.arange(1, 6, dtype=np.uint8), np.array([5, 6, 7, 100], np.int32),
-              (4,), uint8, bytes([1, 2, 3, 4, 5, 0xAA, 0xBB, 0xCC])), [0xAA, 0xBB, 0xCC, 0xCC]),
-        (case("GATHER_ELEMENTS", {"axis": 0}, np.array([7, 8], np.int64), np.array([1, 2, 100, -3], np.int64), (4,),
-              int64, to_buffer(TensorDesc.of("INT64", (2,)), np.array([7, 8])) + b"\x11" * 4), [8, 0, 0, 0]),
-        (case("GATHER_ND1", {"input_dimension_count": 2, "indices_dimension_count": 2, "batch_dimension_count": 1},
-              np.arange(10, 16, dtype=np.float32).reshape(2, 3), np.array([[2], [0], [1]], np.int32), (1, 3)),
-         [[12, 13, 15]]),
-        (case("GATHER_ND", {"input_dimension_count": 2, "indices_dimension_count": 2},
-              np.arange(10, 14, dtype=np.float32).reshape(1, 4), np.array([[1]], np.int32), (1, 4)),
-         [[13, 13, 13, 13]]),
-        (case("GATHER", {"axis": 1, "index_dimensions": 1}, np.arange(6, dtype=np.float32).reshape(2, 1, 3),
-              np.array([[[5]]], np.int32), (2, 1, 3), TensorDesc("FLOAT32", (2, 1, 3), (3, 0, 1), 24)),
-         [[[0, 1, 2]], [[3, 4, 5]]]),
-    ]  # fmt: skip
+        (
+            case(
+                "GATHER_ELEMENTS", {"axis": 1}, row, np.array([[2**64 - 2, 2**63 + 1, 2**32 + 1, 5]], np.uint64), (1, 4)
+            ),
+            [[16, 17, 11, 15]],
+        ),
+        (
+            case("GATHER_ELEMENTS", {"axis": 1}, row, np.array([[2**32 - 2, 2**31 + 1, 1, 5]], np.uint32), (1, 4)),
+            [[17, 17, 11, 15]],
+        ),
+        (
+            case(
+                "GATHER_ELEMENTS",
+                {"axis": 0},
+                np.arange(1, 6, dtype=np.uint8),
+                np.array([5, 6, 7, 100], np.int32),
+                (4,),
+                uint8,
+                bytes([1, 2, 3, 4, 5, 0xAA, 0xBB, 0xCC]),
+            ),
+            [0xAA, 0xBB, 0xCC, 0xCC],
+        ),
+        (
+            case(
+                "GATHER_ELEMENTS",
+                {"axis": 0},
+                np.array([7, 8], np.int64),
+                np.array([1, 2, 100, -3], np.int64),
+                (4,),
+                int64,
+                to_buffer(TensorDesc.of("INT64", (2,)), np.array([7, 8])) + b"\x11" * 4,
+            ),
+            [8, 0, 0, 0],
+        ),
+        (
+            case(
+                "GATHER_ND1",
+                {"input_dimension_count": 2, "indices_dimension_count": 2, "batch_dimension_count": 1},
+                np.arange(10, 16, dtype=np.float32).reshape(2, 3),
+                np.array([[2], [0], [1]], np.int32),
+                (1, 3),
+            ),
+            [[12, 13, 15]],
+        ),
+        (
+            case(
+                "GATHER_ND",
+                {"input_dimension_count": 2, "indices_dimension_count": 2},
+                np.arange(10, 14, dtype=np.float32).reshape(1, 4),
+                np.array([[1]], np.int32),
+                (1, 4),
+            ),
+            [[13, 13, 13, 13]],
+        ),
+        (
+            case(
+                "GATHER",
+                {"axis": 1, "index_dimensions": 1},
+                np.arange(6, dtype=np.float32).reshape(2, 1, 3),
+                np.array([[[5]]], np.int32),
+                (2, 1, 3),
+                TensorDesc("FLOAT32", (2, 1, 3), (3, 0, 1), 24),
+            ),
+            [[[0, 1, 2]], [[3, 4, 5]]],
+        ),
+    ]
     outcomes = direct.run([c for c, _ in examples])
     for (c, expected), outcome in zip(examples, outcomes, strict=True):
         assert outcome.refused is None, c

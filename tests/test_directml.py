@@ -54,10 +54,11 @@ SEED = 20261122
 def _gather_model(count: int = 1) -> onnx.ModelProto:
     nodes = [h.make_node("Gather", ["data", "indices"], [f"y{k}"], f"g{k}", axis=0) for k in range(count)]
     graph = h.make_graph(
-        nodes, "gathers",
+        nodes,
+        "gathers",
         [h.make_tensor_value_info("data", T.FLOAT, [6]), h.make_tensor_value_info("indices", T.INT64, [3])],
         [h.make_tensor_value_info(f"y{k}", T.FLOAT, [3]) for k in range(count)],
-    )  # fmt: skip
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
 
 
@@ -69,9 +70,12 @@ def _constant_gather_model(mebibytes: int) -> onnx.ModelProto:
     data = numpy_helper.from_array(np.zeros(mebibytes << 18, np.float32), "data")
     node = h.make_node("Gather", ["data", "indices"], ["y"], axis=0)
     graph = h.make_graph(
-        [node], "constant_gather", [h.make_tensor_value_info("indices", T.INT64, [3])],
-        [h.make_tensor_value_info("y", T.FLOAT, [3])], [data],
-    )  # fmt: skip
+        [node],
+        "constant_gather",
+        [h.make_tensor_value_info("indices", T.INT64, [3])],
+        [h.make_tensor_value_info("y", T.FLOAT, [3])],
+        [data],
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
 
 
@@ -140,10 +144,11 @@ def test_runner_runs_a_model_and_ends_its_processes():
 def test_an_onnx_runtime_error_comes_back_as_a_message_and_the_runner_goes_on(directml):
     # DirectML refuses GatherElements indices smaller than the data off the axis (ONNX allows them).
     graph = h.make_graph(
-        [h.make_node("GatherElements", ["data", "indices"], ["y"], "narrow", axis=0)], "narrow",
+        [h.make_node("GatherElements", ["data", "indices"], ["y"], "narrow", axis=0)],
+        "narrow",
         [h.make_tensor_value_info("data", T.FLOAT, [3, 4]), h.make_tensor_value_info("indices", T.INT64, [2, 2])],
         [h.make_tensor_value_info("y", T.FLOAT, [2, 2])],
-    )  # fmt: skip
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
     with pytest.raises(DirectMlError, match="80070057"):
         directml.load(model)
@@ -227,11 +232,15 @@ def test_a_runner_that_died_is_reported_and_the_next_load_starts_a_new_one():
 def test_a_value_the_provider_fuses_away_is_named_or_left_out_and_the_others_come_back(directml):
     # An Add whose one consumer is a Relu is fused into it: marked as an output too, ONNX Runtime returns no tensor
     graph = h.make_graph(
-        [h.make_node("Add", ["x", "x"], ["sum"], "add"), h.make_node("Relu", ["sum"], ["y"], "relu"),
-         h.make_node("Mul", ["x", "x"], ["square"], "mul")],
-        "fused", [h.make_tensor_value_info("x", T.FLOAT, [4])],
+        [
+            h.make_node("Add", ["x", "x"], ["sum"], "add"),
+            h.make_node("Relu", ["sum"], ["y"], "relu"),
+            h.make_node("Mul", ["x", "x"], ["square"], "mul"),
+        ],
+        "fused",
+        [h.make_tensor_value_info("x", T.FLOAT, [4])],
         [h.make_tensor_value_info(name, T.FLOAT, [4]) for name in ("y", "sum", "square")],
-    )  # fmt: skip
+    )
     loaded = directml.load(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8), fallback=True)
     x = np.array([-2, -1, 1, 2], np.float32)
     try:
@@ -246,17 +255,22 @@ def test_a_value_the_provider_fuses_away_is_named_or_left_out_and_the_others_com
 
 def _empty_model(tmp_path, consumed: bool) -> Path:
     """y = Neg(x), z = Neg(e) (empty when e is), s = Shape(x); with ``consumed``, z is no output but feeds w."""
-    nodes = [h.make_node("Neg", ["x"], ["y"], "neg_x"), h.make_node("Neg", ["e"], ["z"], "neg_e"),
-             h.make_node("Shape", ["x"], ["s"], "shape")]  # fmt: skip
+    nodes = [
+        h.make_node("Neg", ["x"], ["y"], "neg_x"),
+        h.make_node("Neg", ["e"], ["z"], "neg_e"),
+        h.make_node("Shape", ["x"], ["s"], "shape"),
+    ]
     outputs = ["y", "z", "s"]
     if consumed:
         nodes.append(h.make_node("Concat", ["z", "x"], ["w"], "concat", axis=0))
         outputs = ["y", "w", "s"]
     types = {"y": (T.FLOAT, [3]), "z": (T.FLOAT, ["n"]), "w": (T.FLOAT, ["m"]), "s": (T.INT64, [1])}
     graph = h.make_graph(
-        nodes, "empty", [h.make_tensor_value_info("x", T.FLOAT, [3]), h.make_tensor_value_info("e", T.FLOAT, ["n"])],
+        nodes,
+        "empty",
+        [h.make_tensor_value_info("x", T.FLOAT, [3]), h.make_tensor_value_info("e", T.FLOAT, ["n"])],
         [h.make_tensor_value_info(name, *types[name]) for name in outputs],
-    )  # fmt: skip
+    )
     path = tmp_path / "empty.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8), path)
     return path
@@ -272,9 +286,11 @@ def test_an_empty_output_is_noted_as_spoiling_the_others(tmp_path):
     path = _empty_model(tmp_path, consumed=False)
     outcome = backends.create("dml").run(backends.Model(path, onnx.load(path)), EMPTY_FEEDS)
     assert outcome.outputs["z"].shape == (0,) and outcome.outputs["s"].tolist() == [3]
-    assert outcome.notes == ["output 'z' is empty, and ONNX Runtime's DirectML provider then leaves the other outputs "
-                             "it copies back from the device unwritten: they hold leftover memory (docs/semantics.md, "
-                             "section 9)"]  # fmt: skip
+    assert outcome.notes == [
+        "output 'z' is empty, and ONNX Runtime's DirectML provider then leaves the other outputs "
+        "it copies back from the device unwritten: they hold leftover memory (docs/semantics.md, "
+        "section 9)"
+    ]
 
 
 @pytest.mark.directml
@@ -282,8 +298,9 @@ def test_all_tensors_runs_again_without_the_marked_values_that_came_back_empty(t
     require_directml()
     path = _empty_model(tmp_path, consumed=True)
     model = backends.Model(path, onnx.load(path))
-    parity = run_parity(model, Feeds(EMPTY_FEEDS), [backends.create("dml")], backends.create("cpu"), Tolerance(),
-                        all_tensors=True)  # fmt: skip
+    parity = run_parity(
+        model, Feeds(EMPTY_FEEDS), [backends.create("dml")], backends.create("cpu"), Tolerance(), all_tensors=True
+    )
     dml = parity.marked_runs["dml"].outcome
     assert dml.outputs["z"].shape == (0,) and not dml.notes  # z, marked, came back empty: the run was made again
     assert dml.outputs["y"].tolist() == [-1, -2, -3] and dml.outputs["w"].tolist() == [1, 2, 3]
@@ -358,8 +375,9 @@ def test_every_gather_nd_case_is_bit_identical_on_directml_the_semantics_ops_and
 
 @pytest.mark.directml
 @pytest.mark.parametrize("stack", list(KERNEL_OF_16_BIT_DATA))
-def test_16_bit_gathers_are_bit_identical_to_the_semantics_on_the_dxbc_and_on_the_dxil_kernel(stack, tmp_path,
-                                                                                             monkeypatch):  # fmt: skip
+def test_16_bit_gathers_are_bit_identical_to_the_semantics_on_the_dxbc_and_on_the_dxil_kernel(
+    stack, tmp_path, monkeypatch
+):
     # The same FLOAT16, INT16 and UINT16 cases on the default device (DXBC kernels) and on the native 16-bit one
     # (DXIL cs_6_2 kernels, what GPUs with native 16-bit shader ops run). The custom ops and the lowered graph do not
     # depend on the device: the tests above hold them.
@@ -367,8 +385,9 @@ def test_16_bit_gathers_are_bit_identical_to_the_semantics_on_the_dxbc_and_on_th
     monkeypatch.setenv(layout.D3D12_VARIABLE, stack)
     dumps = dump_shaders(monkeypatch, tmp_path / "shaders")
     cases = conformance.random_gather_cases(SEED + 4, 450, out_of_bounds=0.4, beyond_int32=0.1, data_types=SIXTEEN_BIT)
-    cases += conformance.random_gather_cases(SEED + 5, 150, out_of_bounds=0.4, beyond_int32=0.1, nd=True,
-                                      data_types=SIXTEEN_BIT)  # fmt: skip
+    cases += conformance.random_gather_cases(
+        SEED + 5, 150, out_of_bounds=0.4, beyond_int32=0.1, nd=True, data_types=SIXTEEN_BIT
+    )
     start = time.perf_counter()
     with Runner() as runner:
         results = conformance.run_directml(runner, cases)
@@ -413,11 +432,14 @@ def test_directml_is_deterministic(directml):
 def _one_gather(op, data_type, data_dims, index_dims, axis=0, opset=13, index_type=T.INT64, batch=0):
     attributes = {"axis": axis} if axis is not None else {"batch_dims": batch}
     graph = h.make_graph(
-        [h.make_node(op, ["data", "indices"], ["y"], name="g", **attributes)], "placement",
-        [h.make_tensor_value_info("data", data_type, data_dims),
-         h.make_tensor_value_info("indices", index_type, index_dims)],
+        [h.make_node(op, ["data", "indices"], ["y"], name="g", **attributes)],
+        "placement",
+        [
+            h.make_tensor_value_info("data", data_type, data_dims),
+            h.make_tensor_value_info("indices", index_type, index_dims),
+        ],
         [h.make_value_info("y", h.make_tensor_type_proto(data_type, None))],
-    )  # fmt: skip
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=8)
 
 
@@ -470,13 +492,16 @@ def test_keep_cpu_gathers_leaves_what_the_provider_keeps_on_cpu_so_the_custom_op
     # A BFLOAT16 gather runs on ONNX Runtime's CPU provider, where an out-of-bounds index is an error: so it is in
     # the route converted with keep_on_cpu. The FLOAT gather beside it runs on DirectML and reads as DirectML does.
     graph = h.make_graph(
-        [h.make_node("Cast", ["f"], ["b"], name="to_bf16", to=T.BFLOAT16),
-         h.make_node("Gather", ["b", "i"], ["g"], name="bf16", axis=0),
-         h.make_node("Cast", ["g"], ["y"], name="from_bf16", to=T.FLOAT),
-         h.make_node("Gather", ["f", "i"], ["z"], name="f32", axis=0)], "mixed",
+        [
+            h.make_node("Cast", ["f"], ["b"], name="to_bf16", to=T.BFLOAT16),
+            h.make_node("Gather", ["b", "i"], ["g"], name="bf16", axis=0),
+            h.make_node("Cast", ["g"], ["y"], name="from_bf16", to=T.FLOAT),
+            h.make_node("Gather", ["f", "i"], ["z"], name="f32", axis=0),
+        ],
+        "mixed",
         [h.make_tensor_value_info("f", T.FLOAT, [4]), h.make_tensor_value_info("i", T.INT64, [2])],
         [h.make_tensor_value_info("y", T.FLOAT, [2]), h.make_tensor_value_info("z", T.FLOAT, [2])],
-    )  # fmt: skip
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
     kept, report = convert(model, keep_on_cpu="4.1")
     assert [c.node for c in report.left] == ["bf16"] and [c.node for c in report.changed] == ["f32"]
@@ -611,8 +636,7 @@ def test_a_run_killed_with_kill_9_leaves_what_the_next_run_removes_and_a_live_ru
     time.sleep(1.0)  # its Wine server and services start
     (folder,) = private.glob("onnx-gather-dml-*")
     assert folder.name.startswith(f"onnx-gather-dml-{child.pid}-{leftovers.start_time(child.pid)}-")
-    children = [int(p.name) for p in Path("/proc").iterdir()
-                if p.name.isdigit() and _parent(p) == child.pid]  # fmt: skip
+    children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == child.pid]
     assert len(children) == 2  # Wine's runner and Xvfb
     child.kill()
     child.wait()
@@ -647,8 +671,12 @@ def _state(pid: int) -> str | None:
 @pytest.mark.directml
 def test_a_model_newer_than_onnx_runtime_1_24_reads_is_refused_with_the_ir_version_to_save_it_with(tmp_path, capsys):
     require_directml()
-    graph = h.make_graph([h.make_node("Neg", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
-                         [h.make_tensor_value_info("y", T.FLOAT, [2])])  # fmt: skip
+    graph = h.make_graph(
+        [h.make_node("Neg", ["x"], ["y"])],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2])],
+    )
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=14), tmp_path / "new.onnx")
     assert cli.main(["run", str(tmp_path / "new.onnx"), "--backend", "dml"]) == 1
     error = capsys.readouterr().err
@@ -670,16 +698,21 @@ def test_int8_kernels_of_the_cpu_provider_beside_directml_run_on_a_cpu_with_amx_
     rng = np.random.default_rng(5)
     weights = {
         "b": rng.integers(-128, 128, (256, 256), dtype=np.int8),
-        "a_scale": np.array(0.02, np.float32), "a_zero": np.array(128, np.uint8),
-        "b_scale": np.array(0.01, np.float32), "b_zero": np.array(0, np.int8),
-    }  # fmt: skip
-    node = h.make_node("QGemm", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero"], ["y"], name="qgemm",
-                       domain="com.microsoft")  # fmt: skip
+        "a_scale": np.array(0.02, np.float32),
+        "a_zero": np.array(128, np.uint8),
+        "b_scale": np.array(0.01, np.float32),
+        "b_zero": np.array(0, np.int8),
+    }
+    node = h.make_node(
+        "QGemm", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero"], ["y"], name="qgemm", domain="com.microsoft"
+    )
     graph = h.make_graph(
-        [node], "int8", [h.make_tensor_value_info("a", T.UINT8, [64, 256])],
+        [node],
+        "int8",
+        [h.make_tensor_value_info("a", T.UINT8, [64, 256])],
         [h.make_tensor_value_info("y", T.FLOAT, [64, 256])],
         [numpy_helper.from_array(value, name) for name, value in weights.items()],
-    )  # fmt: skip
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)])
     model.ir_version = 10
     onnx.save(model, tmp_path / "int8.onnx")

@@ -105,15 +105,18 @@ def test_a_truncated_directml_dll_is_named_and_set_up_downloads_the_dlls_again(c
         dll.truncate(3)
     names = ("DirectML.dll", "native16/DirectML.dll")
     lines = [f"{bin_ / name} has 3 bytes, not the {size} set-up placed" for name in names]
-    assert cache.check() == (2, [*(f"not ready: {line}" for line in lines),
-                                 "Run `onnx-gather setup-directml` (as root) to set it up."])  # fmt: skip
+    assert cache.check() == (
+        2,
+        [*(f"not ready: {line}" for line in lines), "Run `onnx-gather setup-directml` (as root) to set it up."],
+    )
     assert cache.layout.problems() == lines  # a runner's quick check too
     with pytest.raises(RunnerError, match=rf"^real DirectML is not set up \({lines[0]}\): run `onnx-gather setup-di"):
         Runner(cache.layout).start()
     cache.install()
     assert cache.built == ["DLLs"]
-    assert [line.strip() for line in cache.out.getvalue().splitlines()[:2]] == [f"{line}: placing it again"
-                                                                                 for line in lines]  # fmt: skip
+    assert [line.strip() for line in cache.out.getvalue().splitlines()[:2]] == [
+        f"{line}: placing it again" for line in lines
+    ]
     assert (bin_ / "native16" / "DirectML.dll").read_bytes() == DLL_CONTENTS["DirectML.dll"]
     _ready(cache)
 
@@ -147,16 +150,23 @@ def test_the_quick_check_hashes_a_file_whose_time_changed(cache):
     [
         ('{"onnxruntime": "1.24', "is not valid JSON (Unterminated string starting at: line 1 column 17 (char 16))"),
         ("[1, 2]", "is not a JSON object"),
-        ('{"onnxruntime": "1.24.4"}', "lacks directml, runner_source_sha256, direct_source_sha256, d3d12, "
-         "d3d12_native16, d3d12_source_sha256, files (an older set-up wrote it, or it was changed)"),
-        (json.dumps({**dict.fromkeys(layout.STATE_KEYS, ""), "files": {"DirectML.dll": "c07cb8c2"}}),
-         "does not record its files as set-up does (sha256, size, mtime_ns)"),
+        (
+            '{"onnxruntime": "1.24.4"}',
+            "lacks directml, runner_source_sha256, direct_source_sha256, d3d12, "
+            "d3d12_native16, d3d12_source_sha256, files (an older set-up wrote it, or it was changed)",
+        ),
+        (
+            json.dumps({**dict.fromkeys(layout.STATE_KEYS, ""), "files": {"DirectML.dll": "c07cb8c2"}}),
+            "does not record its files as set-up does (sha256, size, mtime_ns)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_state_json_that_is_not_set_ups_is_named_and_set_up_writes_it_again(cache, text, says):
     cache.layout.state_file.write_text(text)
-    assert cache.check() == (2, [f"not ready: {cache.layout.state_file} {says}",
-                                 "Run `onnx-gather setup-directml` (as root) to set it up."])  # fmt: skip
+    assert cache.check() == (
+        2,
+        [f"not ready: {cache.layout.state_file} {says}", "Run `onnx-gather setup-directml` (as root) to set it up."],
+    )
     cache.install()
     # The DLLs are checked against their pinned hashes; what state.json no longer says was built from which sources
     # is built again.
@@ -195,8 +205,10 @@ def test_a_changed_protocol_h_means_both_programs_are_rebuilt(cache, monkeypatch
 
     monkeypatch.setattr(layout, "program_files", changed)
     where = cache.layout
-    assert where.problems() == [f"{name}.exe is not built from this version's {name}.c and protocol.h in {where.bin}"
-                                for name in layout.PROGRAMS]  # fmt: skip
+    assert where.problems() == [
+        f"{name}.exe is not built from this version's {name}.c and protocol.h in {where.bin}"
+        for name in layout.PROGRAMS
+    ]
     assert cache.install()["direct_source_sha256"] == layout.source_hash("direct")
     assert cache.built == list(layout.PROGRAMS)
     _ready(cache)

@@ -87,8 +87,11 @@ def test_every_carried_type_goes_through_a_tensor_file_exactly(tmp_path, element
 
 def test_string_inputs_may_be_numpy_str_or_bytes_arrays_or_objects_of_either(tmp_path):
     path = tmp_path / "t.tensor"
-    for value in (np.array(["Grüße", "a\0b"]), np.array([b"Gr\xc3\xbc\xc3\x9fe", b"a\0b"]),
-                  np.array(["Grüße", b"a\0b"], dtype=object)):  # fmt: skip
+    for value in (
+        np.array(["Grüße", "a\0b"]),
+        np.array([b"Gr\xc3\xbc\xc3\x9fe", b"a\0b"]),
+        np.array(["Grüße", b"a\0b"], dtype=object),
+    ):
         tensors.write(path, "x", value)
         assert tensors.read(path, "y").tolist() == ["Grüße", "a\0b"]
 
@@ -134,28 +137,43 @@ def test_a_string_output_that_is_not_utf8_is_named_with_its_position(tmp_path):
 
 
 def _identity(element: int, count: int) -> onnx.ModelProto:
-    graph = h.make_graph([h.make_node("Identity", ["w"], ["v"])], "identity",
-                         [h.make_tensor_value_info("w", element, [count])],
-                         [h.make_tensor_value_info("v", element, [count])])  # fmt: skip
+    graph = h.make_graph(
+        [h.make_node("Identity", ["w"], ["v"])],
+        "identity",
+        [h.make_tensor_value_info("w", element, [count])],
+        [h.make_tensor_value_info("v", element, [count])],
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
 
 
 def _string_gathers() -> onnx.ModelProto:
     graph = h.make_graph(
-        [h.make_node("Gather", ["words", "i"], ["picked"], name="pick", axis=1),
-         h.make_node("GatherElements", ["words", "e"], ["elements"], name="elements", axis=0),
-         h.make_node("GatherND", ["words", "nd"], ["tuples"], name="tuples")],
+        [
+            h.make_node("Gather", ["words", "i"], ["picked"], name="pick", axis=1),
+            h.make_node("GatherElements", ["words", "e"], ["elements"], name="elements", axis=0),
+            h.make_node("GatherND", ["words", "nd"], ["tuples"], name="tuples"),
+        ],
         "strings",
-        [h.make_tensor_value_info("words", T.STRING, [2, 3]), h.make_tensor_value_info("i", T.INT64, [2]),
-         h.make_tensor_value_info("e", T.INT64, [2, 3]), h.make_tensor_value_info("nd", T.INT64, [4, 2])],
-        [h.make_tensor_value_info("picked", T.STRING, [2, 2]), h.make_tensor_value_info("elements", T.STRING, [2, 3]),
-         h.make_tensor_value_info("tuples", T.STRING, [4])],
-    )  # fmt: skip
+        [
+            h.make_tensor_value_info("words", T.STRING, [2, 3]),
+            h.make_tensor_value_info("i", T.INT64, [2]),
+            h.make_tensor_value_info("e", T.INT64, [2, 3]),
+            h.make_tensor_value_info("nd", T.INT64, [4, 2]),
+        ],
+        [
+            h.make_tensor_value_info("picked", T.STRING, [2, 2]),
+            h.make_tensor_value_info("elements", T.STRING, [2, 3]),
+            h.make_tensor_value_info("tuples", T.STRING, [4]),
+        ],
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
 
 
-INDICES = {"i": np.array([2, -3]), "e": np.array([[1, 0, 1], [0, 1, 0]]),
-           "nd": np.array([[0, 2], [1, 2], [1, 0], [0, 1]])}  # fmt: skip
+INDICES = {
+    "i": np.array([2, -3]),
+    "e": np.array([[1, 0, 1], [0, 1, 0]]),
+    "nd": np.array([[0, 2], [1, 2], [1, 0], [0, 1]]),
+}
 
 
 @pytest.mark.directml
@@ -186,8 +204,18 @@ def test_parity_of_cpu_and_dml_compares_strings_whole(tmp_path, capsys):
     inputs = tmp_path / "in.npz"
     np.savez(inputs, words=np.array([["Grüße", "", "a\0b"], ["日本語", "😀", "\0x"]]), **INDICES)
     report = tmp_path / "r.json"
-    arguments = ["parity", str(path), "--backends", "pyop,cpu,lowered,dml,reference", "--reference", "cpu",
-                 "--inputs", str(inputs), "--report", str(report)]  # fmt: skip
+    arguments = [
+        "parity",
+        str(path),
+        "--backends",
+        "pyop,cpu,lowered,dml,reference",
+        "--reference",
+        "cpu",
+        "--inputs",
+        str(inputs),
+        "--report",
+        str(report),
+    ]
     assert main(arguments) == 0, capsys.readouterr().out
     outputs = json.loads(report.read_text())["outputs"]
     assert all(c["equal"] and c["mismatches"] == 0 for by in outputs.values() for c in by.values())
@@ -236,12 +264,18 @@ def _round_trip_model(element: int) -> onnx.ModelProto:
         nodes, outputs = [], []
     else:
         exact = {"saturate": 0} if "FLOAT8" in _name(element) else {}
-        nodes = [h.make_node("Cast", ["x"], ["wide"], to=T.FLOAT), h.make_node("Cast", ["wide"], ["back"], to=element,
-                                                                                **exact)]  # fmt: skip
+        nodes = [
+            h.make_node("Cast", ["x"], ["wide"], to=T.FLOAT),
+            h.make_node("Cast", ["wide"], ["back"], to=element, **exact),
+        ]
         outputs = [h.make_tensor_value_info("wide", T.FLOAT, SHAPE), h.make_tensor_value_info("back", element, SHAPE)]
     opset = 25 if element in (T.INT2, T.UINT2, T.FLOAT4E2M1) else 21
-    graph = h.make_graph(nodes, "round_trip", [h.make_tensor_value_info("x", element, SHAPE)],
-                         [h.make_tensor_value_info("x", element, SHAPE), *outputs])  # fmt: skip
+    graph = h.make_graph(
+        nodes,
+        "round_trip",
+        [h.make_tensor_value_info("x", element, SHAPE)],
+        [h.make_tensor_value_info("x", element, SHAPE), *outputs],
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=11 if opset == 25 else 10)
 
 

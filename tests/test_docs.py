@@ -19,8 +19,11 @@ BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
 def _blocks() -> list:
-    return [pytest.param(code, id=f"{path.name}:{number}")
-            for path in DOCUMENTS for number, code in enumerate(BLOCK.findall(path.read_text()), 1)]  # fmt: skip
+    return [
+        pytest.param(code, id=f"{path.name}:{number}")
+        for path in DOCUMENTS
+        for number, code in enumerate(BLOCK.findall(path.read_text()), 1)
+    ]
 
 
 @pytest.mark.parametrize("code", _blocks())
@@ -82,9 +85,15 @@ def _needs_directml(command: str) -> bool:
 
 
 def _console_blocks() -> list:
-    return [pytest.param(block, id=f"{path.name}:console{number}",
-                         marks=[pytest.mark.directml] * any(_needs_directml(c) for c, _, _ in _commands(block)))
-            for path in DOCUMENTS for number, block in enumerate(CONSOLE.findall(path.read_text()), 1)]  # fmt: skip
+    return [
+        pytest.param(
+            block,
+            id=f"{path.name}:console{number}",
+            marks=[pytest.mark.directml] * any(_needs_directml(c) for c, _, _ in _commands(block)),
+        )
+        for path in DOCUMENTS
+        for number, block in enumerate(CONSOLE.findall(path.read_text()), 1)
+    ]
 
 
 def test_the_readme_holds_console_examples_and_each_command_is_onnx_gather():
@@ -138,8 +147,9 @@ def test_every_shape_and_range_example_of_the_help_texts_is_accepted_by_the_samp
     from onnx_gather.app.cli import main
 
     sample = str(ROOT / "models" / "sample.onnx")
-    examples = {(name, example) for name, text in _help_texts().items()
-                for example in re.findall(r"e\.g\. (-?\w+:-?\w+)", text)}  # fmt: skip
+    examples = {
+        (name, example) for name, text in _help_texts().items() for example in re.findall(r"e\.g\. (-?\w+:-?\w+)", text)
+    }
     shapes = {example for _, example in examples if re.fullmatch(r"[a-z_]+:\d+(x\d+)*", example)}
     ranges = {example for _, example in examples if re.fullmatch(r"-?\d+:-?\d+", example)}
     assert shapes == {"token_ids:4x6"} and ranges, examples
@@ -160,8 +170,10 @@ def test_the_lowered_node_counts_docs_ops_states_are_the_sample_models():
     assert stated, "docs/ops.md no longer states the sample model's lowered sizes: update this test"
     sample = onnx.load(ROOT / "models" / "sample.onnx")
     assert len(sample.graph.node) == 6
-    counts = [len(onnx_gather.to_onnx(onnx_gather.to_dml(sample, out_of_bounds=mode)).graph.node)
-              for mode in ("directml", "clamp", "zero", "error")]  # fmt: skip
+    counts = [
+        len(onnx_gather.to_onnx(onnx_gather.to_dml(sample, out_of_bounds=mode)).graph.node)
+        for mode in ("directml", "clamp", "zero", "error")
+    ]
     assert counts == [int(number) for number in stated.groups()]
 
 

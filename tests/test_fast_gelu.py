@@ -30,29 +30,42 @@ APART, WITHIN = 4.5e-4, 2e-6
 def _tanh_gelu(consumed: bool = True) -> onnx.ModelProto:
     """0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x ** 3))) in the exporter's nodes and order, then a Neg
     (``consumed``): FastGeluFusion leaves the subgraph alone where its last Mul makes a graph output."""
-    nodes = [h.make_node("Mul", ["x", "half"], ["half_x"], name="mul_half"),
-             h.make_node("Pow", ["x", "three"], ["cube"], name="pow"),
-             h.make_node("Mul", ["cube", "c"], ["scaled_cube"], name="mul_c"),
-             h.make_node("Add", ["x", "scaled_cube"], ["inner"], name="add_x"),
-             h.make_node("Mul", ["inner", "s"], ["argument"], name="mul_s"),
-             h.make_node("Tanh", ["argument"], ["tanh"], name="tanh"),
-             h.make_node("Add", ["tanh", "one"], ["gate"], name="add_one"),
-             h.make_node("Mul", ["half_x", "gate"], ["gelu"], name="mul_gate")]  # fmt: skip
+    nodes = [
+        h.make_node("Mul", ["x", "half"], ["half_x"], name="mul_half"),
+        h.make_node("Pow", ["x", "three"], ["cube"], name="pow"),
+        h.make_node("Mul", ["cube", "c"], ["scaled_cube"], name="mul_c"),
+        h.make_node("Add", ["x", "scaled_cube"], ["inner"], name="add_x"),
+        h.make_node("Mul", ["inner", "s"], ["argument"], name="mul_s"),
+        h.make_node("Tanh", ["argument"], ["tanh"], name="tanh"),
+        h.make_node("Add", ["tanh", "one"], ["gate"], name="add_one"),
+        h.make_node("Mul", ["half_x", "gate"], ["gelu"], name="mul_gate"),
+    ]
     if consumed:
         nodes.append(h.make_node("Neg", ["gelu"], ["y"], name="neg"))
     constants = {"half": 0.5, "three": 3.0, "c": 0.044715, "s": 0.7978845608, "one": 1.0}
     weights = [numpy_helper.from_array(np.array(value, np.float32), name) for name, value in constants.items()]
-    graph = h.make_graph(nodes, "tanh_gelu", [h.make_tensor_value_info("x", T.FLOAT, ["n"])],
-                         [h.make_tensor_value_info("y" if consumed else "gelu", T.FLOAT, ["n"])], weights)  # fmt: skip
+    graph = h.make_graph(
+        nodes,
+        "tanh_gelu",
+        [h.make_tensor_value_info("x", T.FLOAT, ["n"])],
+        [h.make_tensor_value_info("y" if consumed else "gelu", T.FLOAT, ["n"])],
+        weights,
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
 
 
 def _fast_gelu() -> onnx.ModelProto:
     """One com.microsoft FastGelu, then a Neg: what the fusion leaves of ``_tanh_gelu()``."""
-    nodes = [h.make_node("FastGelu", ["x"], ["gelu"], name="fast_gelu", domain="com.microsoft"),
-             h.make_node("Neg", ["gelu"], ["y"], name="neg")]  # fmt: skip
-    graph = h.make_graph(nodes, "fast_gelu", [h.make_tensor_value_info("x", T.FLOAT, ["n"])],
-                         [h.make_tensor_value_info("y", T.FLOAT, ["n"])])  # fmt: skip
+    nodes = [
+        h.make_node("FastGelu", ["x"], ["gelu"], name="fast_gelu", domain="com.microsoft"),
+        h.make_node("Neg", ["gelu"], ["y"], name="neg"),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "fast_gelu",
+        [h.make_tensor_value_info("x", T.FLOAT, ["n"])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["n"])],
+    )
     imports = [h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)]
     return h.make_model(graph, opset_imports=imports, ir_version=10)
 

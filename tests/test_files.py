@@ -221,8 +221,7 @@ def _unnamed_chain(folder: Path) -> tuple[Path, dict[str, np.ndarray]]:
     )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
     (folder / "weights").mkdir(parents=True)
-    onnx.save(model, folder / "model.onnx", save_as_external_data=True, location="weights/model.data",
-              size_threshold=0)  # fmt: skip
+    onnx.save(model, folder / "model.onnx", save_as_external_data=True, location="weights/model.data", size_threshold=0)
     rows = table[FEEDS["ids"]]
     return folder / "model.onnx", {"rows": rows, "twice": rows * 2}
 
@@ -261,8 +260,19 @@ def test_parity_all_tensors_writes_nothing_beside_a_model_with_external_data(tmp
     np.savez(inputs, **FEEDS)
     with _untouched(path.parent, mode):
         reference = "cpu" if backend == "pyop" else "pyop"  # one besides the reference is compared
-        code = main(["parity", str(path), "--all-tensors", "--backends", backend, "--reference", reference,
-                     "--inputs", str(inputs)])  # fmt: skip
+        code = main(
+            [
+                "parity",
+                str(path),
+                "--all-tensors",
+                "--backends",
+                backend,
+                "--reference",
+                reference,
+                "--inputs",
+                str(inputs),
+            ]
+        )
         model = backends.Model.read(path)
         wide, own = [backends.create(backend).run(m, FEEDS) for m in (divergence.marked(model), model)]
     assert code == 0, capsys.readouterr()
@@ -277,10 +287,13 @@ def test_parity_all_tensors_writes_nothing_beside_a_model_with_external_data(tmp
     ("model", "arguments"),
     [
         ("sample.onnx", ["--backend", "cpu", "--reference", "pyop", "--shape", "token_ids:4x6", "--int-range", "0:40"]),
-        pytest.param("pow_chain.onnx", ["--backend", "dml", "--reference", "cpu", "--inputs", "pow_chain.npz"],
-                     marks=pytest.mark.directml),
+        pytest.param(
+            "pow_chain.onnx",
+            ["--backend", "dml", "--reference", "cpu", "--inputs", "pow_chain.npz"],
+            marks=pytest.mark.directml,
+        ),
     ],
-)  # fmt: skip
+)
 def test_reduce_writes_nothing_beside_the_model(tmp_path, capsys, model, arguments, mode):
     if "dml" in arguments:
         require_directml()

@@ -51,10 +51,12 @@ def test_forms(arguments, expected):
         (("Gather", 2, 2, 1), {"axis": 2, "index_dimensions": 2}),
         (("Gather", 2, 0, -1, 0, 0, 4), {"axis": 3, "index_dimensions": 0}),
         (("GatherElements", 2, 2, -1, 0, 0, 3), {"axis": 2}),
-        (("GatherND", 3, 3, 0, 1, 2, 4),
-         {"input_dimension_count": 3, "indices_dimension_count": 3, "batch_dimension_count": 1}),
+        (
+            ("GatherND", 3, 3, 0, 1, 2, 4),
+            {"input_dimension_count": 3, "indices_dimension_count": 3, "batch_dimension_count": 1},
+        ),
     ],
-)  # fmt: skip
+)
 def test_attributes_are_the_dml_ops_integer_attributes(arguments, attributes):
     form = dml_form(*arguments)
     assert form.attributes == attributes
@@ -130,8 +132,11 @@ def test_the_form_computes_the_standard_gather(count):
     output with the form's leading ones: 300 random in-bounds gathers of every op, scalar indices and tuples as long
     as the data's rank among them."""
     rng = np.random.default_rng(2601)
-    gathers = {"Gather": semantics.dml_gather, "GatherElements": semantics.dml_gather_elements,
-               "GatherND": semantics.dml_gather_nd}  # fmt: skip
+    gathers = {
+        "Gather": semantics.dml_gather,
+        "GatherElements": semantics.dml_gather_elements,
+        "GatherND": semantics.dml_gather_nd,
+    }
     checked = 0
     for _ in range(300):
         op, data, indices, axis, batch = _random_gather(rng)
@@ -139,8 +144,10 @@ def test_the_form_computes_the_standard_gather(count):
         try:
             form = dml_form(op, data.ndim, indices.ndim, axis, batch, k, count)
         except FormError:
-            assert count is not None and max(data.ndim, indices.ndim, output_rank(op, data.ndim, indices.ndim, batch,
-                                                                                  k)) > count  # fmt: skip
+            assert (
+                count is not None
+                and max(data.ndim, indices.ndim, output_rank(op, data.ndim, indices.ndim, batch, k)) > count
+            )
             continue
         padded_data = data.reshape((1,) * form.input_ones + data.shape)
         padded_indices = indices.reshape((1,) * form.indices_ones + indices.shape)

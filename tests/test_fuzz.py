@@ -15,9 +15,12 @@ FUZZ = Path(__file__).resolve().parent.parent / "tools" / "fuzz.py"
 @pytest.mark.slow
 def test_fuzzed_dml_nodes_never_abort_and_fail_only_cleanly():
     result = subprocess.run(
-        [sys.executable, str(FUZZ), "--examples", "600", "--seed", "1"], capture_output=True, text=True,
-        timeout=600, check=False,
-    )  # fmt: skip
+        [sys.executable, str(FUZZ), "--examples", "600", "--seed", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr  # a signal would make it negative
     summary = re.search(r"fuzz: (\d+) examples: (\d+) ran .*; (\d+) findings", result.stdout)
     assert summary, result.stdout

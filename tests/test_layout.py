@@ -111,8 +111,9 @@ def test_subpackages_are_checked():
 @pytest.mark.parametrize("path", MODULES, ids=_id)
 def test_imports_run_downwards_only(path):
     layer = LAYERS.index(_layer(path))
-    upward = sorted(name for name in _imported(path)
-                    if name.split(".")[1] in LAYERS and LAYERS.index(name.split(".")[1]) > layer)  # fmt: skip
+    upward = sorted(
+        name for name in _imported(path) if name.split(".")[1] in LAYERS and LAYERS.index(name.split(".")[1]) > layer
+    )
     assert not upward, f"{_id(path)} imports a higher layer: {upward}"
 
 

@@ -95,8 +95,12 @@ def test_subgraphs_nested_as_deep_as_protobuf_allows_convert_and_run():
     model = onnx.load_from_string(_nested(30))
     converted, report = convert(model)
     assert len(report.changed) == 1 and report.changed[0].where.count("subgraph") == 30
-    feeds = {"x5": np.arange(5, dtype=np.float32), "x2": np.zeros(2, np.float32), "i": np.array([4, -5]),
-             "c": np.array(True)}  # fmt: skip
+    feeds = {
+        "x5": np.arange(5, dtype=np.float32),
+        "x2": np.zeros(2, np.float32),
+        "i": np.array([4, -5]),
+        "c": np.array(True),
+    }
     assert onnx_gather.InferenceSession(converted).run(None, feeds)[0].tolist() == [4.0, 0.0]
 
 
@@ -131,10 +135,11 @@ def test_a_gather_nd_with_batch_dims_past_the_ranks_is_refused_naming_the_node(t
     from onnx_gather.app.cli import main
 
     graph = h.make_graph(
-        [h.make_node("GatherND", ["data", "indices"], ["out"], name="nd", batch_dims=2)], "nd",
+        [h.make_node("GatherND", ["data", "indices"], ["out"], name="nd", batch_dims=2)],
+        "nd",
         [h.make_tensor_value_info("data", T.FLOAT, [2, 3]), h.make_tensor_value_info("indices", T.INT64, [2, 1])],
         [h.make_tensor_value_info("out", T.FLOAT, None)],
-    )  # fmt: skip
+    )
     path = tmp_path / "nd.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8), path)
     assert main(["check", str(path)]) == 2

@@ -38,8 +38,9 @@ def test_every_data_and_index_type_is_registered(data_dtype, index_dtype):
     elements = run_dml("DmlGatherElements", data, indices, axis=0)
     assert_identical(elements, np.array([[8, 1, 6, 11]]).astype(data_dtype))
     tuples = np.array([[2, 3], [0, 1]], index_dtype)
-    nd = run_dml("DmlGatherNd", data, tuples, input_dimension_count=2, indices_dimension_count=2,
-                 batch_dimension_count=0)  # fmt: skip
+    nd = run_dml(
+        "DmlGatherNd", data, tuples, input_dimension_count=2, indices_dimension_count=2, batch_dimension_count=0
+    )
     assert_identical(nd, np.array([[11, 1]]).astype(data_dtype).reshape(1, 2))
 
 
@@ -67,8 +68,15 @@ def test_gather_nd_on_a_large_case_equals_the_semantics():
     outside = inside.copy()
     outside[0, 0, 7, 1] = 40  # one out of bounds: the op falls back to the reference for this run
     for indices in (inside, outside):
-        output = run_dml("DmlGatherNd", data, indices, input_dimension_count=4, indices_dimension_count=3,
-                         batch_dimension_count=1, out_of_bounds="directml")  # fmt: skip
+        output = run_dml(
+            "DmlGatherNd",
+            data,
+            indices,
+            input_dimension_count=4,
+            indices_dimension_count=3,
+            batch_dimension_count=1,
+            out_of_bounds="directml",
+        )
         assert output.shape == (1, 4, 500, 16)
         assert_identical(output, onnx_gather.dml_gather_nd(data, indices, 4, 3, 1))
 
@@ -109,19 +117,35 @@ RUN_TIME_ERRORS = {
     "more than 8 dimensions": ("DmlGatherElements", (1,) * 9, (1,) * 9, {"axis": 0}, r"dimension count 9"),
     "axis out of range": ("DmlGather", (2, 3), (1, 2), {"axis": 2, "index_dimensions": 1}, r"axis 2 is out of range"),
     "index_dimensions out of range": (
-        "DmlGather", (2, 3), (1, 2), {"axis": 0, "index_dimensions": 3}, r"index_dimensions 3 is out of range",
+        "DmlGather",
+        (2, 3),
+        (1, 2),
+        {"axis": 0, "index_dimensions": 3},
+        r"index_dimensions 3 is out of range",
     ),
     "an output that crops index entries": (
-        "DmlGather", (2, 3), (2, 2), {"axis": 0, "index_dimensions": 2}, r"crops index entries of C",
+        "DmlGather",
+        (2, 3),
+        (2, 2),
+        {"axis": 0, "index_dimensions": 2},
+        r"crops index entries of C",
     ),
     "leading index sizes not predicted": (
-        "DmlGather", (1, 3), (2, 2), {"axis": 1, "index_dimensions": 1}, r"its process then ends",
+        "DmlGather",
+        (1, 3),
+        (2, 2),
+        {"axis": 1, "index_dimensions": 1},
+        r"its process then ends",
     ),
     "sizes differ off the axis": ("DmlGatherElements", (2, 3), (2, 2), {"axis": 0}, r"on dimension 1 \(2 != 3\)"),
     "unknown out_of_bounds": (
-        "DmlGatherElements", (3,), (1,), {"axis": 0, "out_of_bounds": "wrap"}, r"out_of_bounds 'wrap' is unknown",
+        "DmlGatherElements",
+        (3,),
+        (1,),
+        {"axis": 0, "out_of_bounds": "wrap"},
+        r"out_of_bounds 'wrap' is unknown",
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", RUN_TIME_ERRORS, ids=str)

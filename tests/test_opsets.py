@@ -99,8 +99,14 @@ def test_indices_from_the_graph_lower_at_every_opset(case, data_type, mode):
     # A Gather that is the native op alone (error mode, signed indices) keeps the opset; the rest need opset 11.
     needed = 12 if attributes.get("batch_dims") else 1 if (op, mode) == ("Gather", "error") else 11
     assert _opset(lowered) == max(opset, needed)
-    raised = [f"default-domain opset raised from {opset} to {needed} with onnx's version converter: lowering 1 DML "
-              "node needs it"] if needed > opset else []  # fmt: skip
+    raised = (
+        [
+            f"default-domain opset raised from {opset} to {needed} with onnx's version converter: lowering 1 DML "
+            "node needs it"
+        ]
+        if needed > opset
+        else []
+    )
     assert report.notes == raised
     data = random_tensor(RNG, tuple(data_dims), data_type)
     _assert_same(lowered, converted, {"x": data, "i": np.array(inside, np.int64)})
@@ -130,13 +136,25 @@ def _branch(name, data):
 def test_subgraphs_are_raised_with_the_main_graph():
     # Both branches make the same shape: If-1 (before opset 11) takes no others.
     graph = h.make_graph(
-        [h.make_node("If", ["c"], ["y"], name="choose", then_branch=_branch("x_columns", "x"),
-                     else_branch=_branch("z_columns", "z"))],
+        [
+            h.make_node(
+                "If",
+                ["c"],
+                ["y"],
+                name="choose",
+                then_branch=_branch("x_columns", "x"),
+                else_branch=_branch("z_columns", "z"),
+            )
+        ],
         "g",
-        [h.make_tensor_value_info("c", T.BOOL, []), h.make_tensor_value_info("x", T.FLOAT, [4, 4]),
-         h.make_tensor_value_info("z", T.FLOAT, [4, 4]), h.make_tensor_value_info("i", T.INT64, [3])],
+        [
+            h.make_tensor_value_info("c", T.BOOL, []),
+            h.make_tensor_value_info("x", T.FLOAT, [4, 4]),
+            h.make_tensor_value_info("z", T.FLOAT, [4, 4]),
+            h.make_tensor_value_info("i", T.INT64, [3]),
+        ],
         [h.make_tensor_value_info("y", T.FLOAT, None)],
-    )  # fmt: skip
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 7)], ir_version=3)
     converted = onnx_gather.to_dml(model)
     assert _dml_nodes(converted) == 2
@@ -157,14 +175,30 @@ def _function_model(refers_to_attribute: bool):
         leaky.attribute.append(onnx.AttributeProto(name="alpha", ref_attr_name="slope", type=onnx.AttributeProto.FLOAT))
     else:
         leaky.attribute.append(h.make_attribute("alpha", 0.5))
-    function = h.make_function("local", "Pick", ["a", "b"], ["o"], [gather, leaky], [h.make_opsetid("", 7)],
-                               attributes=["slope"] if refers_to_attribute else [])  # fmt: skip
+    function = h.make_function(
+        "local",
+        "Pick",
+        ["a", "b"],
+        ["o"],
+        [gather, leaky],
+        [h.make_opsetid("", 7)],
+        attributes=["slope"] if refers_to_attribute else [],
+    )
     graph = h.make_graph(
-        [h.make_node("Pick", ["x", "i"], ["y"], name="pick", domain="local",
-                     **({"slope": 0.5} if refers_to_attribute else {}))], "g",
+        [
+            h.make_node(
+                "Pick",
+                ["x", "i"],
+                ["y"],
+                name="pick",
+                domain="local",
+                **({"slope": 0.5} if refers_to_attribute else {}),
+            )
+        ],
+        "g",
         [h.make_tensor_value_info("x", T.FLOAT, [2, 5]), h.make_tensor_value_info("i", T.INT64, [3])],
         [h.make_tensor_value_info("y", T.FLOAT, [2, 3])],
-    )  # fmt: skip
+    )
     imports = [h.make_opsetid("", 7), h.make_opsetid("local", 1)]
     return h.make_model(graph, opset_imports=imports, ir_version=8, functions=[function])
 
@@ -185,40 +219,63 @@ def test_functions_are_raised_with_the_model():
 def _scan_8_model(sequence_lengths: bool):
     """A Gather beside a Scan-8 (a batch of 2 sequences of 5 scalars), which onnx's version converter cannot take to
     opset 9 with sequence lengths, and without them takes by dropping the batch dim from the declared sizes."""
-    body = h.make_graph([h.make_node("Identity", ["s"], ["t"])], "body", [h.make_tensor_value_info("s", T.FLOAT, [])],
-                        [h.make_tensor_value_info("t", T.FLOAT, [])])  # fmt: skip
+    body = h.make_graph(
+        [h.make_node("Identity", ["s"], ["t"])],
+        "body",
+        [h.make_tensor_value_info("s", T.FLOAT, [])],
+        [h.make_tensor_value_info("t", T.FLOAT, [])],
+    )
     inputs = [h.make_tensor_value_info("x", T.FLOAT, [2, 5]), h.make_tensor_value_info("i", T.INT64, [3])]
     if sequence_lengths:
         inputs.append(h.make_tensor_value_info("lengths", T.INT32, [2]))
     graph = h.make_graph(
-        [h.make_node("Gather", ["x", "i"], ["y"], name="lookup", axis=1),
-         h.make_node("Scan", ["lengths" if sequence_lengths else "", "x"], ["x_again"], name="scan", body=body,
-                     num_scan_inputs=1)],
-        "g", inputs,
+        [
+            h.make_node("Gather", ["x", "i"], ["y"], name="lookup", axis=1),
+            h.make_node(
+                "Scan",
+                ["lengths" if sequence_lengths else "", "x"],
+                ["x_again"],
+                name="scan",
+                body=body,
+                num_scan_inputs=1,
+            ),
+        ],
+        "g",
+        inputs,
         [h.make_tensor_value_info("y", T.FLOAT, [2, 3]), h.make_tensor_value_info("x_again", T.FLOAT, [2, 5])],
-    )  # fmt: skip
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 8)], ir_version=3)
 
 
 @pytest.mark.parametrize(
     ("model", "reason"),
     [
-        (_scan_8_model(True), "onnx's version converter cannot raise graph 'g' from opset 8 to 11: Unsupported "
-                              "conversion to opset 9"),
-        (_scan_8_model(False), "onnx's version converter changed the declared type of 'x' from FLOAT[2,5] to "
-                               "FLOAT[5] when raising graph 'g' to opset 11: refused, as what the model computes may "
-                               "have changed"),
-        (_function_model(refers_to_attribute=True), "function 'local.Pick' is at opset 7 and refers to its "
-         "attributes, which onnx's version converter does not carry: it cannot be raised to opset 11"),
+        (
+            _scan_8_model(True),
+            "onnx's version converter cannot raise graph 'g' from opset 8 to 11: Unsupported conversion to opset 9",
+        ),
+        (
+            _scan_8_model(False),
+            "onnx's version converter changed the declared type of 'x' from FLOAT[2,5] to "
+            "FLOAT[5] when raising graph 'g' to opset 11: refused, as what the model computes may "
+            "have changed",
+        ),
+        (
+            _function_model(refers_to_attribute=True),
+            "function 'local.Pick' is at opset 7 and refers to its "
+            "attributes, which onnx's version converter does not carry: it cannot be raised to opset 11",
+        ),
     ],
     ids=["scan-8-lengths", "scan-8-batch", "attribute-reference"],
-)  # fmt: skip
+)
 def test_a_model_that_cannot_be_raised_is_an_error_naming_the_node_and_why(model, reason):
     converted = onnx_gather.to_dml(model)
     _, report = lower(converted)
     (left,) = report.left
-    assert left.reason == f"out_of_bounds=directml needs opset 11 (If, NonZero, ScatterND, ScatterElements, Range, " \
-                          f"Mod) (this is opset {_opset(model)}); {reason}"  # fmt: skip
+    assert (
+        left.reason == f"out_of_bounds=directml needs opset 11 (If, NonZero, ScatterND, ScatterElements, Range, "
+        f"Mod) (this is opset {_opset(model)}); {reason}"
+    )
     with pytest.raises(LoweringError) as raised:
         onnx_gather.to_onnx(converted)
     assert isinstance(raised.value, UserError)
@@ -235,8 +292,10 @@ def test_the_command_line_reports_the_raise_and_a_lowering_failure_without_the_l
     assert main(["convert", str(path), "-o", str(converted)]) == 0
     assert main(["lower", str(converted), "-o", str(tmp_path / "old.lowered.onnx")]) == 0
     printed = capsys.readouterr().out
-    assert "default-domain opset raised from 7 to 11 with onnx's version converter: lowering 1 DML node needs it" \
-        in printed  # fmt: skip
+    assert (
+        "default-domain opset raised from 7 to 11 with onnx's version converter: lowering 1 DML node needs it"
+        in printed
+    )
     assert main(["run", str(path), "--backend", "lowered"]) == 0
 
     scan = tmp_path / "scan.onnx"
@@ -280,9 +339,12 @@ def _dml_model(op_type, opset, data_dims, indices_dims, index_type, **attributes
     """A DML-form model written by hand (``to_dml`` makes no unsigned indices): ``y = op_type(x, i)``, rank 2."""
     node = h.make_node(op_type, ["x", "i"], ["y"], name="by_hand", domain=DOMAIN, **attributes)
     out_dims = indices_dims if op_type == "DmlGatherElements" else [data_dims[0], indices_dims[-1]]
-    graph = h.make_graph([node], "g", [h.make_tensor_value_info("x", T.FLOAT, data_dims),
-                                       h.make_tensor_value_info("i", index_type, indices_dims)],
-                         [h.make_tensor_value_info("y", T.FLOAT, out_dims)])  # fmt: skip
+    graph = h.make_graph(
+        [node],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, data_dims), h.make_tensor_value_info("i", index_type, indices_dims)],
+        [h.make_tensor_value_info("y", T.FLOAT, out_dims)],
+    )
     imports = [h.make_opsetid("", opset), h.make_opsetid(DOMAIN, 1)]
     return h.make_model(graph, opset_imports=imports, ir_version=_ir_version(opset))
 
@@ -294,8 +356,9 @@ def test_unsigned_indices_lower_at_old_opsets(op_type, opset, index_type, mode):
     attributes = {"axis": 1, "out_of_bounds": mode}
     if op_type == "DmlGather":
         attributes["index_dimensions"] = 1  # the indices' last dim: DML output [3, 4]
-    model = _dml_model(op_type, opset, [3, 5], [3, 4] if op_type == "DmlGatherElements" else [1, 4], index_type,
-                       **attributes)  # fmt: skip
+    model = _dml_model(
+        op_type, opset, [3, 5], [3, 4] if op_type == "DmlGatherElements" else [1, 4], index_type, **attributes
+    )
     lowered, report = lower(model)
     assert report.left == [] and _dml_nodes(lowered) == 0
     # Capping unsigned indices takes Min-12 (ONNX Runtime has no UINT64 Where); DirectML's reading casts them first.

@@ -42,9 +42,15 @@ def shuffled_model(seed: int = 0, backwards_branches: bool = False) -> onnx.Mode
         h.make_node("GatherElements", ["sums", "order"], ["sorted"], name="sort", axis=0),
         h.make_node("Greater", ["top_first", "zero"], ["positive"], name="sign"),
         h.make_node("Gather", ["top", "first"], ["top_first"], name="first_top", axis=0),
-        h.make_node("If", ["positive"], ["chosen"], name="branch", then_branch=_branch("then", 2.0, backwards_branches),
-                    else_branch=_branch("else", -1.0, backwards_branches)),
-    ]  # fmt: skip
+        h.make_node(
+            "If",
+            ["positive"],
+            ["chosen"],
+            name="branch",
+            then_branch=_branch("then", 2.0, backwards_branches),
+            else_branch=_branch("else", -1.0, backwards_branches),
+        ),
+    ]
     order = np.random.default_rng(seed).permutation(len(nodes))
     while list(order) == sorted(order):
         order = np.random.default_rng(seed + 1).permutation(len(nodes))
@@ -57,10 +63,12 @@ def shuffled_model(seed: int = 0, backwards_branches: bool = False) -> onnx.Mode
         numpy_helper.from_array(np.array(0, np.float32), "zero"),
     ]
     graph = h.make_graph(
-        [nodes[k] for k in order], "shuffled", [h.make_tensor_value_info("ids", T.INT64, [3])],
+        [nodes[k] for k in order],
+        "shuffled",
+        [h.make_tensor_value_info("ids", T.INT64, [3])],
         [h.make_tensor_value_info("sorted", T.FLOAT, [3]), h.make_tensor_value_info("chosen", T.FLOAT, [3, 3])],
         initializers,
-    )  # fmt: skip
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
 
 
@@ -130,9 +138,11 @@ def test_sorting_keeps_the_listed_order_where_it_is_already_topological():
 
 def _write(tmp_path, nodes, outputs=("y",)) -> str:
     graph = h.make_graph(
-        nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [2])],
         [h.make_tensor_value_info(name, T.FLOAT, None) for name in outputs],
-    )  # fmt: skip
+    )
     path = tmp_path / "m.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
     return str(path)
@@ -140,8 +150,12 @@ def _write(tmp_path, nodes, outputs=("y",)) -> str:
 
 def test_a_cycle_through_a_subgraphs_outer_value_is_refused_naming_the_nodes(tmp_path, capsys):
     # The If's branch reads 'looped', which a node fed by the If's own output defines.
-    then = h.make_graph([h.make_node("Identity", ["looped"], ["t"], name="inner")], "then", [],
-                        [h.make_tensor_value_info("t", T.FLOAT, None)])  # fmt: skip
+    then = h.make_graph(
+        [h.make_node("Identity", ["looped"], ["t"], name="inner")],
+        "then",
+        [],
+        [h.make_tensor_value_info("t", T.FLOAT, None)],
+    )
     nodes = [
         h.make_node("If", ["c"], ["y"], name="choose", then_branch=then, else_branch=then),
         h.make_node("Neg", ["y"], ["looped"], name="negate"),
@@ -161,15 +175,20 @@ def test_a_name_nothing_defines_anywhere_is_still_refused(tmp_path, capsys):
 def test_a_graph_on_an_op_that_takes_none_is_refused_not_walked_past():
     # The walk reads graph attributes of control flow and other domains' ops only; validate refuses a graph anywhere
     # else, so that no graph of a model that loads is left out of conversion or lowering.
-    inner = h.make_graph([h.make_node("Gather", ["a", "k"], ["b"], axis=0)], "inner",
-                         [h.make_tensor_value_info("a", T.FLOAT, [3]),
-                          h.make_tensor_value_info("k", T.INT64, [1])],
-                         [h.make_tensor_value_info("b", T.FLOAT, [1])])  # fmt: skip
+    inner = h.make_graph(
+        [h.make_node("Gather", ["a", "k"], ["b"], axis=0)],
+        "inner",
+        [h.make_tensor_value_info("a", T.FLOAT, [3]), h.make_tensor_value_info("k", T.INT64, [1])],
+        [h.make_tensor_value_info("b", T.FLOAT, [1])],
+    )
     node = h.make_node("Gather", ["x", "i"], ["y"], name="g", axis=0)
     node.attribute.append(h.make_attribute("body", inner))
-    graph = h.make_graph([node], "m", [h.make_tensor_value_info("x", T.FLOAT, [3]),
-                                       h.make_tensor_value_info("i", T.INT64, [2])],
-                         [h.make_tensor_value_info("y", T.FLOAT, [2])])  # fmt: skip
+    graph = h.make_graph(
+        [node],
+        "m",
+        [h.make_tensor_value_info("x", T.FLOAT, [3]), h.make_tensor_value_info("i", T.INT64, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2])],
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     assert len(bodies(model)) == 1
     with pytest.raises(InvalidModel, match="node 'g' \\(Gather\\): attribute 'body' holds a graph, which Gather does"):

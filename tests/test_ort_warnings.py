@@ -38,8 +38,9 @@ _PROBLEM = re.compile(r"\[([WEF]):onnxruntime")  # a warning, an error or a fata
 
 def _problems(paths: list[str]) -> dict[str, list[str]]:
     """The warning (and worse) lines ONNX Runtime logs while loading each model, by path; and that it logged."""
-    result = subprocess.run([sys.executable, "-c", _LOADER], input="\n".join(paths), capture_output=True, text=True,
-                            timeout=600)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", _LOADER], input="\n".join(paths), capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     found: dict[str, list[str]] = {}
     current, verbose = "", 0
@@ -57,10 +58,11 @@ def _model(op: str, opset: int, dims: list, index_dims: list, data=T.INT8, indic
     """``y = op(x, i)``; a DML op (``Dml...``, every attribute given) with ``i`` of any index type."""
     domain = DOMAIN if op.startswith("Dml") else ""
     graph = h.make_graph(
-        [h.make_node(op, ["x", "i"], ["y"], name="the_gather", domain=domain, **attributes)], "g",
+        [h.make_node(op, ["x", "i"], ["y"], name="the_gather", domain=domain, **attributes)],
+        "g",
         [h.make_tensor_value_info("x", data, dims), h.make_tensor_value_info("i", indices, index_dims)],
         [h.make_tensor_value_info("y", data, dims if domain else None)],
-    )  # fmt: skip
+    )
     imports = [h.make_opsetid("", opset), *([h.make_opsetid(DOMAIN, 1)] if domain else [])]
     return h.make_model(graph, opset_imports=imports, ir_version=8)
 
@@ -69,12 +71,15 @@ def _in_if(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model's graph as the then-branch of an If (the else-branch passes ``x`` on): the lowering's If nests."""
     graph = model.graph
     then_branch = h.make_graph(list(graph.node), "then", [], [h.make_tensor_value_info("y", T.INT8, None)])
-    else_branch = h.make_graph([h.make_node("Identity", ["x"], ["x_out"])], "else", [],
-                               [h.make_tensor_value_info("x_out", T.INT8, None)])  # fmt: skip
+    else_branch = h.make_graph(
+        [h.make_node("Identity", ["x"], ["x_out"])], "else", [], [h.make_tensor_value_info("x_out", T.INT8, None)]
+    )
     outer = h.make_graph(
-        [h.make_node("If", ["c"], ["out"], name="choose", then_branch=then_branch, else_branch=else_branch)], "g",
-        [h.make_tensor_value_info("c", T.BOOL, []), *graph.input], [h.make_tensor_value_info("out", T.INT8, None)],
-    )  # fmt: skip
+        [h.make_node("If", ["c"], ["out"], name="choose", then_branch=then_branch, else_branch=else_branch)],
+        "g",
+        [h.make_tensor_value_info("c", T.BOOL, []), *graph.input],
+        [h.make_tensor_value_info("out", T.INT8, None)],
+    )
     return h.make_model(outer, opset_imports=list(model.opset_import), ir_version=8)
 
 
@@ -91,8 +96,9 @@ def _models() -> dict[str, onnx.ModelProto]:
                 }
                 if opset >= 11:
                     kinds["elements"] = _model("GatherElements", opset, d3, d3, axis=1)
-                    kinds["elements-uint64"] = _model("DmlGatherElements", opset, d3, d3, T.FLOAT, T.UINT64, axis=1,
-                                                      out_of_bounds=mode)  # fmt: skip
+                    kinds["elements-uint64"] = _model(
+                        "DmlGatherElements", opset, d3, d3, T.FLOAT, T.UINT64, axis=1, out_of_bounds=mode
+                    )
                     kinds["nd"] = _model("GatherND", opset, d3, [2, 2])
                     kinds["nd-one-tuple"] = _model("GatherND", opset, d3, [1])
                     kinds["nd-in-if"] = _in_if(_model("GatherND", opset, d3, [2, 2]))
@@ -107,15 +113,23 @@ def _models() -> dict[str, onnx.ModelProto]:
 def test_the_capture_sees_the_warning_it_looks_for(tmp_path):
     # Slice(shape) and shape both used inside an If: ONNX Runtime's EliminateSlice rule asks whether it could drop the
     # Slice (it cannot: it is no no-op) and warns that the If's implicit input could not be renamed.
-    branch = h.make_graph([h.make_node("Concat", ["shape", "part"], ["both"], axis=0)], "b", [],
-                          [h.make_tensor_value_info("both", T.INT64, None)])  # fmt: skip
+    branch = h.make_graph(
+        [h.make_node("Concat", ["shape", "part"], ["both"], axis=0)],
+        "b",
+        [],
+        [h.make_tensor_value_info("both", T.INT64, None)],
+    )
     graph = h.make_graph(
-        [h.make_node("Shape", ["x"], ["shape"]), h.make_node("Slice", ["shape", "start", "end"], ["part"]),
-         h.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)], "g",
+        [
+            h.make_node("Shape", ["x"], ["shape"]),
+            h.make_node("Slice", ["shape", "start", "end"], ["part"]),
+            h.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch),
+        ],
+        "g",
         [h.make_tensor_value_info("x", T.FLOAT, ["a", "b"]), h.make_tensor_value_info("c", T.BOOL, [])],
         [h.make_tensor_value_info("y", T.INT64, None)],
         initializer=[numpy_helper.from_array(np.array([0]), "start"), numpy_helper.from_array(np.array([1]), "end")],
-    )  # fmt: skip
+    )
     path = tmp_path / "control.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 12)], ir_version=8), path)
     (lines,) = _problems([str(path)]).values()

@@ -89,14 +89,16 @@ def _ids_model(tmp_path, name="ids.onnx"):
     """An embedding lookup over 6 rows and a GatherElements pick, both fed the same ids."""
     data = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(6, 2), "table")
     graph = h.make_graph(
-        [h.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0),
-         h.make_node("Flatten", ["table"], ["flat"], name="flatten", axis=2),
-         h.make_node("GatherElements", ["table", "picks"], ["picked"], name="pick", axis=0)],
+        [
+            h.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0),
+            h.make_node("Flatten", ["table"], ["flat"], name="flatten", axis=2),
+            h.make_node("GatherElements", ["table", "picks"], ["picked"], name="pick", axis=0),
+        ],
         "ids",
         [h.make_tensor_value_info("ids", T.INT64, ["n"]), h.make_tensor_value_info("picks", T.INT64, [1, 2])],
         [h.make_tensor_value_info("rows", T.FLOAT, ["n", 2]), h.make_tensor_value_info("picked", T.FLOAT, [1, 2])],
         initializer=[data],
-    )  # fmt: skip
+    )
     path = tmp_path / name
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
     return path
@@ -111,19 +113,35 @@ def _inputs(tmp_path, ids, picks):
 @pytest.mark.openvino
 def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
     model = _ids_model(tmp_path)
-    arguments = ["parity", str(model), "--inputs", str(_inputs(tmp_path, [0, 5, -1], [1, 2])),
-                 "--report", str(tmp_path / "r.json"), "--atol", "0", "--rtol", "0"]  # fmt: skip
+    arguments = [
+        "parity",
+        str(model),
+        "--inputs",
+        str(_inputs(tmp_path, [0, 5, -1], [1, 2])),
+        "--report",
+        str(tmp_path / "r.json"),
+        "--atol",
+        "0",
+        "--rtol",
+        "0",
+    ]
     assert main(arguments) == 0
     report = json.loads((tmp_path / "r.json").read_text())
     assert list(report) == KEYS
     assert (report["model"], report["reference"], report["atol"], report["rtol"]) == (str(model), "pyop", 0.0, 0.0)
-    assert report["inputs"] == {"ids": {"dtype": "INT64", "shape": [3], "source": "given"},
-                                "picks": {"dtype": "INT64", "shape": [1, 2], "source": "given"}}  # fmt: skip
+    assert report["inputs"] == {
+        "ids": {"dtype": "INT64", "shape": [3], "source": "given"},
+        "picks": {"dtype": "INT64", "shape": [1, 2], "source": "given"},
+    }
     assert report["seed"] is None  # nothing was generated
     assert report["onnx_gather"] == importlib.metadata.version("onnx-gather")
     assert list(report["backends"]) == ["pyop", "cpu", "lowered", "openvino", "cuda", "dml"]
-    packages = {"pyop": ["onnxruntime", "onnxruntime-extensions"], "cpu": ["onnxruntime"], "lowered": ["onnxruntime"],
-                "openvino": ["openvino"]}  # fmt: skip
+    packages = {
+        "pyop": ["onnxruntime", "onnxruntime-extensions"],
+        "cpu": ["onnxruntime"],
+        "lowered": ["onnxruntime"],
+        "openvino": ["openvino"],
+    }
     for name in ("pyop", "cpu", "lowered", "openvino"):
         status = report["backends"][name]
         assert list(status) == ["status", "reason", "seconds", "versions"]
@@ -136,8 +154,16 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
     for by_backend in report["outputs"].values():
         assert list(by_backend) == ["cpu", "lowered", "openvino"]
         for comparison in by_backend.values():
-            assert comparison == {"equal": True, "within_tolerance": True, "max_abs": 0.0, "max_rel": 0.0,
-                                  "mismatches": 0, "first_mismatch": None, "atol": 0.0, "rtol": 0.0}  # fmt: skip
+            assert comparison == {
+                "equal": True,
+                "within_tolerance": True,
+                "max_abs": 0.0,
+                "max_rel": 0.0,
+                "mismatches": 0,
+                "first_mismatch": None,
+                "atol": 0.0,
+                "rtol": 0.0,
+            }
     assert report["out_of_bounds"] == {"lookup": 0, "pick": 0}
     assert report["verdict"] == "partial" and report["passed"] is True  # defaulted: cuda and dml could not run
 
@@ -145,8 +171,16 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
 @pytest.mark.openvino
 def test_out_of_bounds_indices_are_counted_and_backends_differ_there(tmp_path, capsys, no_directml):
     model = _ids_model(tmp_path)
-    arguments = ["parity", str(model), "--inputs", str(_inputs(tmp_path, [0, 9, -7, 2], [1, 6])),
-                 "--report", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md")]  # fmt: skip
+    arguments = [
+        "parity",
+        str(model),
+        "--inputs",
+        str(_inputs(tmp_path, [0, 9, -7, 2], [1, 6])),
+        "--report",
+        str(tmp_path / "r.json"),
+        "--markdown",
+        str(tmp_path / "r.md"),
+    ]
     assert main(arguments) == 1
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["out_of_bounds"] == {"lookup": 2, "pick": 1}
@@ -170,12 +204,28 @@ def test_out_of_bounds_indices_are_counted_and_backends_differ_there(tmp_path, c
 def test_a_mismatch_exits_1_with_its_position(tmp_path, capsys):
     # OpenVINO's Gather reads 0 for index 9 where DirectML's semantics clamp to the last row.
     model = _ids_model(tmp_path)
-    arguments = ["parity", str(model), "--backends", "pyop,openvino",
-                 "--inputs", str(_inputs(tmp_path, [0, 9], [1, 2])), "--report", str(tmp_path / "r.json")]  # fmt: skip
+    arguments = [
+        "parity",
+        str(model),
+        "--backends",
+        "pyop,openvino",
+        "--inputs",
+        str(_inputs(tmp_path, [0, 9], [1, 2])),
+        "--report",
+        str(tmp_path / "r.json"),
+    ]
     assert main(arguments) == 1
     comparison = json.loads((tmp_path / "r.json").read_text())["outputs"]["rows"]["openvino"]
-    assert comparison == {"equal": False, "within_tolerance": False, "max_abs": 11.0, "max_rel": 1.0,
-                          "mismatches": 2, "first_mismatch": [1, 0], "atol": 1e-5, "rtol": 1e-5}  # fmt: skip
+    assert comparison == {
+        "equal": False,
+        "within_tolerance": False,
+        "max_abs": 11.0,
+        "max_rel": 1.0,
+        "mismatches": 2,
+        "first_mismatch": [1, 0],
+        "atol": 1e-5,
+        "rtol": 1e-5,
+    }
     assert "rows    openvino  DIFFERENT      11       1        2           (1, 0)          1e-05 / 1e-05" in (
         capsys.readouterr().out
     )
@@ -183,11 +233,33 @@ def test_a_mismatch_exits_1_with_its_position(tmp_path, capsys):
 
 def test_saved_inputs_replay_the_same_report(tmp_path):
     model = _ids_model(tmp_path)
-    first = ["parity", str(model), "--backends", "pyop,cpu", "--shape", "ids:5", "--seed", "4", "--int-range", "0:6",
-             "--save-inputs", str(tmp_path / "in.npz"), "--report", str(tmp_path / "a.json")]  # fmt: skip
+    first = [
+        "parity",
+        str(model),
+        "--backends",
+        "pyop,cpu",
+        "--shape",
+        "ids:5",
+        "--seed",
+        "4",
+        "--int-range",
+        "0:6",
+        "--save-inputs",
+        str(tmp_path / "in.npz"),
+        "--report",
+        str(tmp_path / "a.json"),
+    ]
     assert main(first) == 0
-    replay = ["parity", str(model), "--backends", "pyop,cpu", "--inputs", str(tmp_path / "in.npz"),
-              "--report", str(tmp_path / "b.json")]  # fmt: skip
+    replay = [
+        "parity",
+        str(model),
+        "--backends",
+        "pyop,cpu",
+        "--inputs",
+        str(tmp_path / "in.npz"),
+        "--report",
+        str(tmp_path / "b.json"),
+    ]
     assert main(replay) == 0
     saved = np.load(tmp_path / "in.npz")
     assert saved["ids"].shape == (5,) and saved["picks"].shape == (1, 2)
@@ -260,9 +332,11 @@ def test_a_folder_with_a_model_that_cannot_be_loaded_reports_it_as_refused_and_r
     document = json.loads(report.read_text())
     assert document["passed"] is False
     assert [(r["model"], r["passed"]) for r in document["models"]] == [
-        (str(folder / "a.onnx"), True), (str(folder / "c.onnx"), True), (str(folder / "broken.onnx"), False),
+        (str(folder / "a.onnx"), True),
+        (str(folder / "c.onnx"), True),
+        (str(folder / "broken.onnx"), False),
         (str(folder / "d_words.onnx"), False),
-    ]  # fmt: skip
+    ]
     assert "not a readable ONNX model" in document["models"][2]["refused"]
     assert "input 'w' holds strings, which are not generated" in document["models"][3]["refused"]
     assert "**Refused:**" in markdown.read_text()
@@ -288,22 +362,29 @@ def test_compare_strings_and_booleans_for_equality_never_as_numbers():
 
 def test_parity_on_a_model_with_string_and_bool_outputs(tmp_path, capsys):
     graph = h.make_graph(
-        [h.make_node("Gather", ["words", "i"], ["picked"], name="pick_words", axis=0),
-         h.make_node("Greater", ["x", "zero"], ["positive"], name="sign")],
+        [
+            h.make_node("Gather", ["words", "i"], ["picked"], name="pick_words", axis=0),
+            h.make_node("Greater", ["x", "zero"], ["positive"], name="sign"),
+        ],
         "strings",
-        [h.make_tensor_value_info("words", T.STRING, [3]), h.make_tensor_value_info("i", T.INT64, [2]),
-         h.make_tensor_value_info("x", T.FLOAT, [3])],
+        [
+            h.make_tensor_value_info("words", T.STRING, [3]),
+            h.make_tensor_value_info("i", T.INT64, [2]),
+            h.make_tensor_value_info("x", T.FLOAT, [3]),
+        ],
         [h.make_tensor_value_info("picked", T.STRING, [2]), h.make_tensor_value_info("positive", T.BOOL, [3])],
         initializer=[h.make_tensor("zero", T.FLOAT, [], [0.0])],
-    )  # fmt: skip
+    )
     path = tmp_path / "strings.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
     inputs = tmp_path / "in.npz"
     x = np.array([1.0, -2.0, 0.0], np.float32)
     np.savez(inputs, words=np.array(["one", "two", "three"]), i=np.array([2, 0]), x=x)
     report = tmp_path / "r.json"
-    assert main(["parity", str(path), "--backends", "pyop,cpu,lowered", "--inputs", str(inputs),
-                 "--report", str(report)]) == 0  # fmt: skip
+    assert (
+        main(["parity", str(path), "--backends", "pyop,cpu,lowered", "--inputs", str(inputs), "--report", str(report)])
+        == 0
+    )
     document = json.loads(report.read_text())
     outputs = document["outputs"]
     assert all(c["equal"] and c["max_abs"] is None for by in outputs.values() for c in by.values())
@@ -350,10 +431,12 @@ def test_parity_on_a_model_with_string_and_bool_outputs(tmp_path, capsys):
 )
 def test_bad_input_exits_2(tmp_path, capsys, arguments, message, no_directml):
     model = _ids_model(tmp_path)
-    files = {"other": {"idx": np.array([1])}, "int32": {"ids": np.array([1], np.int32)},
-             "wide": {"picks": np.array([[1, 2, 3]])},
-             "mixed": {"idx": np.array([1]), "ids": np.array([1.0], np.float32),
-                       "picks": np.array([1, 2])}}  # fmt: skip
+    files = {
+        "other": {"idx": np.array([1])},
+        "int32": {"ids": np.array([1], np.int32)},
+        "wide": {"picks": np.array([[1, 2, 3]])},
+        "mixed": {"idx": np.array([1]), "ids": np.array([1.0], np.float32), "picks": np.array([1, 2])},
+    }
     for name, arrays in files.items():
         np.savez(tmp_path / f"{name}.npz", **arrays)
     paths = {name: tmp_path / f"{name}.npz" for name in files}
@@ -364,8 +447,18 @@ def test_bad_input_exits_2(tmp_path, capsys, arguments, message, no_directml):
 
 def test_run_generates_inputs_and_saves_outputs(tmp_path, capsys):
     model = _ids_model(tmp_path)
-    arguments = ["run", str(model), "--backend", "pyop", "--shape", "ids:4", "--int-range", "0:6",
-                 "--outputs", str(tmp_path / "out.npz")]  # fmt: skip
+    arguments = [
+        "run",
+        str(model),
+        "--backend",
+        "pyop",
+        "--shape",
+        "ids:4",
+        "--int-range",
+        "0:6",
+        "--outputs",
+        str(tmp_path / "out.npz"),
+    ]
     assert main(arguments) == 0
     printed = capsys.readouterr().out
     assert "input  ids                  INT64 4" in printed and "output rows                 FLOAT 4x2" in printed
@@ -407,8 +500,20 @@ def test_a_corrupt_inputs_file_is_bad_input(tmp_path, capsys):
 def test_parity_on_real_directml_reports_where_each_node_ran(tmp_path, capsys):
     require_directml()
     model = _ids_model(tmp_path)
-    arguments = ["parity", str(model), "--backends", "pyop,dml", "--inputs", str(_inputs(tmp_path, [0, 5, -1], [1, 2])),
-                 "--report", str(tmp_path / "r.json"), "--atol", "0", "--rtol", "0"]  # fmt: skip
+    arguments = [
+        "parity",
+        str(model),
+        "--backends",
+        "pyop,dml",
+        "--inputs",
+        str(_inputs(tmp_path, [0, 5, -1], [1, 2])),
+        "--report",
+        str(tmp_path / "r.json"),
+        "--atol",
+        "0",
+        "--rtol",
+        "0",
+    ]
     assert main(arguments) == 0
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["backends"]["dml"]["placement"] == {"DmlExecutionProvider": {"nodes": 2, "names": []}}
@@ -423,12 +528,30 @@ def test_parity_on_real_directml_reports_where_each_node_ran(tmp_path, capsys):
 def test_run_on_real_directml_prints_its_outputs(tmp_path, capsys):
     require_directml()
     model = _ids_model(tmp_path)
-    arguments = ["run", str(model), "--backend", "dml", "--inputs", str(_inputs(tmp_path, [0, 5, -1], [1, 2])),
-                 "--outputs", str(tmp_path / "out.npz")]  # fmt: skip
+    arguments = [
+        "run",
+        str(model),
+        "--backend",
+        "dml",
+        "--inputs",
+        str(_inputs(tmp_path, [0, 5, -1], [1, 2])),
+        "--outputs",
+        str(tmp_path / "out.npz"),
+    ]
     assert main(arguments) == 0
     assert "on dml: the model as given, ONNX Runtime's DirectML execution provider" in capsys.readouterr().out
-    expected = main(["run", str(model), "--backend", "pyop", "--inputs", str(tmp_path / "inputs.npz"),
-                     "--outputs", str(tmp_path / "pyop.npz")])  # fmt: skip
+    expected = main(
+        [
+            "run",
+            str(model),
+            "--backend",
+            "pyop",
+            "--inputs",
+            str(tmp_path / "inputs.npz"),
+            "--outputs",
+            str(tmp_path / "pyop.npz"),
+        ]
+    )
     assert expected == 0
     dml, pyop = np.load(tmp_path / "out.npz"), np.load(tmp_path / "pyop.npz")
     for name in pyop.files:
@@ -481,11 +604,18 @@ def test_a_device_that_does_not_exist_gets_no_dynamic_dims_hint(tmp_path, capsys
 def _exp_model(tmp_path):
     """x * w -> Exp -> + w: the exponential is where float backends part (each its own approximation)."""
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal(256).astype(np.float32), "w")
-    nodes = [h.make_node("Mul", ["x", "w"], ["scaled"], name="scale"),
-             h.make_node("Exp", ["scaled"], ["grown"], name="grow"),
-             h.make_node("Add", ["grown", "w"], ["y"], name="shift")]  # fmt: skip
-    graph = h.make_graph(nodes, "exp", [h.make_tensor_value_info("x", T.FLOAT, [256])],
-                         [h.make_tensor_value_info("y", T.FLOAT, [256])], [w])  # fmt: skip
+    nodes = [
+        h.make_node("Mul", ["x", "w"], ["scaled"], name="scale"),
+        h.make_node("Exp", ["scaled"], ["grown"], name="grow"),
+        h.make_node("Add", ["grown", "w"], ["y"], name="shift"),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "exp",
+        [h.make_tensor_value_info("x", T.FLOAT, [256])],
+        [h.make_tensor_value_info("y", T.FLOAT, [256])],
+        [w],
+    )
     path = tmp_path / "exp.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8), path)
     return path
@@ -498,8 +628,19 @@ def test_all_tensors_names_the_gather_where_openvino_parts_from_the_custom_ops(t
     model = _ids_model(tmp_path)
     report, markdown = tmp_path / "r.json", tmp_path / "r.md"
     inputs = _inputs(tmp_path, [0, 9], [1, 2])  # 9: past the table's 6 rows
-    arguments = ["parity", str(model), "--backends", "pyop,openvino", "--inputs", str(inputs), "--all-tensors",
-                 "--report", str(report), "--markdown", str(markdown)]  # fmt: skip
+    arguments = [
+        "parity",
+        str(model),
+        "--backends",
+        "pyop,openvino",
+        "--inputs",
+        str(inputs),
+        "--all-tensors",
+        "--report",
+        str(report),
+        "--markdown",
+        str(markdown),
+    ]
     assert main(arguments) == 1
     document = json.loads(report.read_text())
     assert document["all_tensors"]["note"].startswith("marking every value as an output can change what a backend")
@@ -514,8 +655,21 @@ def test_all_tensors_names_the_gather_where_openvino_parts_from_the_custom_ops(t
 def test_all_tensors_on_real_directml_names_the_first_node_where_directml_parts_from_the_cpu(tmp_path):
     require_directml()
     report = tmp_path / "r.json"
-    arguments = ["parity", str(_exp_model(tmp_path)), "--backends", "cpu,dml", "--reference", "cpu", "--atol", "0",
-                 "--rtol", "0", "--all-tensors", "--report", str(report)]  # fmt: skip
+    arguments = [
+        "parity",
+        str(_exp_model(tmp_path)),
+        "--backends",
+        "cpu,dml",
+        "--reference",
+        "cpu",
+        "--atol",
+        "0",
+        "--rtol",
+        "0",
+        "--all-tensors",
+        "--report",
+        str(report),
+    ]
     assert main(arguments) == 1
     (first,) = json.loads(report.read_text())["divergence"]["dml"][:1]
     assert (first["node"], first["op_type"], first["placement"]) == ("grow", "Exp", "DirectML")
@@ -539,8 +693,21 @@ def test_markdown_escapes_what_markdown_would_eat_and_sums_up_several_models(tmp
 
 def test_the_out_of_bounds_line_says_when_the_reference_did_not_run(tmp_path, capsys):
     model = _ids_model(tmp_path)
-    assert main(["parity", str(model), "--backends", "cpu", "--reference", "cpu", "--inputs",
-                 str(_inputs(tmp_path, [7], [1, 2]))]) == 1  # fmt: skip
+    assert (
+        main(
+            [
+                "parity",
+                str(model),
+                "--backends",
+                "cpu",
+                "--reference",
+                "cpu",
+                "--inputs",
+                str(_inputs(tmp_path, [7], [1, 2])),
+            ]
+        )
+        == 1
+    )
     printed = capsys.readouterr().out
     assert "Out-of-bounds indices: not counted, the reference did not run." in printed
     assert "No out-of-bounds indices met" not in printed
@@ -559,11 +726,15 @@ def test_run_with_debug_prints_the_traceback_of_a_backend_failure(tmp_path, caps
 def test_openvino_outputs_under_every_name_of_their_port(tmp_path):
     # An Identity folded away: OpenVINO's port carries 'hidden' and 'probability', and gives 'hidden' as its name.
     graph = h.make_graph(
-        [h.make_node("Neg", ["x"], ["hidden"], name="neg"), h.make_node("Identity", ["hidden"], ["probability"]),
-         h.make_node("Abs", ["hidden"], ["size"])],
-        "names", [h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [
+            h.make_node("Neg", ["x"], ["hidden"], name="neg"),
+            h.make_node("Identity", ["hidden"], ["probability"]),
+            h.make_node("Abs", ["hidden"], ["size"]),
+        ],
+        "names",
+        [h.make_tensor_value_info("x", T.FLOAT, [2])],
         [h.make_tensor_value_info("probability", T.FLOAT, [2]), h.make_tensor_value_info("size", T.FLOAT, [2])],
-    )  # fmt: skip
+    )
     path = tmp_path / "names.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
     assert main(["run", str(path), "--backend", "openvino"]) == 0
@@ -573,10 +744,15 @@ def test_openvino_outputs_under_every_name_of_their_port(tmp_path):
 def test_dml_placement_lists_nodes_only_with_unnamed_ones_by_op_type_and_position(tmp_path):
     require_directml()
     graph = h.make_graph(
-        [h.make_node("Shape", ["x"], ["s"]), h.make_node("Cast", ["s"], ["f"], to=T.FLOAT),
-         h.make_node("Add", ["f", "f"], ["y"])],
-        "unnamed", [h.make_tensor_value_info("x", T.FLOAT, ["n", 3])], [h.make_tensor_value_info("y", T.FLOAT, None)],
-    )  # fmt: skip
+        [
+            h.make_node("Shape", ["x"], ["s"]),
+            h.make_node("Cast", ["s"], ["f"], to=T.FLOAT),
+            h.make_node("Add", ["f", "f"], ["y"]),
+        ],
+        "unnamed",
+        [h.make_tensor_value_info("x", T.FLOAT, ["n", 3])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+    )
     path = tmp_path / "unnamed.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8), path)
     report = tmp_path / "r.json"
@@ -593,13 +769,15 @@ def test_a_generated_integer_input_beyond_an_index_range_is_named_with_the_int_r
     # As in MiniLM: token type ids (two types) pass through a Cast before the lookup; --int-range 0:4 goes beyond.
     table = numpy_helper.from_array(np.arange(4, dtype=np.float32).reshape(2, 2), "types")
     graph = h.make_graph(
-        [h.make_node("Cast", ["token_type_ids"], ["ids"], name="cast", to=T.INT64),
-         h.make_node("Gather", ["types", "ids"], ["vectors"], name="type_embedding")],
+        [
+            h.make_node("Cast", ["token_type_ids"], ["ids"], name="cast", to=T.INT64),
+            h.make_node("Gather", ["types", "ids"], ["vectors"], name="type_embedding"),
+        ],
         "types",
         [h.make_tensor_value_info("token_type_ids", T.INT32, ["batch", 8])],
         [h.make_tensor_value_info("vectors", T.FLOAT, ["batch", 8, 2])],
         initializer=[table],
-    )  # fmt: skip
+    )
     path = tmp_path / "types.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
     hint = (
@@ -617,13 +795,15 @@ def test_a_generated_integer_input_beyond_an_index_range_is_named_with_the_int_r
 
 def test_a_model_that_draws_random_values_is_said_to_be_not_deterministic_naming_the_nodes(tmp_path, capsys):
     graph = h.make_graph(
-        [h.make_node("RandomNormalLike", ["x"], ["noise"], name="noise"),
-         h.make_node("Mul", ["noise", "scale"], ["scaled"], name="scale_noise"),
-         h.make_node("Add", ["x", "scaled"], ["y"], name="add")],
+        [
+            h.make_node("RandomNormalLike", ["x"], ["noise"], name="noise"),
+            h.make_node("Mul", ["noise", "scale"], ["scaled"], name="scale_noise"),
+            h.make_node("Add", ["x", "scaled"], ["y"], name="add"),
+        ],
         "noisy",
         [h.make_tensor_value_info("x", T.FLOAT, [2, 3]), h.make_tensor_value_info("scale", T.FLOAT, [])],
         [h.make_tensor_value_info("y", T.FLOAT, [2, 3])],
-    )  # fmt: skip
+    )
     path = tmp_path / "noisy.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
     report = tmp_path / "r.json"
@@ -643,8 +823,20 @@ def test_the_reference_evaluator_backend_runs_the_dml_form_in_onnxs_own_evaluato
     model = _ids_model(tmp_path)
     report = tmp_path / "r.json"
     inputs = _inputs(tmp_path, [0, 9, -7, 2], [1, 6])
-    arguments = ["parity", str(model), "--backends", "pyop,reference", "--inputs", str(inputs), "--atol", "0",
-                 "--rtol", "0", "--report", str(report)]  # fmt: skip
+    arguments = [
+        "parity",
+        str(model),
+        "--backends",
+        "pyop,reference",
+        "--inputs",
+        str(inputs),
+        "--atol",
+        "0",
+        "--rtol",
+        "0",
+        "--report",
+        str(report),
+    ]
     assert main(arguments) == 0
     document = json.loads(report.read_text())
     assert document["out_of_bounds"] == {"lookup": 2, "pick": 1}
@@ -658,10 +850,11 @@ def test_the_reference_evaluator_takes_float16_as_it_is(tmp_path):
     bits = np.array([0x7C01, 0xFE33, 0x3C00, 0x8001, 0x7E00], np.uint16)  # NaNs with payloads, 1, a subnormal
     table = bits.view(np.float16)
     graph = h.make_graph(
-        [h.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0)], "half",
+        [h.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0)],
+        "half",
         [h.make_tensor_value_info("table", T.FLOAT16, [5]), h.make_tensor_value_info("ids", T.INT64, [6])],
         [h.make_tensor_value_info("rows", T.FLOAT16, [6])],
-    )  # fmt: skip
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
     converted = onnx_gather.to_dml(model, native_float16=True)
     assert [n.op_type for n in converted.graph.node] == ["DmlGather"]
@@ -669,7 +862,8 @@ def test_the_reference_evaluator_takes_float16_as_it_is(tmp_path):
     ids = np.array([0, 1, 4, -5, 5, 7], np.int64)  # in range, negative, and out of bounds past the odd end
     expected = semantics.dml_gather(table, ids, 0, 1)
     assert reference.evaluate(converted, {"table": table, "ids": ids})[0].view(np.uint16).tolist() == (
-        expected.view(np.uint16).tolist())  # fmt: skip
+        expected.view(np.uint16).tolist()
+    )
     path = tmp_path / "half.onnx"
     onnx.save(model, path)
     outcome = backends.create("reference").run(backends.Model(path, model), {"table": table, "ids": ids})
@@ -684,7 +878,11 @@ def test_run_parity_returns_typed_results_and_the_caller_words_the_hint(tmp_path
     built = [backends.create(name) for name in ("cpu", "lowered", "cuda")]
     parity = run_parity(model, feeds, built, backends.create("pyop"), Tolerance(0.0, 0.0))
     assert [(name, run.status) for name, run in parity.backends.items()] == [
-        ("pyop", "ok"), ("cpu", "error"), ("lowered", "ok"), ("cuda", "skipped")]  # fmt: skip
+        ("pyop", "ok"),
+        ("cpu", "error"),
+        ("lowered", "ok"),
+        ("cuda", "skipped"),
+    ]
     cpu = parity.backends["cpu"]
     assert isinstance(cpu.error, Exception) and cpu.outcome is None and cpu.reason == one_line(cpu.error)
     assert parity.failures == [cpu.error] and parity.passed is False

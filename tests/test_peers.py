@@ -97,11 +97,13 @@ def _route_params() -> list:
 def test_the_cases_are_the_peers_tests_as_transcribed():
     counts = Counter(case.source for case in CASES)
     assert counts == {
-        "ort/gather_op_test.cc": 33, "ort/gather_elements_op_test.cc": 242, "ort/gather_nd_op_test.cc": 59,
+        "ort/gather_op_test.cc": 33,
+        "ort/gather_elements_op_test.cc": 242,
+        "ort/gather_nd_op_test.cc": 59,
         "wpt/webnn/conformance_tests/gather.https.any.js": 22,
         "wpt/webnn/conformance_tests/gatherElements.https.any.js": 13,
         "wpt/webnn/conformance_tests/gatherND.https.any.js": 16,
-    }  # fmt: skip
+    }
     names = {case.name for case in CASES}
     assert len(names) == len(CASES)
     assert CPU_DIFFERS_FROM_THE_PEER <= names

@@ -47,11 +47,12 @@ def _model(float16: bool = False) -> onnx.ModelProto:
         h.make_node("Mul", ["vectors", "picked"], ["scaled"], name="scale"),
     ]
     graph = h.make_graph(
-        nodes, "placement",
+        nodes,
+        "placement",
         [h.make_tensor_value_info("x", data, ["n", 4]), h.make_tensor_value_info("ids", T.INT64, ["n"])],
         [h.make_tensor_value_info("y", data, None), h.make_tensor_value_info("scaled", data, None)],
         initializer=initializers,
-    )  # fmt: skip
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
 
 
@@ -67,12 +68,16 @@ def _sizes(data: int) -> onnx.ModelProto:
     """Shape -> Cast to ``data`` -> Add of a small constant: each input in CPU memory or small."""
     dtype = np.float16 if data == T.FLOAT16 else np.float32
     graph = h.make_graph(
-        [h.make_node("Shape", ["x"], ["shape"], name="shape"),
-         h.make_node("Cast", ["shape"], ["sizes"], name="cast", to=data),
-         h.make_node("Add", ["sizes", "one"], ["y"], name="add")],
-        "sizes", [h.make_tensor_value_info("x", T.FLOAT, ["n", 4])], [h.make_tensor_value_info("y", data, [2])],
+        [
+            h.make_node("Shape", ["x"], ["shape"], name="shape"),
+            h.make_node("Cast", ["shape"], ["sizes"], name="cast", to=data),
+            h.make_node("Add", ["sizes", "one"], ["y"], name="add"),
+        ],
+        "sizes",
+        [h.make_tensor_value_info("x", T.FLOAT, ["n", 4])],
+        [h.make_tensor_value_info("y", data, [2])],
         initializer=[numpy_helper.from_array(np.ones(2, dtype), "one")],
-    )  # fmt: skip
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
 
 
@@ -99,10 +104,11 @@ def test_real_directml_keeps_float16_off_the_cpu_provider(tmp_path, data, where)
 
 def test_the_provider_has_no_kernel_for_string_data():
     graph = h.make_graph(
-        [h.make_node("Gather", ["words", "ids"], ["picked"], name="pick")], "strings",
+        [h.make_node("Gather", ["words", "ids"], ["picked"], name="pick")],
+        "strings",
         [h.make_tensor_value_info("words", T.STRING, [5]), h.make_tensor_value_info("ids", T.INT64, [2])],
         [h.make_tensor_value_info("picked", T.STRING, [2])],
-    )  # fmt: skip
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
     assert place_nodes(model)["graph 'strings'"] == [Placed("CPU", NO_KERNEL)]
     assert check(model)[0].status == "CPU"  # with the reason check gives STRING gathers
@@ -131,8 +137,11 @@ def test_real_directml_places_the_gathers_where_check_says(tmp_path):
     onnx.save(_model(), path)
     loaded = worker.shared().load(path, fallback=True, fuse=False)
     worker.shared().free(loaded)
-    real = {entry.partition(" (")[2].removesuffix(")"): where
-            for where, entries in loaded.placement.items() for entry in entries}  # fmt: skip
+    real = {
+        entry.partition(" (")[2].removesuffix(")"): where
+        for where, entries in loaded.placement.items()
+        for entry in entries
+    }
     assert real["batch_size"] == "CPUExecutionProvider" and real["embedding"] == "DmlExecutionProvider"
     assert "constant_pick" not in real  # folded when the session was created
     # and it runs: the dml backend's outputs equal the CPU's

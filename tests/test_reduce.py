@@ -34,8 +34,13 @@ def _chain(
             value = odd.output[0]
     weights = [numpy_helper.from_array(np.array(1, np.float32), "one")]
     weights += [numpy_helper.from_array(array, name) for name, array in (odd_inputs or {}).items()]
-    graph = h.make_graph(nodes, "chain", [h.make_tensor_value_info("x", T.FLOAT, [4])],
-                         [h.make_tensor_value_info(value, T.FLOAT, None)], weights)  # fmt: skip
+    graph = h.make_graph(
+        nodes,
+        "chain",
+        [h.make_tensor_value_info("x", T.FLOAT, [4])],
+        [h.make_tensor_value_info(value, T.FLOAT, None)],
+        weights,
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
 
 
@@ -47,13 +52,20 @@ def test_a_window_takes_weights_as_weights_constants_as_weights_and_the_rest_as_
             h.make_node("Reshape", ["y", "shape"], ["z"], name="reshape"),
             h.make_node("Neg", ["z"], ["out"], name="neg"),
         ],
-        "g", [h.make_tensor_value_info("x", T.FLOAT, [2])], [h.make_tensor_value_info("out", T.FLOAT, [2])],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info("out", T.FLOAT, [2])],
         [numpy_helper.from_array(np.array([1, 2], np.float32), "w")],
-    )  # fmt: skip
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     assert constant_values(model.graph) == {"w", "shape"}
-    values = {"x": np.zeros(2, np.float32), "shape": np.array([2]), "y": np.ones(2, np.float32),
-              "z": np.ones(2, np.float32), "out": -np.ones(2, np.float32)}  # fmt: skip
+    values = {
+        "x": np.zeros(2, np.float32),
+        "shape": np.array([2]),
+        "y": np.ones(2, np.float32),
+        "z": np.ones(2, np.float32),
+        "out": -np.ones(2, np.float32),
+    }
     reduced = window(model, {2}, values)
     assert [n.name for n in reduced.graph.node] == ["reshape"]
     assert [i.name for i in reduced.graph.input] == ["y"]
@@ -68,10 +80,12 @@ def test_a_window_takes_weights_as_weights_constants_as_weights_and_the_rest_as_
 def test_a_weight_the_inputs_override_comes_with_the_value_fed():
     # An input with a default (IR 4 on), fed: the window's weight holds what was fed, not the default
     graph = h.make_graph(
-        [h.make_node("Add", ["x", "w"], ["y"], name="add")], "g",
+        [h.make_node("Add", ["x", "w"], ["y"], name="add")],
+        "g",
         [h.make_tensor_value_info(name, T.FLOAT, [2]) for name in ("x", "w")],
-        [h.make_tensor_value_info("y", T.FLOAT, [2])], [numpy_helper.from_array(np.zeros(2, np.float32), "w")],
-    )  # fmt: skip
+        [h.make_tensor_value_info("y", T.FLOAT, [2])],
+        [numpy_helper.from_array(np.zeros(2, np.float32), "w")],
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     values = {"x": np.ones(2, np.float32), "w": np.full(2, 5, np.float32), "y": np.full(2, 6, np.float32)}
     (weight,) = window(model, {0}, values).graph.initializer
@@ -86,14 +100,21 @@ def test_a_node_holding_a_subgraph_takes_what_the_subgraph_reads_from_outside():
         [h.make_node("Identity", ["y"], ["c"])], "else", [], [h.make_tensor_value_info("c", T.FLOAT, [2])]
     )
     graph = h.make_graph(
-        [h.make_node("Abs", ["x"], ["y"], name="abs"),
-         h.make_node("If", ["flag"], ["out"], name="if", then_branch=branch, else_branch=other)],
-        "g", [h.make_tensor_value_info("x", T.FLOAT, [2]), h.make_tensor_value_info("flag", T.BOOL, [])],
+        [
+            h.make_node("Abs", ["x"], ["y"], name="abs"),
+            h.make_node("If", ["flag"], ["out"], name="if", then_branch=branch, else_branch=other),
+        ],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [2]), h.make_tensor_value_info("flag", T.BOOL, [])],
         [h.make_tensor_value_info("out", T.FLOAT, [2])],
-    )  # fmt: skip
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
-    values = {"x": np.ones(2, np.float32), "flag": np.array(True), "y": np.ones(2, np.float32),
-              "out": -np.ones(2, np.float32)}  # fmt: skip
+    values = {
+        "x": np.ones(2, np.float32),
+        "flag": np.array(True),
+        "y": np.ones(2, np.float32),
+        "out": -np.ones(2, np.float32),
+    }
     reduced = window(model, {1}, values)
     assert sorted(i.name for i in reduced.graph.input) == ["flag", "y"]
     onnx.checker.check_model(reduced, full_check=True)
@@ -107,9 +128,13 @@ def _reduce(tmp_path, model: onnx.ModelProto, feeds, backend: str, reference: st
     path = tmp_path / "chain.onnx"
     onnx.save(model, path)
     reducer = Reducer(
-        backends.Model.read(path), feeds, backends.create(backend, out_of_bounds=out_of_bounds),
-        backends.create(reference), Tolerance(), lambda line: None,
-    )  # fmt: skip
+        backends.Model.read(path),
+        feeds,
+        backends.create(backend, out_of_bounds=out_of_bounds),
+        backends.create(reference),
+        Tolerance(),
+        lambda line: None,
+    )
     return reducer.reduce()
 
 
@@ -135,8 +160,18 @@ def test_directmls_pow_of_zero_to_the_zero_deep_in_a_chain_is_found_on_real_dire
     # x + 26 = 0 in the first element: ONNX Runtime's CPU kernel gives 0 ** 0 = 1, DirectML 0
     np.savez(tmp_path / "in.npz", x=np.array([-26, 1, 2, 3], np.float32))
     out = tmp_path / "small.onnx"
-    arguments = ["reduce", str(tmp_path / "chain.onnx"), "--backend", "dml", "--reference", "cpu",
-                 "--inputs", str(tmp_path / "in.npz"), "-o", str(out)]  # fmt: skip
+    arguments = [
+        "reduce",
+        str(tmp_path / "chain.onnx"),
+        "--backend",
+        "dml",
+        "--reference",
+        "cpu",
+        "--inputs",
+        str(tmp_path / "in.npz"),
+        "-o",
+        str(out),
+    ]
     assert main(arguments) == 0
     printed = capsys.readouterr().out
     assert [node.name for node in onnx.load(out).graph.node] == ["power"]
@@ -150,8 +185,12 @@ def test_directmls_pow_of_zero_to_the_zero_deep_in_a_chain_is_found_on_real_dire
 def _gather_chain(tmp_path):
     """A 42-node chain whose one Gather reads row 31 of a 30-row table for the inputs given."""
     lookup = h.make_node("Gather", ["table", "i"], ["g"], name="lookup", axis=0)
-    model = _chain(40, h.make_node("Cast", ["v"], ["i"], name="cast", to=T.INT64), 25,
-                   {"table": np.arange(60, dtype=np.float32).reshape(30, 2)})  # fmt: skip
+    model = _chain(
+        40,
+        h.make_node("Cast", ["v"], ["i"], name="cast", to=T.INT64),
+        25,
+        {"table": np.arange(60, dtype=np.float32).reshape(30, 2)},
+    )
     model.graph.node.insert(27, lookup)
     model.graph.node[28].input[0] = "g"
     onnx.save(model, tmp_path / "chain.onnx")
@@ -173,7 +212,14 @@ def test_reduce_writes_the_window_its_inputs_and_the_command_that_shows_it(tmp_p
     assert "reduce: the whole model (42 nodes): outputs outside tolerance" in printed.err
     command = printed.out.splitlines()[-1].split()
     assert command[:2] == ["onnx-gather", "parity"] and command[2:] == [
-        str(out), "--inputs", str(tmp_path / "small.npz"), "--backends", "openvino", "--reference", "pyop"]  # fmt: skip
+        str(out),
+        "--inputs",
+        str(tmp_path / "small.npz"),
+        "--backends",
+        "openvino",
+        "--reference",
+        "pyop",
+    ]
     assert main(command[1:]) == 1  # the command printed shows the difference
     assert "DIFFERENT" in capsys.readouterr().out
 
@@ -229,14 +275,20 @@ def test_a_window_keeps_the_models_declared_dims_symbolic_and_the_rest_of_the_mo
             h.make_node("Reshape", ["y", "s"], ["z"], name="reshape", allowzero=1),
             h.make_node("Unknown", ["z"], ["u"], name="mystery", domain="custom"),
         ],
-        "g", [h.make_tensor_value_info("x", T.FLOAT, ["batch", None, 4])],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, ["batch", None, 4])],
         [h.make_tensor_value_info("u", T.FLOAT, None)],
-    )  # fmt: skip
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("custom", 1)], ir_version=9)
     model.producer_name, model.doc_string = "pytorch", "the model"
     h.set_model_props(model, {"author": "someone"})
-    values = {"x": np.ones((2, 3, 4), np.float32), "y": np.ones((2, 3, 4), np.float32), "s": np.array([2, 3, 4]),
-              "z": np.ones((2, 3, 4), np.float32), "u": np.ones(5, np.float32)}  # fmt: skip
+    values = {
+        "x": np.ones((2, 3, 4), np.float32),
+        "y": np.ones((2, 3, 4), np.float32),
+        "s": np.array([2, 3, 4]),
+        "z": np.ones((2, 3, 4), np.float32),
+        "u": np.ones(5, np.float32),
+    }
     reduced = window(model, {2, 3}, values)
     dims = [[d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim] for v in reduced.graph.input]
     assert [v.name for v in reduced.graph.input] == ["s", "y"] and dims[0] == [3]
@@ -254,18 +306,25 @@ def _two_differences(tmp_path):
     semantics read the last row: a difference of 59), ``near`` by OpenVINO's own exponential (a few units in the last
     place). Held to atol 1e-9 and rtol 0, both are outside tolerance; the first is the larger by far."""
     rng = np.random.default_rng(3)
-    weights = [numpy_helper.from_array(rng.standard_normal(256).astype(np.float32), "w"),
-               numpy_helper.from_array(np.arange(60, dtype=np.float32).reshape(30, 2), "table"),
-               numpy_helper.from_array(np.array(1, np.float32), "one")]  # fmt: skip
-    nodes = [h.make_node("Mul", ["x", "w"], ["scaled"], name="scale"),
-             h.make_node("Exp", ["scaled"], ["grown"], name="grow"),
-             h.make_node("Add", ["grown", "w"], ["near"], name="shift"),
-             h.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0),
-             h.make_node("Add", ["rows", "one"], ["far"], name="bump")]  # fmt: skip
+    weights = [
+        numpy_helper.from_array(rng.standard_normal(256).astype(np.float32), "w"),
+        numpy_helper.from_array(np.arange(60, dtype=np.float32).reshape(30, 2), "table"),
+        numpy_helper.from_array(np.array(1, np.float32), "one"),
+    ]
+    nodes = [
+        h.make_node("Mul", ["x", "w"], ["scaled"], name="scale"),
+        h.make_node("Exp", ["scaled"], ["grown"], name="grow"),
+        h.make_node("Add", ["grown", "w"], ["near"], name="shift"),
+        h.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0),
+        h.make_node("Add", ["rows", "one"], ["far"], name="bump"),
+    ]
     graph = h.make_graph(
-        nodes, "two", [h.make_tensor_value_info("x", T.FLOAT, [256]), h.make_tensor_value_info("ids", T.INT64, [3])],
-        [h.make_tensor_value_info("near", T.FLOAT, [256]), h.make_tensor_value_info("far", T.FLOAT, [3, 2])], weights,
-    )  # fmt: skip
+        nodes,
+        "two",
+        [h.make_tensor_value_info("x", T.FLOAT, [256]), h.make_tensor_value_info("ids", T.INT64, [3])],
+        [h.make_tensor_value_info("near", T.FLOAT, [256]), h.make_tensor_value_info("far", T.FLOAT, [3, 2])],
+        weights,
+    )
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), tmp_path / "two.onnx")
     np.savez(tmp_path / "in.npz", x=(rng.standard_normal(256) * 4).astype(np.float32), ids=np.array([0, 31, 2]))
     return tmp_path / "two.onnx", tmp_path / "in.npz"
@@ -317,8 +376,14 @@ def test_a_symptom_that_vanishes_is_reported_with_the_smallest_window_that_showe
     model = _chain(12, h.make_node("Neg", ["v"], ["n"], name="negate"), 5)
     path = tmp_path / "chain.onnx"
     onnx.save(model, path)
-    reducer = Reducer(backends.Model.read(path), {"x": np.zeros(4, np.float32)}, _FirstRunsOnly(5),
-                      backends.create("pyop"), Tolerance(), lambda line: None)  # fmt: skip
+    reducer = Reducer(
+        backends.Model.read(path),
+        {"x": np.zeros(4, np.float32)},
+        _FirstRunsOnly(5),
+        backends.create("pyop"),
+        Tolerance(),
+        lambda line: None,
+    )
     found = reducer.reduce()  # exit 3 before: "showed it once and not again"
     assert "not on a second run (no difference)" in found.note and "may not be deterministic" in found.note
     assert found.symptom.detail.startswith("outputs outside tolerance") and found.runs == 6
@@ -327,8 +392,18 @@ def test_a_symptom_that_vanishes_is_reported_with_the_smallest_window_that_showe
 def test_a_reference_that_fails_is_named_with_its_error(tmp_path, capsys):
     # ONNX Runtime's CPU kernels refuse the out-of-bounds index: as the reference, they give no values to feed windows
     path, given = _gather_chain(tmp_path)
-    arguments = ["reduce", str(path), "--backend", "pyop", "--reference", "cpu", "--inputs", str(given),
-                 "-o", str(tmp_path / "small.onnx")]  # fmt: skip
+    arguments = [
+        "reduce",
+        str(path),
+        "--backend",
+        "pyop",
+        "--reference",
+        "cpu",
+        "--inputs",
+        str(given),
+        "-o",
+        str(tmp_path / "small.onnx"),
+    ]
     assert main(arguments) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"onnx-gather: error: the reference cpu fails on {path} (every value marked as an output): ")
@@ -356,18 +431,32 @@ def test_directmls_reshape_failure_on_dynamic_shapes_reduces_to_the_nodes_that_s
     at session creation). Windows declared with the reference's fixed shapes never showed it again; a window of the
     Reshape alone shows another code. So the 1-minimal window is the Reshape and its consumer."""
     require_directml(wine=True)
-    nodes = [h.make_node("Add", ["x", "one"], ["a"], name="add"),
-             h.make_node("Reshape", ["a", "flat"], ["r"], name="view", allowzero=1),
-             h.make_node("Relu", ["r"], ["y"], name="relu")]  # fmt: skip
+    nodes = [
+        h.make_node("Add", ["x", "one"], ["a"], name="add"),
+        h.make_node("Reshape", ["a", "flat"], ["r"], name="view", allowzero=1),
+        h.make_node("Relu", ["r"], ["y"], name="relu"),
+    ]
     graph = h.make_graph(
-        nodes, "view", [h.make_tensor_value_info("x", T.FLOAT, ["batch", "sequence", 4])],
+        nodes,
+        "view",
+        [h.make_tensor_value_info("x", T.FLOAT, ["batch", "sequence", 4])],
         [h.make_tensor_value_info("y", T.FLOAT, ["n"])],
         [numpy_helper.from_array(np.array(1, np.float32), "one"), numpy_helper.from_array(np.array([-1]), "flat")],
-    )  # fmt: skip
+    )
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), tmp_path / "view.onnx")
     out = tmp_path / "small.onnx"
-    arguments = ["reduce", str(tmp_path / "view.onnx"), "--backend", "dml", "--reference", "cpu",
-                 "--shape", "x:2x3x4", "-o", str(out)]  # fmt: skip
+    arguments = [
+        "reduce",
+        str(tmp_path / "view.onnx"),
+        "--backend",
+        "dml",
+        "--reference",
+        "cpu",
+        "--shape",
+        "x:2x3x4",
+        "-o",
+        str(out),
+    ]
     assert main(arguments) == 0
     printed = capsys.readouterr().out
     assert [node.name for node in onnx.load(out).graph.node] == ["view", "relu"]

@@ -40,8 +40,11 @@ def test_gather_nd_out_of_bounds_modes(mode, expected):
 
 def test_gather_nd_error_mode_names_the_coordinate_and_its_dimension():
     indices = np.array([[[0, 1], [2, -5]]], np.int64)
-    with pytest.raises(GatherError, match=r"index -5 at indices position \(0, 1, 1\) is out of bounds for input "
-                                          r"dimension 2 of size 4 \(valid range \[-4, 3\]\)$"):  # fmt: skip
+    with pytest.raises(
+        GatherError,
+        match=r"index -5 at indices position \(0, 1, 1\) is out of bounds for input "
+        r"dimension 2 of size 4 \(valid range \[-4, 3\]\)$",
+    ):
         dml_gather_nd(ND_DATA[:1], indices, 3, 3, 1, "error")
 
 
@@ -297,9 +300,12 @@ def test_the_core_imports_no_runtime():
     from pathlib import Path
 
     package = Path(__file__).resolve().parent.parent / "onnx_gather"
-    modules = sorted(".".join(p.relative_to(package.parent).with_suffix("").parts)
-                     for layer in ("core", "graphs", "directml")
-                     for p in (package / layer).rglob("*.py") if p.stem != "__init__")  # fmt: skip
+    modules = sorted(
+        ".".join(p.relative_to(package.parent).with_suffix("").parts)
+        for layer in ("core", "graphs", "directml")
+        for p in (package / layer).rglob("*.py")
+        if p.stem != "__init__"
+    )
     code = (
         f"import sys, onnx_gather; import {', '.join(modules)}; "
         "from onnx_gather.graphs.emit import single_node_model; import numpy as np; "

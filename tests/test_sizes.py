@@ -45,7 +45,7 @@ def _nd(*counts: int) -> dict[str, int]:
         (gather_nd_sizes, (2, 3, 4), (1, 5, 1), _nd(2, 2, 0), (1, 5, 4)),  # the input's leading size is not 1
         (gather_nd_sizes, (1, 3, 4), (1, 5, 3), _nd(2, 2, 0), (1, 1, 5)),  # tuples longer than the input
     ],
-)  # fmt: skip
+)
 def test_refusals_keep_the_sizes_the_ranks_and_attributes_state(function, input, indices, attributes, stated):
     refusal = function(input, indices, attributes)
     assert isinstance(refusal, Refusal) and refusal.reason
@@ -76,9 +76,15 @@ def test_pad_is_what_comes_before_a_short_c():
 
 @pytest.mark.parametrize(
     ("arguments", "rank"),
-    [(("Gather", 3, 2), 4), (("Gather", 3, 0), 2), (("GatherElements", 3, 3), 3), (("GatherND", 3, 3, 1, 2), 2),
-     (("GatherND", 2, 2, 0, 2), 1), (("GatherND", 4, 2, 0, 1), 4)],
-)  # fmt: skip
+    [
+        (("Gather", 3, 2), 4),
+        (("Gather", 3, 0), 2),
+        (("GatherElements", 3, 3), 3),
+        (("GatherND", 3, 3, 1, 2), 2),
+        (("GatherND", 2, 2, 0, 2), 1),
+        (("GatherND", 4, 2, 0, 1), 4),
+    ],
+)
 def test_output_rank(arguments, rank):
     assert output_rank(*arguments) == rank
 

@@ -27,9 +27,12 @@ def _lookup(table: np.ndarray = TABLE, table_is_input: bool = False, ir_version:
     if table_is_input:
         inputs.append(helper.make_tensor_value_info("table", TensorProto.FLOAT, list(table.shape)))
     graph = helper.make_graph(
-        [helper.make_node("Gather", ["table", "ids"], ["y"])], "lookup", inputs,
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(table, "table")],
-    )  # fmt: skip
+        [helper.make_node("Gather", ["table", "ids"], ["y"])],
+        "lookup",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(table, "table")],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=ir_version)
 
 
@@ -63,12 +66,16 @@ def test_a_dequantized_table_is_computed_once_as_onnx_runtime_computes_it():
     quantized = RNG.integers(-128, 128, (40, 6)).astype(np.int8)
     scale = RNG.random((40, 1)).astype(np.float32)
     graph = helper.make_graph(
-        [helper.make_node("Cast", ["q"], ["f"], to=TensorProto.FLOAT), helper.make_node("Mul", ["f", "scale"], ["t"]),
-         helper.make_node("Gather", ["t", "ids"], ["y"])], "dequantized",
+        [
+            helper.make_node("Cast", ["q"], ["f"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["f", "scale"], ["t"]),
+            helper.make_node("Gather", ["t", "ids"], ["y"]),
+        ],
+        "dequantized",
         [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(quantized, "q"), numpy_helper.from_array(scale, "scale")],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     converted = onnx_gather.to_dml(model)
     assert {n.op_type for n in _detached(converted).graph.node} == {"Constant", "Unsqueeze", "DmlGatherTable"}

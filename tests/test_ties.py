@@ -32,16 +32,20 @@ def _topk_model(tmp_path, scores: bool, grown: bool = False) -> str:
     """keys (x, or ``scores``: Sigmoid(x), as a detector's) -> TopK -> the boxes gathered by its indices; and ArgMax
     of the keys; ``grown``: Exp(boxes) too, where backends part in the last place."""
     keys = "scores" if scores else "x"
-    nodes = [*([h.make_node("Sigmoid", ["x"], ["scores"], name="sigmoid")] if scores else []),
-             h.make_node("TopK", [keys, "k"], ["values", "indices"], name="topk", axis=1),
-             h.make_node("Gather", ["boxes", "indices"], ["picked"], name="pick", axis=1),
-             h.make_node("ArgMax", [keys], ["best"], name="best", axis=1, keepdims=0),
-             *([h.make_node("Exp", ["boxes"], ["grown"], name="grow")] if grown else [])]  # fmt: skip
+    nodes = [
+        *([h.make_node("Sigmoid", ["x"], ["scores"], name="sigmoid")] if scores else []),
+        h.make_node("TopK", [keys, "k"], ["values", "indices"], name="topk", axis=1),
+        h.make_node("Gather", ["boxes", "indices"], ["picked"], name="pick", axis=1),
+        h.make_node("ArgMax", [keys], ["best"], name="best", axis=1, keepdims=0),
+        *([h.make_node("Exp", ["boxes"], ["grown"], name="grow")] if grown else []),
+    ]
     inputs = [h.make_tensor_value_info("x", T.FLOAT, [1, N]), h.make_tensor_value_info("boxes", T.FLOAT, [1, N, 4])]
-    outputs = [h.make_tensor_value_info("values", T.FLOAT, [1, K]),
-               h.make_tensor_value_info("picked", T.FLOAT, [1, 1, K, 4]),
-               h.make_tensor_value_info("best", T.INT64, [1]),
-               *([h.make_tensor_value_info("grown", T.FLOAT, [1, N, 4])] if grown else [])]  # fmt: skip
+    outputs = [
+        h.make_tensor_value_info("values", T.FLOAT, [1, K]),
+        h.make_tensor_value_info("picked", T.FLOAT, [1, 1, K, 4]),
+        h.make_tensor_value_info("best", T.INT64, [1]),
+        *([h.make_tensor_value_info("grown", T.FLOAT, [1, N, 4])] if grown else []),
+    ]
     k = numpy_helper.from_array(np.array([K], np.int64), "k")
     path = tmp_path / f"{'scores' if scores else 'ties'}{'_grown' if grown else ''}.onnx"
     graph = h.make_graph(nodes, "ties", inputs, outputs, [k])
@@ -123,12 +127,15 @@ def test_openvino_orders_exactly_equal_keys_otherwise_which_passes_as_tied_unles
     assert (tie["node"], tie["op_type"], tie["key_gap"]) == ("topk", "TopK", 0.0) and len(tie["rows"]) > 1
     assert "ties" not in document["outputs"]["picked"]["cpu"]  # the same order: bit-identical
     assert _row(lines, "picked", "openvino").split()[2:4] == ["TIED:", "rows"]
-    assert lines[-1] == ("PASSED: every output of cpu, openvino is within tolerance of the reference pyop, or apart "
-                         "only by the order of tied keys (TIED above, on openvino).")  # fmt: skip
+    assert lines[-1] == (
+        "PASSED: every output of cpu, openvino is within tolerance of the reference pyop, or apart "
+        "only by the order of tied keys (TIED above, on openvino)."
+    )
     code, document, lines = _parity(tmp_path, capsys, model, inputs, "--backends", "cpu,openvino", "--strict-ties")
     assert code == 1 and document["verdict"] == "failed" and document["strict_ties"] is True
-    assert lines[-1] == ("FAILED: outputs outside tolerance on openvino (on openvino only by the order of tied keys: "
-                         "--strict-ties).")  # fmt: skip
+    assert lines[-1] == (
+        "FAILED: outputs outside tolerance on openvino (on openvino only by the order of tied keys: --strict-ties)."
+    )
 
 
 @pytest.mark.openvino
@@ -146,8 +153,9 @@ def test_near_ties_are_tied_within_tolerance_and_different_at_tolerance_zero(tmp
     model, inputs = _topk_model(tmp_path, scores=True), _inputs(tmp_path, near=True)
     code, document, _ = _parity(tmp_path, capsys, model, inputs, "--backends", "openvino")
     assert code == 0 and document["outputs"]["picked"]["openvino"]["ties"][0]["key_gap"] > 0
-    code, document, lines = _parity(tmp_path, capsys, model, inputs, "--backends", "openvino", "--atol", "0",
-                                    "--rtol", "0")  # fmt: skip
+    code, document, lines = _parity(
+        tmp_path, capsys, model, inputs, "--backends", "openvino", "--atol", "0", "--rtol", "0"
+    )
     assert code == 1 and "ties" not in document["outputs"]["picked"]["openvino"]
     assert _row(lines, "picked", "openvino").split()[2] == "DIFFERENT"
 
@@ -158,8 +166,9 @@ def test_with_all_tensors_tied_intermediate_values_pass_too(tmp_path, capsys):
     code, document, lines = _parity(tmp_path, capsys, model, inputs, "--backends", "openvino", "--all-tensors")
     assert code == 0 and document["all_tensors"]["rejected"] == {} and document["divergence"] == {"openvino": []}
     assert lines[-1].startswith("PASSED: every output and intermediate value of openvino")
-    code, document, _ = _parity(tmp_path, capsys, model, inputs, "--backends", "openvino", "--all-tensors",
-                                "--strict-ties")  # fmt: skip
+    code, document, _ = _parity(
+        tmp_path, capsys, model, inputs, "--backends", "openvino", "--all-tensors", "--strict-ties"
+    )
     assert code == 1 and document["all_tensors"]["rejected"] == {"openvino": ["indices"]}
     assert [entry["node"] for entry in document["divergence"]["openvino"]] == ["topk"]
 

@@ -26,8 +26,11 @@ def test_no_archive_is_tracked(tracked):
 
 
 def test_no_large_file_outside_models(tracked):
-    large = [str(p) for p in tracked if p.parts[0] != "models" and (ROOT / p).is_file()
-             and (ROOT / p).stat().st_size > LARGEST]  # fmt: skip
+    large = [
+        str(p)
+        for p in tracked
+        if p.parts[0] != "models" and (ROOT / p).is_file() and (ROOT / p).stat().st_size > LARGEST
+    ]
     assert large == []
 
 

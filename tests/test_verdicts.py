@@ -34,10 +34,14 @@ def test_named_backends_that_cannot_run_here_leave_the_run_incomplete(tmp_path, 
     assert code == 4
     assert document["verdict"] == "incomplete" and document["passed"] is False
     assert {name: entry["status"] for name, entry in document["backends"].items()} == {
-        "pyop": "ok", "cuda": "skipped", "dml": "skipped"
-    }  # fmt: skip
-    assert last == ("INCOMPLETE: cuda, dml could not run, though named (--allow-skipped accepts that); no backend "
-                    "besides the reference compared every output.")  # fmt: skip
+        "pyop": "ok",
+        "cuda": "skipped",
+        "dml": "skipped",
+    }
+    assert last == (
+        "INCOMPLETE: cuda, dml could not run, though named (--allow-skipped accepts that); no backend "
+        "besides the reference compared every output."
+    )
 
 
 def test_allowing_skips_still_needs_one_backend_compared(tmp_path, capsys, no_directml):
@@ -83,9 +87,12 @@ def test_a_difference_fails_and_says_what_could_not_run_too(tmp_path, capsys, no
 
 def test_openvino_lacking_an_operator_cannot_take_the_model(tmp_path, capsys):
     pytest.importorskip("openvino", reason="the openvino extra is not installed: pip install '.[openvino]'")
-    graph = h.make_graph([h.make_node("Det", ["x"], ["y"], name="det")], "det",
-                         [h.make_tensor_value_info("x", T.FLOAT, [3, 3])],
-                         [h.make_tensor_value_info("y", T.FLOAT, [])])  # fmt: skip
+    graph = h.make_graph(
+        [h.make_node("Det", ["x"], ["y"], name="det")],
+        "det",
+        [h.make_tensor_value_info("x", T.FLOAT, [3, 3])],
+        [h.make_tensor_value_info("y", T.FLOAT, [])],
+    )
     path = tmp_path / "det.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 20)], ir_version=9), path)
     report = tmp_path / "r.json"
@@ -107,8 +114,9 @@ def test_run_and_reduce_on_a_backend_that_cannot_run_here_exit_4(tmp_path, capsy
     output = ["-o", str(tmp_path / "small.onnx")] if command == "reduce" else []
     assert main([command, sample_model_path(), "--backend", "dml", *SAMPLE, *output]) == 4
     error = capsys.readouterr().err.strip().splitlines()
-    assert len(error) == 1 and error[0].startswith("onnx-gather: cannot run: backend dml cannot run here: real "
-                                                   "DirectML is not set up here")  # fmt: skip
+    assert len(error) == 1 and error[0].startswith(
+        "onnx-gather: cannot run: backend dml cannot run here: real DirectML is not set up here"
+    )
     assert not (tmp_path / "small.onnx").exists()
 
 
@@ -120,8 +128,11 @@ def test_a_folder_is_incomplete_when_one_model_is(tmp_path, capsys, no_directml)
     onnx.save(sample, folder / "b.onnx")
     assert main(["parity", str(folder), "--backends", "pyop,dml", *SAMPLE]) == 4
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-3:] == ["0 of 2 models passed.", f"  INCOMPLETE  {folder / 'a.onnx'}",
-                          f"  INCOMPLETE  {folder / 'b.onnx'}"]  # fmt: skip
+    assert lines[-3:] == [
+        "0 of 2 models passed.",
+        f"  INCOMPLETE  {folder / 'a.onnx'}",
+        f"  INCOMPLETE  {folder / 'b.onnx'}",
+    ]
 
 
 def test_the_cpu_backend_refuses_dml_ops_before_running(tmp_path):
@@ -131,5 +142,4 @@ def test_the_cpu_backend_refuses_dml_ops_before_running(tmp_path):
     assert "DML ops" in backends.create("cpu").refusal(proto)
     assert "DML ops" in backends.create("openvino").refusal(proto)
     assert all(backends.create(name).refusal(proto) is None for name in ("pyop", "lowered", "reference"))
-    assert np.all([backends.create(name).refusal(onnx.load(sample_model_path())) is None
-                   for name in backends.BACKENDS])  # fmt: skip
+    assert np.all([backends.create(name).refusal(onnx.load(sample_model_path())) is None for name in backends.BACKENDS])

@@ -17,11 +17,14 @@ from onnx_gather.core import semantics
 
 def _lowered(op_type: str, data_type: int, data_dims: list, indices_type: int, indices_dims: list, **attributes):
     graph = h.make_graph(
-        [h.make_node(op_type, ["data", "indices"], ["out"], name="the_gather", **attributes)], "g",
-        [h.make_tensor_value_info("data", data_type, data_dims),
-         h.make_tensor_value_info("indices", indices_type, indices_dims)],
+        [h.make_node(op_type, ["data", "indices"], ["out"], name="the_gather", **attributes)],
+        "g",
+        [
+            h.make_tensor_value_info("data", data_type, data_dims),
+            h.make_tensor_value_info("indices", indices_type, indices_dims),
+        ],
         [h.make_tensor_value_info("out", data_type, None)],
-    )  # fmt: skip
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
 
 
@@ -60,8 +63,12 @@ def test_gather_nd_tuples_beyond_int32_and_no_tuples(mode):
 
 def test_bfloat16_element_counts_do_not_use_size():
     # lowering.dml_memory.Tensor.count multiplies the dims: ONNX Runtime has no Size kernel for BFLOAT16.
-    graph = h.make_graph([h.make_node("Size", ["a"], ["n"])], "g", [h.make_tensor_value_info("a", TensorProto.BFLOAT16,
-                         [2])], [h.make_tensor_value_info("n", TensorProto.INT64, None)])  # fmt: skip
+    graph = h.make_graph(
+        [h.make_node("Size", ["a"], ["n"])],
+        "g",
+        [h.make_tensor_value_info("a", TensorProto.BFLOAT16, [2])],
+        [h.make_tensor_value_info("n", TensorProto.INT64, None)],
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
     with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.NotImplemented, match="Size"):
         onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

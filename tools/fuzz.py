@@ -37,7 +37,7 @@ ELEMENT_TYPES = [
     T.FLOAT16,
     T.BOOL,
     T.STRING,
-]  # fmt: skip  (the last three have no registration)
+]  # the last three have no registration
 INDEX_TYPES = [T.INT64, T.INT32, T.UINT64, T.UINT32, T.INT16, T.FLOAT]
 MODES = ["clamp", "zero", "error", "", "wrap", "CLAMP", "clamp\x00", "zéro"]
 
@@ -138,11 +138,13 @@ def _array(rng, elem, shape, extremes=False):
 def check(case) -> None:
     op, element, index, shape, index_shape, attributes, rng = case
     node = h.make_node(op, ["input", "indices"], ["output"], name="fuzzed", domain=onnx_gather.DOMAIN, **attributes)
-    graph = h.make_graph([node], "fuzz", [h.make_tensor_value_info("input", element, None),
-                         h.make_tensor_value_info("indices", index, None)],
-                         [h.make_tensor_value_info("output", element, None)])  # fmt: skip
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("onnx_gather", 1)],
-                         ir_version=10)  # fmt: skip
+    graph = h.make_graph(
+        [node],
+        "fuzz",
+        [h.make_tensor_value_info("input", element, None), h.make_tensor_value_info("indices", index, None)],
+        [h.make_tensor_value_info("output", element, None)],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("onnx_gather", 1)], ir_version=10)
     feeds = {"input": _array(rng, element, shape), "indices": _array(rng, index, index_shape, extremes=True)}
     try:
         session = onnx_gather.InferenceSession(model)
@@ -198,9 +200,11 @@ def run(examples: int, random_seed: int) -> int:
         check(case)
 
     fuzz()
-    print(f"fuzz: {counts['examples']} examples: {counts['ran']} ran and equal the reference, "
-          f"{counts['op error']} clean op errors, {counts['session refused']} sessions refused cleanly, "
-          f"{counts['runtime error']} clean runtime errors; {len(findings)} findings")  # fmt: skip
+    print(
+        f"fuzz: {counts['examples']} examples: {counts['ran']} ran and equal the reference, "
+        f"{counts['op error']} clean op errors, {counts['session refused']} sessions refused cleanly, "
+        f"{counts['runtime error']} clean runtime errors; {len(findings)} findings"
+    )
     for finding in findings[:20]:
         print("  finding:", finding)
     return 1 if findings else 0

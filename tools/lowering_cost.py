@@ -94,10 +94,17 @@ def measure(path: Path, mode: str, repeat: int, folder: Path) -> tuple[list[str]
     gathers = len(conversion.changed)
     per_gather = (nodes["lowered"] - nodes["original"]) / gathers if gathers else 0.0
     row = [
-        path.name, str(gathers), str(nodes["original"]), str(nodes["dml"]), str(nodes["lowered"]),
-        f"{per_gather:.1f}", f"{1000 * seconds['original']:.0f}", f"{1000 * seconds['dml']:.0f}",
-        f"{1000 * seconds['lowered']:.0f}", f"{seconds['lowered'] / seconds['original']:.2f}",
-    ]  # fmt: skip
+        path.name,
+        str(gathers),
+        str(nodes["original"]),
+        str(nodes["dml"]),
+        str(nodes["lowered"]),
+        f"{per_gather:.1f}",
+        f"{1000 * seconds['original']:.0f}",
+        f"{1000 * seconds['dml']:.0f}",
+        f"{1000 * seconds['lowered']:.0f}",
+        f"{seconds['lowered'] / seconds['original']:.2f}",
+    ]
     return row, _warnings_of(paths["lowered"])
 
 
@@ -122,9 +129,11 @@ def main() -> None:
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
     for row in (header, *rows):
         print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
-    print(f"(session creation: median of {args.repeat}, each in a new process, the forms taking turns, one thread; "
-          f"x = lowered / original; "
-          f"out_of_bounds={args.mode})")  # fmt: skip
+    print(
+        f"(session creation: median of {args.repeat}, each in a new process, the forms taking turns, one thread; "
+        f"x = lowered / original; "
+        f"out_of_bounds={args.mode})"
+    )
     for name, warnings in warned.items():
         print(f"{name}: {len(warnings)} lines on stderr while creating the lowered session, first: {warnings[0]}")
     if not warned:

@@ -56,8 +56,9 @@ def _nested(depth: int) -> bytes:
     own Python encoder refuses to build messages this deep (it checks its 100-message decode limit)."""
     output = lambda name: h.make_tensor_value_info(name, T.FLOAT, [2]).SerializeToString()  # noqa: E731
     graph = h.make_graph([_gather(inputs=("x5", "i"))], "level0", [], []).SerializeToString() + _field(12, output("y"))
-    otherwise = h.make_graph([h.make_node("Identity", ["x2"], ["z"])], "other", [], [h.make_tensor_value_info(
-        "z", T.FLOAT, [2])]).SerializeToString()  # fmt: skip
+    otherwise = h.make_graph(
+        [h.make_node("Identity", ["x2"], ["z"])], "other", [], [h.make_tensor_value_info("z", T.FLOAT, [2])]
+    ).SerializeToString()
     for level in range(1, depth + 1):
         graph_type = _varint(20 << 3) + _varint(onnx.AttributeProto.GRAPH)  # AttributeProto.type, a varint field
         attributes = b"".join(
@@ -66,8 +67,10 @@ def _nested(depth: int) -> bytes:
         )
         node = _field(1, b"c") + _field(2, f"y{level}".encode()) + _field(3, f"if{level}".encode()) + _field(4, b"If")
         graph = _field(1, node + attributes) + _field(2, f"level{level}".encode()) + _field(12, output(f"y{level}"))
-    inputs = [h.make_tensor_value_info(n, t, s) for n, t, s in (("x5", T.FLOAT, [5]), ("x2", T.FLOAT, [2]),
-              ("i", T.INT64, [2]), ("c", T.BOOL, []))]  # fmt: skip
+    inputs = [
+        h.make_tensor_value_info(n, t, s)
+        for n, t, s in (("x5", T.FLOAT, [5]), ("x2", T.FLOAT, [2]), ("i", T.INT64, [2]), ("c", T.BOOL, []))
+    ]
     graph += b"".join(_field(11, value.SerializeToString()) for value in inputs)
     return _varint(1 << 3) + _varint(10) + _field(7, graph) + _field(8, h.make_opsetid("", 17).SerializeToString())
 

@@ -68,10 +68,17 @@ def pow_chain() -> onnx.ModelProto:
         if position == 25:
             nodes.append(h.make_node("Pow", [value, "zero"], ["p"], name="power"))
             value = "p"
-    weights = [numpy_helper.from_array(np.array(1, np.float32), "one"),
-               numpy_helper.from_array(np.zeros(4, np.float32), "zero")]  # fmt: skip
-    graph = h.make_graph(nodes, "pow_chain", [h.make_tensor_value_info("x", T.FLOAT, [4])],
-                         [h.make_tensor_value_info(value, T.FLOAT, [4])], weights)  # fmt: skip
+    weights = [
+        numpy_helper.from_array(np.array(1, np.float32), "one"),
+        numpy_helper.from_array(np.zeros(4, np.float32), "zero"),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "pow_chain",
+        [h.make_tensor_value_info("x", T.FLOAT, [4])],
+        [h.make_tensor_value_info(value, T.FLOAT, [4])],
+        weights,
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10, producer_name="onnx-gather")
     model.doc_string = pow_chain.__doc__.splitlines()[0]
     onnx.checker.check_model(model, full_check=True)

@@ -35,8 +35,11 @@ def main() -> int:
             spec.update({k: before[k] for k in MEASURED if k in before})
             kept += "directml" in before
     others = [spec for spec in doc["cases"] if spec["name"] not in names]
-    first = next(k for k, spec in enumerate(others) if spec["name"].startswith(f"{typed.SOURCE}:") and
-                 "RunTestWrapper" in spec["name"])  # fmt: skip
+    first = next(
+        k
+        for k, spec in enumerate(others)
+        if spec["name"].startswith(f"{typed.SOURCE}:") and "RunTestWrapper" in spec["name"]
+    )
     doc["cases"] = others[:first] + new + others[first:]
     peers.save(doc)
     print(f"{len(new)} typed cases written ({kept} with their verdicts kept, {len(new) - kept} to measure)")

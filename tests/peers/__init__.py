@@ -155,10 +155,23 @@ def load() -> tuple[Case, ...]:
         expected = spec["expected"]
         array = None
         if "error" not in expected:
-            array = _values(expected["values"], data.array.dtype, expected["shape"], doc["tensors"],
-                            expected.get("literal", ""))  # fmt: skip
-        cases.append(Case(spec["name"], spec["op"], spec["opset"], spec.get("attributes", {}), data, indices, array,
-                          expected.get("error"), spec.get("directml", {}), spec.get("difference")))  # fmt: skip
+            array = _values(
+                expected["values"], data.array.dtype, expected["shape"], doc["tensors"], expected.get("literal", "")
+            )
+        cases.append(
+            Case(
+                spec["name"],
+                spec["op"],
+                spec["opset"],
+                spec.get("attributes", {}),
+                data,
+                indices,
+                array,
+                expected.get("error"),
+                spec.get("directml", {}),
+                spec.get("difference"),
+            )
+        )
     return tuple(cases)
 
 
@@ -174,10 +187,13 @@ def model(cases: Sequence[Case]) -> onnx.ModelProto:
     (opset,) = {case.opset for case in cases}
     nodes, inputs, initializers, outputs = [], [], [], []
     for k, case in enumerate(cases):
-        nodes.append(helper.make_node(case.op, [f"data_{k}", f"indices_{k}"], [f"output_{k}"], f"case_{k}",
-                                      **case.attributes))  # fmt: skip
-        for name, tensor, dtype in (("data", case.data, case.data.array.dtype),
-                                    ("indices", case.indices, case.onnx_index_dtype)):  # fmt: skip
+        nodes.append(
+            helper.make_node(case.op, [f"data_{k}", f"indices_{k}"], [f"output_{k}"], f"case_{k}", **case.attributes)
+        )
+        for name, tensor, dtype in (
+            ("data", case.data, case.data.array.dtype),
+            ("indices", case.indices, case.onnx_index_dtype),
+        ):
             if tensor.initializer:
                 initializers.append(numpy_helper.from_array(tensor.array.astype(dtype), f"{name}_{k}"))
             else:

@@ -23,10 +23,18 @@ SOURCE = "ort/gather_elements_op_test.cc"
 SEED = 1
 # The test's T and numpy's name for it, in the order of the file's TESTs.
 TYPES = (
-    ("int8_t", "int8"), ("int16_t", "int16"), ("int32_t", "int32"), ("int64_t", "int64"), ("uint8_t", "uint8"),
-    ("uint16_t", "uint16"), ("uint32_t", "uint32"), ("uint64_t", "uint64"), ("float", "float32"),
-    ("double", "float64"), ("MLFloat16", "float16"),
-)  # fmt: skip
+    ("int8_t", "int8"),
+    ("int16_t", "int16"),
+    ("int32_t", "int32"),
+    ("int64_t", "int64"),
+    ("uint8_t", "uint8"),
+    ("uint16_t", "uint16"),
+    ("uint32_t", "uint32"),
+    ("uint64_t", "uint64"),
+    ("float", "float32"),
+    ("double", "float64"),
+    ("MLFloat16", "float16"),
+)
 # RunTestWrapper<T>'s calls: (TIndex, input_dims, indices_dims, has_axis, axis), has_axis and axis None where the call
 # leaves them to their defaults (false, 0).
 CALLS = (
@@ -110,12 +118,16 @@ def specs() -> list[dict]:
             drawn = indices(input_dims, indices_dims, new_axis)
             case = {
                 "name": f"{SOURCE}:GatherElementsOpTest.{t} (RunTestWrapper<{t}> {call_text(t, call)})",
-                "op": "GatherElements", "opset": 11, "attributes": {"axis": axis or 0},
+                "op": "GatherElements",
+                "opset": 11,
+                "attributes": {"axis": axis or 0},
                 "data": {"dtype": dtype, "shape": list(input_dims), "values": {"range": [1, 1]}},
                 "indices": {"dtype": INDEX_TYPES[index], "shape": list(indices_dims), "values": drawn},
-                "expected": {"shape": list(indices_dims),
-                             "values": reference(input_dims, indices_dims, new_axis, input_data, drawn)},
-            }  # fmt: skip
+                "expected": {
+                    "shape": list(indices_dims),
+                    "values": reference(input_dims, indices_dims, new_axis, input_data, drawn),
+                },
+            }
             if not has_axis:  # the test sets no axis: ONNX's default, 0
                 del case["attributes"]
             cases.append(case)
