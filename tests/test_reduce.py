@@ -491,3 +491,31 @@ def test_the_dml_backend_refuses_an_output_that_is_not_a_tensor_before_running()
         "output 'probabilities' is a sequence, not a tensor: the dml backend under Wine carries tensors only"
     )
     assert backends.create("cpu").refusal(proto) is None
+
+
+def test_a_window_of_a_model_with_external_data_carries_only_the_weights_it_uses(tmp_path, capsys):
+    """The window reads its own weights from the model's data file and carries them inside: not a copy of the whole
+    data file (a Khmer model from the registry: a 442 KB window came with a 7 MB copy)."""
+    big = numpy_helper.from_array(np.ones((512, 1024), np.float32), "big")  # 2 MB, used by the first node only
+    table = numpy_helper.from_array(np.arange(60, dtype=np.float32).reshape(30, 2), "table")
+    nodes = [h.make_node("ReduceSum", ["big"], ["total"], name="sum", keepdims=0),
+             h.make_node("Cast", ["x"], ["i"], name="cast", to=T.INT64),
+             h.make_node("Gather", ["table", "i"], ["g"], name="lookup", axis=0),
+             h.make_node("Add", ["g", "total"], ["y"], name="add")]  # fmt: skip
+    graph = h.make_graph(nodes, "ext", [h.make_tensor_value_info("x", T.FLOAT, [4])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [4, 2])], [big, table])  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    onnx.save(model, folder / "ext.onnx", save_as_external_data=True, location="ext.data", size_threshold=0)
+    np.savez(tmp_path / "in.npz", x=np.array([0, 1, 2, 31], np.float32))
+    out = tmp_path / "out" / "small.onnx"
+    out.parent.mkdir()
+    arguments = ["reduce", str(folder / "ext.onnx"), "--backend", "cpu", "--reference", "pyop",
+                 "--inputs", str(tmp_path / "in.npz"), "-o", str(out)]  # fmt: skip
+    assert main(arguments) == 0
+    assert sorted(p.name for p in out.parent.iterdir()) == ["small.npz", "small.onnx"]  # no data file beside it
+    reduced = onnx.load(out)
+    assert [node.name for node in reduced.graph.node] == ["lookup"]
+    assert [t.name for t in reduced.graph.initializer] == ["table"]
+    assert numpy_helper.to_array(reduced.graph.initializer[0]).tolist() == np.arange(60).reshape(30, 2).tolist()

@@ -91,6 +91,7 @@ class ReduceCommand(Command):
             )
             return 1
         with options.writing("-o", args.output):
+            model_io.inline_small_data(reduction.model, model.path)  # not a copy of every data file of the model
             model_io.save(reduction.model, output, model.path)
         with options.writing("-o", str(feeds_file)):
             inputs.save_npz(feeds_file, reduction.feeds)

@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor, uses_external_data
 
 from onnx_gather.core.errors import UserError
 from onnx_gather.graphs import files
@@ -36,6 +36,27 @@ def _external_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
             yield from (t for t in body.container.initializer if uses_external_data(t))
         for node in body.nodes:
             yield from (a.t for a in node.attribute if a.type == onnx.AttributeProto.TENSOR and uses_external_data(a.t))
+
+
+# A model that takes less external data than this carries it inside (``inline_small_data``).
+INLINE_BYTES = 2**28
+
+
+def inline_small_data(model: onnx.ModelProto, source: str | os.PathLike) -> None:
+    """Read into ``model`` (derived from the model file ``source``) the external data of its own tensors where they
+    come to less than ``INLINE_BYTES`` together: written with ``save``, it then carries what it uses, not a copy of
+    every data file of ``source`` (a window of a large model, ``reduce``)."""
+    tensors = list(_external_tensors(model))
+    folder = Path(source).parent
+    _check_external_data(model, folder, Path(source))
+    infos = [ExternalDataInfo(tensor) for tensor in tensors]
+    sizes = [info.length or (folder / info.location).stat().st_size for info in infos]  # no length: the whole file
+    if sum(sizes) >= INLINE_BYTES:
+        return
+    for tensor in tensors:
+        load_external_data_for_tensor(tensor, str(folder))
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
 
 
 def _check_external_data(model: onnx.ModelProto, folder: Path, path: Path) -> set[str]:
