@@ -595,3 +595,18 @@ def test_a_reader_that_goes_away_ends_the_command_silently_with_141(tmp_path):
     )
     result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True, timeout=120)
     assert result.stdout.strip() == "141" and result.stderr == ""
+
+
+def test_check_of_a_gather_elements_whose_ranks_differ_says_so_instead_of_an_internal_error(tmp_path, capsys):
+    graph = h.make_graph(
+        [h.make_node("GatherElements", ["x", "i"], ["y"], axis=0, name="ge")],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [3, 4]), h.make_tensor_value_info("i", T.INT64, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+    )
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), tmp_path / "ranks.onnx")
+    assert main(["check", str(tmp_path / "ranks.onnx")]) == 0  # was exit 3: a ValueError in the off-axis rule
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(
+        "unknown  node 'ge' (GatherElements, graph 'g'): its indices have rank 1 and its data rank 2"
+    )

@@ -141,6 +141,12 @@ def place_gather(
                 f"{indices.dims[d]}); the provider takes the node and fails when the session "
                 "is created (MLOperatorAuthorImpl.cpp(2853) 80070057)",
             )
+    if op_type == "GatherElements" and data.rank != indices.rank:
+        return Placement(
+            "unknown",
+            f"its indices have rank {indices.rank} and its data rank {data.rank}, which ONNX's GatherElements forbids "
+            "(ONNX Runtime's CPU kernel fails when it runs; what DirectML's provider does was not measured)",
+        )
     if op_type == "GatherElements":
         d = off_axis_difference(data.dims, indices.dims, axis)
         if d is not None:
