@@ -29,7 +29,7 @@ import onnx
 from onnx import TensorProto
 
 from onnx_gather.core.words import counted
-from onnx_gather.graphs.plumbing import Body, DefUse, bodies, unnamed
+from onnx_gather.graphs.plumbing import Body, DefUse, bodies, node_label
 from onnx_gather.graphs.types import ValueType, value_types
 
 # How far back a shape is followed (PyTorch's exports need 3 steps: Shape, Concat, Reshape).
@@ -181,7 +181,7 @@ def _allowzero(node: onnx.NodeProto) -> onnx.AttributeProto | None:
 def allowzero_reshapes(model: onnx.ModelProto) -> set[str]:
     """The names of the Reshape nodes with ``allowzero=1`` (``Reshape #3`` where unnamed), subgraphs included."""
     return {
-        node.name or unnamed(node, position)
+        node_label(node, position)
         for body in bodies(model)
         for position, node in enumerate(body.nodes)
         if (attribute := _allowzero(node)) is not None and attribute.i == 1
@@ -231,7 +231,7 @@ def clear_allowzero(
             attribute = _allowzero(node)
             if attribute is None:
                 continue
-            name = node.name or unnamed(node, position)
+            name = node_label(node, position)
             if attribute.ref_attr_name:
                 reason = f"its allowzero is the function's attribute {attribute.ref_attr_name!r}, given by each call"
                 changes.append(AllowzeroChange(name, body.where, False, reason))

@@ -18,7 +18,7 @@ from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, gather_c, gather_nd_c, o
 from onnx_gather.graphs.changes import NodeChange
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, FeatureLevel, place_gather
 from onnx_gather.graphs.placement.nodes import REASONS, place_nodes
-from onnx_gather.graphs.plumbing import Body, Names, bodies, referenced_attribute, unnamed
+from onnx_gather.graphs.plumbing import Body, Names, bodies, node_label, referenced_attribute
 from onnx_gather.graphs.ranks import Observer, branch_dependence, symbolic_types
 from onnx_gather.graphs.types import ValueType, value_types
 
@@ -81,7 +81,7 @@ class Analysis:
 
     @functools.cached_property
     def names(self) -> Names:
-        """Fresh names in the model: only a conversion, or an unnamed gather it converts, needs them."""
+        """Fresh names in the model: only a conversion, or an node_label gather it converts, needs them."""
         return Names(self.model)
 
     def _resolve(self, observation: Observer | None) -> None:
@@ -196,7 +196,7 @@ class Analysis:
             note = f"{_type_name(plan.data.elem_type)} data travels as {_type_name(plan.carrier)} ({exact})"
         return NodeChange(
             where=body.where,
-            node=node.name or unnamed(node, index),
+            node=node_label(node, index),
             op_type=node.op_type,
             result=name,
             fails=fails,
@@ -248,7 +248,7 @@ def _left_change(body: Body, types: dict[str, ValueType], node: onnx.NodeProto, 
     batch = _attribute(node, "batch_dims", 0) if not referenced else 0
     return NodeChange(
         where=body.where,
-        node=node.name or unnamed(node, index),
+        node=node_label(node, index),
         op_type=node.op_type,
         result="",
         reason=plan.reason,

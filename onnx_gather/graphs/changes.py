@@ -17,7 +17,7 @@ class NodeChange:
     node left; a converted or lowered node's figures are typed fields, worded where they are printed)."""
 
     where: str
-    node: str  # its name, or what reports call a node without one (``plumbing.unnamed``)
+    node: str  # its name, or what reports call a node without one (``plumbing.node_label``)
     op_type: str
     result: str  # the DML node's name, or "" where the node stayed standard
     reason: str = ""  # why it stayed as it was

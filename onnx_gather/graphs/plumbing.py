@@ -48,16 +48,16 @@ RANDOM_OPS = frozenset(
 def random_nodes(model: onnx.ModelProto) -> list[str]:
     """The nodes of ``model`` (subgraphs included) that draw random values, as ``Op 'name'``."""
     return [
-        f"{node.op_type} {node.name or unnamed(node, position)!r}"
+        f"{node.op_type} {node_label(node, position)!r}"
         for body in bodies(model)
         for position, node in enumerate(body.nodes)
         if node.domain in ("", "ai.onnx") and node.op_type in RANDOM_OPS
     ]
 
 
-def unnamed(node: onnx.NodeProto, position: int) -> str:
-    """What reports call a node without a name: its op type and position in its graph."""
-    return f"{node.op_type} #{position}"
+def node_label(node: onnx.NodeProto, position: int) -> str:
+    """What reports call a node: its name, or where it has none its op type and position in its graph."""
+    return node.name or f"{node.op_type} #{position}"
 
 
 def referenced_attribute(node: onnx.NodeProto) -> str:
@@ -121,7 +121,7 @@ def bodies(model: onnx.ModelProto) -> list[Body]:
 def inner_bodies(body: Body, node: onnx.NodeProto, position: int) -> list[Body]:
     """The subgraphs of ``node`` (at ``position`` in ``body``) the walk goes into, as bodies of the same opset and
     scope."""
-    label = node.name or unnamed(node, position)
+    label = node_label(node, position)
     return [
         Body(graph, body.opset, f"subgraph {name!r} of node {label!r} in {body.where}", body.scope)
         for name, graph in nested(node)

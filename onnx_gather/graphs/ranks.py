@@ -15,7 +15,7 @@ from typing import Protocol
 import onnx
 from onnx import helper
 
-from onnx_gather.graphs.plumbing import unnamed
+from onnx_gather.graphs.plumbing import node_label
 from onnx_gather.graphs.types import ValueType, without_weights
 
 
@@ -51,7 +51,7 @@ def branch_dependence(graph: onnx.GraphProto, name: str, types: Mapping[str, Val
             branches = {a.name: a.g for a in node.attribute if a.name in ("then_branch", "else_branch")}
             ranks = {_rank(g.output[position], types) for g in branches.values() if position < len(g.output)}
             if len(ranks) != 1 or None in ranks or len(branches) != 2:
-                return node.name or unnamed(node, position)
+                return node_label(node, position)
         stack.extend(i for i in node.input if i and (types.get(i) is None or types[i].rank is None))
     return None
 

@@ -17,7 +17,7 @@ from onnx import AttributeProto
 
 from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
-from onnx_gather.graphs.plumbing import Body, bodies, may_hold_graphs, orders, subgraphs, unnamed
+from onnx_gather.graphs.plumbing import Body, bodies, may_hold_graphs, node_label, orders, subgraphs
 from onnx_gather.graphs.types import ValueType, value_types
 
 
@@ -26,7 +26,7 @@ class InvalidModel(UserError):
 
 
 def _node_name(node: onnx.NodeProto, position: int) -> str:
-    return f"node {node.name or unnamed(node, position)!r} ({node.op_type})"
+    return f"node {node_label(node, position)!r} ({node.op_type})"
 
 
 def _check_definitions(model: onnx.ModelProto) -> None:

@@ -26,7 +26,7 @@ from onnx_gather.directml import worker
 from onnx_gather.directml.process import DirectMlError
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.lowering.lower import to_onnx
-from onnx_gather.graphs.plumbing import bodies, unnamed
+from onnx_gather.graphs.plumbing import bodies, node_label
 from onnx_gather.runtime import inputs, ops, reference
 from onnx_gather.runtime.model import Model, with_defaults_fed, with_outputs
 from onnx_gather.runtime.sessions import quiet_options
@@ -313,7 +313,7 @@ def _named_nodes(model: Model) -> Path | onnx.ModelProto:
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
     for position, node in enumerate(proto.graph.node):
-        node.name = node.name or unnamed(node, position)
+        node.name = node_label(node, position)
     return proto
 
 

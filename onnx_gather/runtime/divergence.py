@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from onnx_gather.graphs.plumbing import unnamed
+from onnx_gather.graphs.plumbing import node_label
 from onnx_gather.graphs.types import value_types
 from onnx_gather.runtime.backends import Outcome
 from onnx_gather.runtime.comparison import Comparison
@@ -71,7 +71,7 @@ def first_divergences(
         bad = [name for name in node.output if within.get(name) is False]
         if not bad or not all(within.get(name, True) for name in node.input):
             continue
-        label = node.name or unnamed(node, position)  # as the dml backend names it for ONNX Runtime
+        label = node_label(node, position)  # as the dml backend names it for ONNX Runtime
         where = ("CPU" if _on_cpu(placement, label) else "DirectML") if placement else None
         found.append(Divergence(label, node.op_type, bad[0], outputs[bad[0]][backend], where))
         if len(found) == limit:

@@ -25,7 +25,7 @@ import onnx
 
 from onnx_gather.core.words import counted, listed, one_line
 from onnx_gather.graphs.extract import main_graph_types, window
-from onnx_gather.graphs.plumbing import sort_topologically, unnamed
+from onnx_gather.graphs.plumbing import node_label, sort_topologically
 from onnx_gather.runtime import divergence
 from onnx_gather.runtime.backends import Backend
 from onnx_gather.runtime.comparison import Tolerance, compare, excess
@@ -156,7 +156,7 @@ class Reducer:
 
     def _named(self, positions: tuple[int, ...] | list[int]) -> list[str]:
         nodes = self.model.proto.graph.node
-        return [f"{nodes[p].op_type} {nodes[p].name or unnamed(nodes[p], p)!r}" for p in positions]
+        return [f"{nodes[p].op_type} {node_label(nodes[p], p)!r}" for p in positions]
 
     def reduce(self, budget: Budget = Budget()) -> Reduction:
         count = len(self.model.proto.graph.node)

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from onnx_gather.graphs.plumbing import Names, implicit_inputs, unnamed
+from onnx_gather.graphs.plumbing import Names, implicit_inputs, node_label
 from onnx_gather.graphs.types import value_types
 from onnx_gather.runtime import divergence
 from onnx_gather.runtime.backends import Backend, Outcome
@@ -117,7 +117,7 @@ def _reordered(
     outputs = list(graph.output)
     for position in sorts:
         node = graph.node[position]
-        label, index = node.name or unnamed(node, position), node.output[INDICES[node.op_type]]
+        label, index = node_label(node, position), node.output[INDICES[node.op_type]]
         given, own = names.fresh(f"{index}_backend_order"), names.fresh(f"{index}_reference_order")
         renamed[index] = given, own
         graph.input.append(helper.make_tensor_value_info(given, onnx.TensorProto.INT64, theirs[index].shape))
@@ -187,9 +187,7 @@ def find_ties(
         for position, node in nodes.items():
             keys = _known(model, feeds, rerun, node.input[KEYS[node.op_type]])
             own, index = rerun.outputs[renamed[indices[position]][1]], indices[position]
-            judged[position] = judged_tie(
-                node, node.name or unnamed(node, position), keys, own, theirs[index], tolerance
-            )
+            judged[position] = judged_tie(node, node_label(node, position), keys, own, theirs[index], tolerance)
     except Exception:  # a run or a value it lacks: the differences stay unexplained
         return {}
     found = {}

@@ -48,9 +48,9 @@ from onnx_gather.graphs.plumbing import (
     DefUse,
     Names,
     bodies,
+    node_label,
     referenced_attribute,
     sort_topologically,
-    unnamed,
     use_counts,
 )
 from onnx_gather.graphs.types import ValueType, value_types
@@ -412,7 +412,7 @@ def _read_attributes(types: dict[str, ValueType], node: onnx.NodeProto) -> tuple
 
 def _named(work: DefUse, node: onnx.NodeProto) -> str:
     """``node``'s name, or what reports call a node without one."""
-    return node.name or unnamed(node, work.position[id(node)])
+    return node_label(node, work.position[id(node)])
 
 
 def _lowered(model: onnx.ModelProto, raise_to: int = 0) -> tuple[onnx.ModelProto, _Lowering]:

@@ -21,7 +21,7 @@ from onnx_gather.graphs.placement.gather import (
     place_gather,
 )
 from onnx_gather.graphs.placement.nodes import REASONS, Placed, place_nodes
-from onnx_gather.graphs.plumbing import bodies, orders, sort_topologically, unnamed
+from onnx_gather.graphs.plumbing import bodies, node_label, orders, sort_topologically
 from onnx_gather.graphs.ranks import Observer
 
 # Verdicts: the provider runs it on DirectML; keeps it on its CPU provider; takes it and fails; DirectML at the
@@ -109,7 +109,7 @@ def check(
         for position, node in enumerate(body.nodes):
             if not contract.is_dml(node):
                 continue
-            name = node.name or unnamed(node, position)
+            name = node_label(node, position)
             data, indices = (scope.get(name) for name in node.input[:2])
             if data is None or data.rank is None or indices is None:
                 verdicts.append(Verdict(body.where, name, node.op_type, "unknown", "its input types are unknown"))
