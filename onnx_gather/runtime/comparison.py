@@ -104,11 +104,11 @@ def _differences(
     return difference, magnitude, finite, close
 
 
-def excess(reference: np.ndarray, actual: np.ndarray, tolerance: Tolerance) -> float:
-    """How many times its tolerance the worst position of ``actual`` is off: ``max |a - r| / (atol + rtol |r|)``; inf
-    where a position is off without a size (another shape or type, a NaN or infinity not matched, a STRING or BOOL
-    that differs); 0 where they agree. What sizes a difference whatever the scale of the values (``reduce``)."""
-    comparison = compare(reference, actual, tolerance)
+def excess(reference: np.ndarray, actual: np.ndarray, comparison: Comparison) -> float:
+    """How many times its tolerance the worst position of ``actual`` is off (``comparison``: ``compare``'s of the
+    two): ``max |a - r| / (atol + rtol |r|)``; inf where a position is off without a size (another shape or type, a
+    NaN or infinity not matched, a STRING or BOOL that differs); 0 where they agree. What sizes a difference whatever
+    the scale of the values (``reduce``)."""
     if comparison.equal or (comparison.within_tolerance and comparison.max_abs is None):
         return 0.0
     if comparison.max_abs is None:  # another shape or type, a STRING or BOOL that differs

@@ -144,7 +144,7 @@ class Reducer:
             expected, actual = np.asarray(expected_values[name]), np.asarray(value)
             comparison = compare(expected, actual, self.tolerance)
             if not comparison.within_tolerance:
-                sizes[name] = excess(expected, actual, self.tolerance)
+                sizes[name] = excess(expected, actual, comparison)
                 said = f"max abs {comparison.max_abs:.3g}, " if comparison.max_abs is not None else ""
                 figures.append(f"{name} ({said}{comparison.mismatches} mismatches{_note(comparison.note)})")
         if not sizes:
