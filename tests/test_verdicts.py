@@ -143,3 +143,12 @@ def test_the_cpu_backend_refuses_dml_ops_before_running(tmp_path):
     assert "DML ops" in backends.create("openvino").refusal(proto)
     assert all(backends.create(name).refusal(proto) is None for name in ("pyop", "lowered", "reference"))
     assert np.all([backends.create(name).refusal(onnx.load(sample_model_path())) is None for name in backends.BACKENDS])
+
+
+def test_a_reference_that_cannot_run_is_said_once(tmp_path, capsys, no_directml):
+    """The reference named in --backends too: 'could not run' names it once, as the reference."""
+    code, document, last = _parity(tmp_path, capsys, "--backends", "dml,cpu", "--reference", "dml")
+    assert code == 4 and document["verdict"] == "incomplete"
+    assert (
+        last == "INCOMPLETE: the reference dml could not run; no backend besides the reference compared every output."
+    )
