@@ -100,6 +100,7 @@ def test_check_at_each_feature_level_says_what_onnx_runtime_does(tmp_path, capsy
     assert capsys.readouterr().out.splitlines() == [
         "DirectML node 'embed' (Gather, graph 'embedding'): DML_GATHER with 3 dimensions, FLOAT32 (ONNX FLOAT) data, "
         "INT64 indices (feature level 3.0 or later); runs on DirectML",
+        "1 node at DirectML feature level 4.1: 1 on DirectML, 0 on the CPU provider.",
         "1 gather at DirectML feature level 4.1: 1 on DirectML.",
     ]
     # Below 3.0 the device has no INT64 tensors: the provider leaves the gather to the CPU provider.
@@ -154,7 +155,11 @@ def test_check_says_where_the_directml_provider_puts_each_gather(tmp_path, capsy
     assert lines[1].startswith("CPU      node 'bf16' (Gather, graph 'placement'): BFLOAT16 gathers are not registered")
     assert lines[2].startswith("DirectML node 'double'") and "FLOAT64 (ONNX DOUBLE) data" in lines[2]
     assert lines[3].startswith("fails    node 'narrow'") and "(dimension 0: 2 != 4)" in lines[3]
-    assert lines[4] == "4 gathers at DirectML feature level 4.1: 1 on DirectML, 1 on the CPU provider, 2 failing."
+    assert lines[4] == (
+        "4 nodes at DirectML feature level 4.1: 3 on DirectML, 1 on the CPU provider (1 without a DirectML kernel), "
+        "2 failing."
+    )
+    assert lines[5] == "4 gathers at DirectML feature level 4.1: 1 on DirectML, 1 on the CPU provider, 2 failing."
 
 
 def test_check_of_a_converted_model_says_its_dml_nodes_tell_no_placement(tmp_path, capsys):
@@ -165,8 +170,9 @@ def test_check_of_a_converted_model_says_its_dml_nodes_tell_no_placement(tmp_pat
     capsys.readouterr()
     assert main(["check", str(converted)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("DML      node 'embed' (DmlGather, graph 'sample_reranker'): DML_GATHER with 3 ")
-    assert lines[0].endswith("; onnx-gather's op: check the original model for where the provider places it")
+    (embed,) = [line for line in lines if "node 'embed'" in line]
+    assert embed.startswith("DML      node 'embed' (DmlGather, graph 'sample_reranker'): DML_GATHER with 3 ")
+    assert embed.endswith("; onnx-gather's op: check the original model for where the provider places it")
     assert lines[-1] == (
         "3 gathers at DirectML feature level 4.1: 3 as DML nodes (converted by onnx-gather: check the original model "
         "for placement)."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from onnx_gather.app import options
@@ -14,7 +15,7 @@ from onnx_gather.graphs import allowzero, model_io
 from onnx_gather.graphs.changes import Report
 from onnx_gather.graphs.convert import PROVIDER_FAILURES, convert
 from onnx_gather.graphs.lowering.lower import lower
-from onnx_gather.graphs.placement.check import check, summary
+from onnx_gather.graphs.placement.check import check, check_document, summary
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
 
 _RANK_RUN = (
@@ -159,8 +160,11 @@ class LowerCommand(Command):
 
 class CheckCommand(Command):
     name = "check"
-    help = "would DirectML at a feature level accept every gather?"
-    description = f"Say, per gather, what ONNX Runtime's DirectML provider would do with it. {_RANK_RUN}"
+    help = "where would ONNX Runtime's DirectML provider run each node, and what is DirectML known to do there?"
+    description = (
+        "Say, per node, where ONNX Runtime's DirectML provider runs it and why, what DirectML is known to do there "
+        f"(fail, or differ from ONNX Runtime's CPU), and for gathers whether DirectML takes them. {_RANK_RUN}"
+    )
 
     def declare(self, parser: argparse.ArgumentParser) -> None:
         options.add_model_argument(parser, "to check")
@@ -170,14 +174,29 @@ class CheckCommand(Command):
             default="4.1",
             help="the device's DirectML feature level (default 4.1)",
         )
+        parser.add_argument(
+            "--all-nodes",
+            action="store_true",
+            help="a line for every node (by default: gathers, nodes on the CPU provider and nodes with a known "
+            "DirectML behaviour; the others are counted)",
+        )
+        parser.add_argument("--json", action="store_true", help="print a JSON report of every node instead")
         options.add_input_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         model, choice = model_io.load(args.model), InputChoice.of(args)
         verdicts = check(model, args.feature_level, choice.observation(choice.given(model), Path(args.model).parent))
-        for verdict in verdicts:
-            print(f"{verdict.status:<8} node {verdict.node!r} ({verdict.op_type}, {verdict.where}): {verdict.reason}")
-            if verdict.ranks:
-                print(f"         ranks: {verdict.ranks}")
-        print(summary(verdicts, args.feature_level))
-        return 0 if all(v.status in ("DirectML", "CPU", "unknown", "DML") for v in verdicts) else 1
+        lines = summary(verdicts, args.feature_level)
+        if args.json:
+            print(json.dumps(check_document(args.model, args.feature_level, verdicts, lines), indent=2))
+        else:
+            for verdict in verdicts:
+                if args.all_nodes or verdict.gather or verdict.known or verdict.runs_on != "DirectML":
+                    where = f"({verdict.op_type}, {verdict.where})"
+                    print(f"{verdict.status:<8} node {verdict.node!r} {where}: {verdict.reason}")
+                for found in verdict.known:
+                    print(f"         {found.kind}: {found.what}")
+                if verdict.ranks:
+                    print(f"         ranks: {verdict.ranks}")
+            print("\n".join(lines))
+        return 1 if any(v.status in ("fails", "refused") for v in verdicts) else 0

@@ -16,7 +16,7 @@ from onnx_gather.core.errors import UserError
 from onnx_gather.core.form import DmlForm, FormError, dml_form
 from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, gather_c, gather_nd_c, output_rank
 from onnx_gather.graphs.changes import NodeChange
-from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, FeatureLevel, place_gather
+from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, FeatureLevel, cpu_reason, place_gather
 from onnx_gather.graphs.placement.nodes import REASONS, place_nodes
 from onnx_gather.graphs.plumbing import Body, Names, bodies, node_label, referenced_attribute
 from onnx_gather.graphs.ranks import Observer, branch_dependence, symbolic_types
@@ -176,7 +176,7 @@ class Analysis:
         keeps it on the CPU as the provider does; and why the provider fails it ("" where it does not)."""
         placed = self.placed[body.where][index] if body.where in self.placed else None
         if placed is not None and placed.why in REASONS:
-            return Left(f"kept standard, as the DirectML provider keeps it: {REASONS[placed.why]}"), ""
+            return Left(f"kept standard, as the DirectML provider keeps it: {cpu_reason(placed.why)}"), ""
         if not isinstance(plan, GatherPlan):
             return plan, ""
         level = self.keep_on_cpu or FEATURE_LEVELS[HIGHEST_LEVEL]

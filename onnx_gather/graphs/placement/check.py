@@ -1,9 +1,11 @@
-"""``onnx-gather check``: what ONNX Runtime's DirectML provider would do with each gather, and whether DirectML at a
-feature level accepts it (docs/semantics.md sections 5 and 6; the rules are in ``placement.gather``)."""
+"""``onnx-gather check``: for every node, where ONNX Runtime's DirectML provider runs it, why, and what DirectML is
+known to do there; for gathers, also whether DirectML at a feature level accepts them (docs/semantics.md sections 5
+and 6; the rules are in ``placement.gather``, ``placement.nodes`` and ``placement.known``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field, replace
 
 import onnx
 
@@ -12,35 +14,68 @@ from onnx_gather.core.contract import GATHER_OPS
 from onnx_gather.core.words import counted
 from onnx_gather.graphs.analysis import Analysis
 from onnx_gather.graphs.changes import NodeChange
+from onnx_gather.graphs.placement import known
 from onnx_gather.graphs.placement.gather import (
     FEATURE_LEVELS,
+    cpu_reason,
     dml_operator,
     dml_type_name,
+    has_type,
     judge,
     needed_level,
     place_gather,
 )
-from onnx_gather.graphs.placement.nodes import REASONS, Placed, place_nodes
-from onnx_gather.graphs.plumbing import bodies, node_label, orders, sort_topologically
+from onnx_gather.graphs.placement.nodes import (
+    CONSTANT,
+    CPU_PREFERRED,
+    FOLDED,
+    NO_KERNEL,
+    REASONS,
+    UNSUPPORTED,
+    Placed,
+    place_nodes,
+)
+from onnx_gather.graphs.plumbing import Body, DefUse, bodies, node_label, orders, sort_topologically, use_counts
 from onnx_gather.graphs.ranks import Observer
+from onnx_gather.graphs.types import ValueType
 
 # Verdicts: the provider runs it on DirectML; keeps it on its CPU provider; takes it and fails; DirectML at the
-# feature level cannot express it; the ranks are unknown (the provider decides when it runs); a DML node (a converted
-# model's) whose operator DirectML at the feature level takes, which tells nothing of where the provider would place
-# the gather it came from (that depends on the original's types and opsets).
+# feature level cannot express it (a gather); its placement is unknown until the model runs (a gather's ranks; a node
+# of a model-local function, which ONNX Runtime inlines first); a DML node (a converted model's) whose operator
+# DirectML at the feature level takes, which tells nothing of where the provider would place the gather it came from.
 STATUSES = ("DirectML", "CPU", "fails", "refused", "unknown", "DML")
+DEVICE_TYPES = "a tensor type the device lacks"  # a cause, beside those of placement.nodes
+_CAUSES = {  # how the summary counts nodes on the CPU provider
+    CONSTANT: "constants (initializers)",
+    FOLDED: "folded",
+    CPU_PREFERRED: "shape computations",
+    NO_KERNEL: "without a DirectML kernel",
+    UNSUPPORTED: "refused by the provider's support query",
+    DEVICE_TYPES: "of a type the device lacks",
+}
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """One gather node: what becomes of it (``status``, one of ``STATUSES``) and why."""
+    """One node: what becomes of it (``status``, one of ``STATUSES``), where it runs (``provider``: ``DirectML``,
+    ``CPU``, or ``unknown``), why, and what DirectML is known to do there."""
 
     where: str
     node: str
     op_type: str
     status: str
     reason: str
-    ranks: str = ""  # where ranks came from a run of the model, which inputs it ran on
+    ranks: str = ""  # where a gather's ranks came from a run of the model, which inputs it ran on
+    provider: str = ""  # "" for the status's own: DirectML or CPU
+    known: tuple[known.Known, ...] = field(default=())
+    gather: bool = False  # a standard gather or a DML-form one
+    cause: str = ""  # for a node on the CPU provider: a key of nodes.REASONS, nodes.NO_KERNEL...
+
+    @property
+    def runs_on(self) -> str:
+        if self.provider:
+            return self.provider
+        return {"DirectML": "DirectML", "fails": "DirectML", "CPU": "CPU"}.get(self.status, "unknown")
 
 
 def _describe(op_type: str, n: int, data_type: int, index_type: int, batch: int = 0) -> str:
@@ -56,10 +91,14 @@ def _standard(change: NodeChange, level_name: str, placed: Placed | None) -> Ver
     provider's graph partitioning puts it (``placed``)."""
 
     def verdict(status: str, reason: str) -> Verdict:
-        return Verdict(change.where, change.node, change.op_type, status, reason, change.ranks)
+        cause = (placed.why if placed.provider == "CPU" else DEVICE_TYPES) if placed and status == "CPU" else ""
+        provider = placed.provider if placed is not None and status in ("unknown", "refused") else ""
+        return Verdict(
+            change.where, change.node, change.op_type, status, reason, change.ranks, provider, gather=True, cause=cause
+        )
 
     if placed is not None and placed.why in REASONS:
-        return verdict("CPU", REASONS[placed.why])
+        return verdict("CPU", cpu_reason(placed.why))
     if change.data is None or change.indices is None:
         return verdict("unknown", f"the provider decides when it runs: {change.reason}")
     level = FEATURE_LEVELS[level_name]
@@ -90,39 +129,84 @@ def check(
     feature_level: str = "4.1",
     observation: Observer | None = None,
 ) -> list[Verdict]:
-    """A verdict for every gather: standard ones as ONNX Runtime's DirectML provider would take them, DML-form ones
-    (custom ops already in the model) by what the feature level accepts."""
-    level = FEATURE_LEVELS[feature_level]
+    """A verdict for every node of ``model`` (subgraphs and functions included), in each graph's order: standard
+    nodes as ONNX Runtime's DirectML provider would take them, DML-form gathers (custom ops already in the model) by
+    what the feature level accepts."""
     model = _sorted(model)
-    analysis = Analysis(model, observation=observation)  # what to_dml would do, decided without converting
+    analysis = Analysis(model, observation=observation)  # what to_dml would do with the gathers, without converting
     placed = place_nodes(model)
+    uses = use_counts(model)
     verdicts = []
     for body in bodies(model):
         types = analysis.types.get(body.scope, {})
+        outputs = frozenset(o if isinstance(o, str) else o.name for o in body.container.output)
+        graph = DefUse(body, uses[body.scope], model.ir_version)
         for position, node in enumerate(body.nodes):
+            where = placed[body.where][position] if body.where in placed else None
+            if contract.is_dml(node):
+                verdicts.append(_dml_form(body, types, node, position, feature_level))
+                continue
             if node.domain in ("", "ai.onnx") and node.op_type in GATHER_OPS:
                 change = analysis.decide(body, types, node, position)[1]
-                where = placed[body.where][position] if body.where in placed else None
-                verdicts.append(_standard(change, feature_level, where))
-    for body in bodies(model):
-        scope = analysis.types.get(body.scope, {})
-        for position, node in enumerate(body.nodes):
-            if not contract.is_dml(node):
-                continue
-            name = node_label(node, position)
-            data, indices = (scope.get(name) for name in node.input[:2])
-            if data is None or data.rank is None or indices is None:
-                verdicts.append(Verdict(body.where, name, node.op_type, "unknown", "its input types are unknown"))
-                continue
-            batch = next((a.i for a in node.attribute if a.name == "batch_dimension_count"), 0)
-            dml = (node.op_type, data.rank, data.elem_type, indices.elem_type, batch)
-            refusal = judge(level, *dml)
-            if refusal:
-                verdicts.append(Verdict(body.where, name, node.op_type, "refused", refusal))
-                continue
-            reason = f"{_describe(*dml)}; onnx-gather's op: check the original model for where the provider places it"
-            verdicts.append(Verdict(body.where, name, node.op_type, "DML", reason))
+                verdict = _standard(change, feature_level, where)
+            else:
+                verdict = _node(body, types, node, position, feature_level, where)
+            if verdict.runs_on == "DirectML":
+                found = tuple(known.known(known.Node(node, types, graph, outputs)))
+                failing = [k for k in found if k.kind == known.FAILS and k.certain]
+                status = "fails" if failing and verdict.status == "DirectML" else verdict.status
+                verdict = replace(verdict, status=status, known=found)
+            verdicts.append(verdict)
     return verdicts
+
+
+def _node(
+    body: Body, types: dict[str, ValueType], node: onnx.NodeProto, position: int, level_name: str, placed: Placed | None
+) -> Verdict:
+    """Any node but a gather: where ``place_nodes`` puts it, and the device's tensor types."""
+    name = node_label(node, position)
+    if placed is None:  # a node of a model-local function: ONNX Runtime inlines the function before placing nodes
+        return Verdict(
+            body.where,
+            name,
+            node.op_type,
+            "unknown",
+            "in a model-local function, which ONNX Runtime "
+            "inlines before it places nodes: see where the nodes of its call go",
+            provider="unknown",
+        )
+    if placed.provider == "DirectML":
+        level = FEATURE_LEVELS[level_name]
+        lacking = sorted(
+            {
+                dml_type_name(types[value].elem_type)
+                for value in (*node.input, *node.output)
+                if value in types and not has_type(level, types[value].elem_type)
+            }
+        )
+        if lacking:
+            reason = f"a device of feature level {level_name} lacks {' and '.join(lacking)}: the CPU provider runs it"
+            return Verdict(body.where, name, node.op_type, "CPU", reason, cause=DEVICE_TYPES)
+    reason = REASONS.get(placed.why, placed.detail or placed.why)
+    cause = placed.why if placed.provider == "CPU" else ""
+    return Verdict(body.where, name, node.op_type, placed.provider, reason, cause=cause)
+
+
+def _dml_form(body: Body, types: dict[str, ValueType], node: onnx.NodeProto, position: int, level_name: str) -> Verdict:
+    """A DML-form gather (onnx-gather's custom op): what DirectML at the feature level takes."""
+    name = node_label(node, position)
+    data, indices = (types.get(value) for value in node.input[:2])
+    if data is None or data.rank is None or indices is None:
+        return Verdict(
+            body.where, name, node.op_type, "unknown", "its input types are unknown", provider="CPU", gather=True
+        )
+    batch = next((a.i for a in node.attribute if a.name == "batch_dimension_count"), 0)
+    dml = (node.op_type, data.rank, data.elem_type, indices.elem_type, batch)
+    refusal = judge(FEATURE_LEVELS[level_name], *dml)
+    if refusal:
+        return Verdict(body.where, name, node.op_type, "refused", refusal, provider="CPU", gather=True)
+    reason = f"{_describe(*dml)}; onnx-gather's op: check the original model for where the provider places it"
+    return Verdict(body.where, name, node.op_type, "DML", reason, provider="CPU", gather=True)
 
 
 def _sorted(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -135,7 +219,30 @@ def _sorted(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
-def summary(verdicts: list[Verdict], feature_level: str) -> str:
+def summary(verdicts: list[Verdict], feature_level: str) -> list[str]:
+    """A line on every node, by provider and by what DirectML is known to do, then one on the gathers, if any."""
+    runs = Counter(v.runs_on for v in verdicts)
+    causes = Counter(v.cause for v in verdicts if v.runs_on == "CPU" and v.cause)
+    why = ", ".join(f"{count} {_CAUSES.get(cause, cause)}" for cause, count in causes.most_common())
+    parts = [f"{runs['DirectML']} on DirectML", f"{runs['CPU']} on the CPU provider" + (f" ({why})" if why else "")]
+    failing = sum(v.status == "fails" for v in verdicts)
+    if failing:
+        parts.append(f"{failing} failing")
+    if runs["unknown"]:
+        parts.append(f"{runs['unknown']} unknown until the model runs")
+    found = Counter((k.kind, k.rule) for v in verdicts for k in v.known)
+    for kind, label in ((known.FAILS, "known to fail"), (known.DIFFERS, "known to differ")):
+        rules = ", ".join(f"{rule} {count}" for (k, rule), count in sorted(found.items()) if k == kind)
+        if rules:
+            parts.append(f"{sum(c for (k, _), c in found.items() if k == kind)} {label} ({rules})")
+    lines = [f"{counted(len(verdicts), 'node')} at DirectML feature level {feature_level}: {', '.join(parts)}."]
+    gathers = [v for v in verdicts if v.gather]
+    if gathers:
+        lines.append(_gathers(gathers, feature_level))
+    return lines
+
+
+def _gathers(verdicts: list[Verdict], feature_level: str) -> str:
     """One line: how many gathers the provider runs where, at ``feature_level``."""
     counts = {status: sum(v.status == status for v in verdicts) for status in STATUSES}
     parts = [
@@ -150,6 +257,22 @@ def summary(verdicts: list[Verdict], feature_level: str) -> str:
         )
         if counts[s]
     ]
-    return (
-        f"{counted(len(verdicts), 'gather')} at DirectML feature level {feature_level}: {', '.join(parts) or 'none'}."
-    )
+    return f"{counted(len(verdicts), 'gather')} at DirectML feature level {feature_level}: {', '.join(parts)}."
+
+
+def check_document(model: str, feature_level: str, verdicts: list[Verdict], lines: list[str]) -> dict:
+    """``check --json``: every node with its provider, reason and known behaviours, and the summary lines."""
+    nodes = [
+        {
+            "name": v.node,
+            "op_type": v.op_type,
+            "graph": v.where,
+            "provider": v.runs_on,
+            "status": v.status,
+            "reason": v.reason,
+            "known": [{"kind": k.kind, "what": k.what, "rule": k.rule, "certain": k.certain} for k in v.known],
+            **({"ranks": v.ranks} if v.ranks else {}),
+        }
+        for v in verdicts
+    ]
+    return {"model": model, "feature_level": feature_level, "nodes": nodes, "summary": lines}

@@ -21,6 +21,7 @@ from onnx import TensorProto
 from onnx_gather.core import contract
 from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, off_axis_difference
 from onnx_gather.core.words import counted
+from onnx_gather.graphs.placement.nodes import REASONS
 from onnx_gather.graphs.types import ValueType
 
 _T = TensorProto
@@ -47,6 +48,7 @@ FEATURE_LEVELS = {
     # DML_GATHER_ND's pages list no 64-bit data; DirectML 1.15.4 runs it (measured), as the other two.
     "4.1": FeatureLevel("4.1", None, _DATA_2_1 | {_T.DOUBLE, _T.INT64, _T.UINT64}, _ALL_INDICES),
 }
+_JUDGED = frozenset().union(*(level.data_types | level.index_types for level in FEATURE_LEVELS.values()))
 # The feature level each operator came with.
 _INTRODUCED = {"DML_GATHER": "1.0", "DML_GATHER_ELEMENTS": "2.1", "DML_GATHER_ND": "2.1", "DML_GATHER_ND1": "3.0"}
 
@@ -94,6 +96,19 @@ def needed_level(op_type: str, n: int, data_type: int, index_type: int, batch: i
     )
 
 
+def has_type(level: FeatureLevel, elem_type: int) -> bool:
+    """Whether a device of ``level`` has tensors of ``elem_type``: the provider asks the device which tensor types it
+    has, and takes no node with a tensor of another type (types outside the levels' tables are not judged here)."""
+    dml = contract.DIRECTML_STORAGE.get(elem_type, elem_type)
+    return dml not in _JUDGED or dml in level.data_types | level.index_types
+
+
+def cpu_reason(why: str) -> str:
+    """Why the provider keeps a gather on its CPU provider (``why``, a key of ``nodes.REASONS``), and what that
+    means for its indices."""
+    return f"{REASONS[why]}, where an out-of-bounds index is an error"
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where ONNX Runtime's DirectML provider puts one standard gather: ``DirectML``, ``CPU`` or ``fails``."""
@@ -110,13 +125,8 @@ def place_gather(
     cpu = "ONNX Runtime's CPU provider runs it, where an out-of-bounds index is an error"
     if data.elem_type in NOT_REGISTERED:
         return Placement("CPU", f"{dml_type_name(data.elem_type)} gathers are not registered for DirectML; {cpu}")
-    # The provider asks the device which tensor types it has, and takes no node with a tensor of another type.
-    has = level.data_types | level.index_types
-    lacking = [
-        f"{dml_type_name(value.elem_type)} {role}"
-        for role, value in (("data", data), ("indices", indices))
-        if contract.DIRECTML_STORAGE.get(value.elem_type, value.elem_type) not in has
-    ]
+    roles = (("data", data), ("indices", indices))
+    lacking = [f"{dml_type_name(v.elem_type)} {role}" for role, v in roles if not has_type(level, v.elem_type)]
     if lacking:
         return Placement("CPU", f"a device of feature level {level.name} lacks {' and '.join(lacking)}; {cpu}")
     ranks = {"data": data.rank, "indices": indices.rank, "output": out_rank}

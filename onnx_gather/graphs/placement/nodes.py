@@ -26,7 +26,7 @@ import heapq
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 import onnx
@@ -65,13 +65,14 @@ _TYPE_CODES = {
 }
 
 # Why a node goes where it goes.
-FOLDED, CPU_PREFERRED, NO_KERNEL = "folded", "shape computation", "no kernel"
+FOLDED, CPU_PREFERRED, NO_KERNEL, CONSTANT = "folded", "shape computation", "no kernel", "constant"
 UNSUPPORTED, DIRECTML = "refused by the provider's support query", "DirectML"
 REASONS = {
+    CONSTANT: "a Constant: ONNX Runtime makes its value an initializer as it loads the model; no provider runs it",
     FOLDED: "its inputs are constants: ONNX Runtime computes it once, with its CPU kernel, when the session is "
-    "created (constant folding), where an out-of-bounds index is an error",
+    "created (constant folding)",
     CPU_PREFERRED: "a shape computation: ONNX Runtime keeps it on its CPU provider (each input is in CPU memory, "
-    "a graph input or a small initializer), where an out-of-bounds index is an error",
+    "a graph input or a small initializer)",
 }
 
 
@@ -110,6 +111,7 @@ class Placed:
 
     provider: str
     why: str
+    detail: str = field(default="", compare=False)  # for NO_KERNEL, DIRECTML and UNSUPPORTED: which kernel, or why none
 
 
 def _schema(node: onnx.NodeProto, opset: int) -> onnx.defs.OpSchema | None:
@@ -127,25 +129,29 @@ def _formal_types(schema: onnx.defs.OpSchema, node: onnx.NodeProto) -> Iterable[
                 yield formal[min(position, len(formal) - 1)].type_str, name
 
 
-def _kernel(node: onnx.NodeProto, opset: int, types: dict[str, ValueType]) -> Kernel | None:
-    """The provider's kernel for ``node``, if it registers one for its version and types."""
+def _kernel(node: onnx.NodeProto, opset: int, types: dict[str, ValueType]) -> tuple[Kernel | None, str]:
+    """The provider's kernel for ``node``, if it registers one for its version and types; and which one, or why
+    none."""
     domain = "" if node.domain == "ai.onnx" else node.domain
+    op = f"{domain}:{node.op_type}" if domain else node.op_type
     registrations = _kernels()[0].get((domain, node.op_type))
     if not registrations:
-        return None
+        return None, f"the DirectML provider has no kernel for {op}"
     schema = _schema(node, opset) if domain == "" else None
     since = schema.since_version if schema is not None else 1
     matching = [kernel for kernel in registrations if kernel.since <= since]
     if not matching:
-        return None
+        versions = ", ".join(str(kernel.since) for kernel in registrations)
+        return None, f"the DirectML provider's {op} kernels are of opsets {versions}; this one is {op}-{since}"
     kernel = matching[-1]
     if schema is not None:
         for constraint, name in _formal_types(schema, node):
             allowed = kernel.types.get(constraint)
             known = types.get(name)
             if allowed is not None and known is not None and known.elem_type not in allowed:
-                return None
-    return kernel
+                type_name = TensorProto.DataType.Name(known.elem_type)
+                return None, f"the DirectML provider's {op}-{kernel.since} kernel takes no {type_name} {name!r}"
+    return kernel, f"the DirectML provider's {op}-{kernel.since} kernel"
 
 
 class _Graph:
@@ -280,30 +286,35 @@ def place_nodes(model: onnx.ModelProto) -> dict[str, list[Placed]]:
         body, outer = stack.pop()
         graph = _Graph(body, outer, types.get(body.scope, {}))
         folded = _fold(graph)
-        kernels = [_kernel(node, body.opset, graph.types) for node in body.nodes]
+        found = [_kernel(node, body.opset, graph.types) for node in body.nodes]
+        kernels = [kernel for kernel, _ in found]
         live = [position for position in range(len(body.nodes)) if position not in folded]
         preferred = _cpu_preferred(graph, kernels, live)
         verdicts = []
         for position, node in enumerate(body.nodes):
-            if position in folded:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                verdicts.append(Placed("CPU", CONSTANT))
+            elif position in folded:
                 verdicts.append(Placed("CPU", FOLDED))
             elif kernels[position] is None:
-                verdicts.append(Placed("CPU", NO_KERNEL))
+                verdicts.append(Placed("CPU", NO_KERNEL, found[position][1]))
             elif position in preferred:
                 verdicts.append(Placed("CPU", CPU_PREFERRED))
-            elif not _supported(node):
-                verdicts.append(Placed("CPU", UNSUPPORTED))
+            elif refusal := _refusal(node):
+                verdicts.append(Placed("CPU", UNSUPPORTED, refusal))
             else:
-                verdicts.append(Placed("DirectML", DIRECTML))
+                verdicts.append(Placed("DirectML", DIRECTML, found[position][1]))
             stack.extend((inner, graph) for inner in inner_bodies(body, node, position))
         placed[body.where] = verdicts
     return placed
 
 
-def _supported(node: onnx.NodeProto) -> bool:
-    """The provider's support query of the node, where one is mirrored: its scatters take no reduction
-    (QueryScatter). The others (pooling, normalizations, Slice, Pad, Resize, recurrent and attention operators)
-    are not mirrored: they never decide where a gather goes."""
+def _refusal(node: onnx.NodeProto) -> str:
+    """Why the provider's support query refuses the node ("" where it takes it), where one is mirrored: its scatters
+    take no reduction (QueryScatter). The others (pooling, normalizations, Slice, Pad, Resize, recurrent and
+    attention operators) are not mirrored."""
     if node.op_type in ("ScatterElements", "ScatterND"):
-        return all(a.s in (b"", b"none") for a in node.attribute if a.name == "reduction")
-    return True
+        reduction = next((a.s.decode() for a in node.attribute if a.name == "reduction"), "none")
+        if reduction != "none":
+            return f"the provider's {node.op_type} takes no reduction ({reduction!r}): its support query refuses it"
+    return ""

@@ -1,0 +1,258 @@
+"""What DirectML is known to do with a node the provider runs on it: fail, or compute otherwise than ONNX Runtime's CPU.
+
+Each rule is one DirectML behaviour measured on real DirectML (ONNX Runtime 1.24.4, DirectML 1.15.4), stated once
+here; ``tests/test_known.py`` runs each rule's repro there and holds the rule to it, and to what ``check`` says of
+the repro. A rule looks at one node as ONNX holds it (its attributes, input and output types, constant inputs, the
+nodes around it), never at the values a run will bring: a ``differs`` rule says for which values, and a ``fails``
+rule whose failure depends on something not known before the run says when (``certain`` is then False).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from onnx_gather.graphs.plumbing import DefUse
+from onnx_gather.graphs.types import ValueType
+
+FAILS, DIFFERS = "fails", "differs"
+_FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE})
+
+
+@dataclass(frozen=True)
+class Known:
+    """One known behaviour of DirectML at one node: ``kind`` (``FAILS`` or ``DIFFERS``), what it does, which rule."""
+
+    rule: str
+    kind: str
+    what: str
+    certain: bool = True  # False: a failure that depends on what is known only when the model runs
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node as the rules see it: the node, its graph's value types, and who makes and takes its values."""
+
+    node: onnx.NodeProto
+    types: Mapping[str, ValueType]
+    graph: DefUse
+    graph_outputs: frozenset[str]
+
+    def attribute(self, name: str, default: object = None) -> object:
+        for attribute in self.node.attribute:
+            if attribute.name == name:
+                return onnx.helper.get_attribute_value(attribute)
+        return default
+
+    def type_of(self, position: int, outputs: bool = False) -> ValueType | None:
+        names = self.node.output if outputs else self.node.input
+        return self.types.get(names[position]) if position < len(names) and names[position] else None
+
+    def elem_type(self, position: int, outputs: bool = False) -> int | None:
+        value = self.type_of(position, outputs)
+        return None if value is None else value.elem_type
+
+    def constant(self, position: int) -> np.ndarray | None:
+        return self.graph.constant(self.node.input[position]) if position < len(self.node.input) else None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One measured behaviour: its name, ``FAILS`` or ``DIFFERS``, the operators it concerns, and the test of a node
+    (a ``Known``, or None where the rule does not apply)."""
+
+    name: str
+    kind: str
+    op_types: frozenset[str]
+    test: Callable[[Node], Known | None]
+
+
+RULES: list[Rule] = []
+
+
+def _rule(name: str, kind: str, *op_types: str) -> Callable[[Callable[[Node], str | None]], Callable]:
+    """Register a rule whose function gives what DirectML does at the node (None: the rule does not apply); a
+    ``FAILS`` rule's text that starts with "if " is a failure that depends on the run."""
+
+    def register(function: Callable[[Node], str | None]) -> Callable:
+        def test(node: Node) -> Known | None:
+            what = function(node)
+            if what is None:
+                return None
+            return Known(name, kind, what, certain=not (kind == FAILS and what.startswith("if ")))
+
+        RULES.append(Rule(name, kind, frozenset(op_types), test))
+        return function
+
+    return register
+
+
+def known(node: Node) -> list[Known]:
+    """Every known behaviour of DirectML at ``node``, a standard-domain node the provider runs on DirectML."""
+    if node.node.domain not in ("", "ai.onnx", "com.microsoft"):
+        return []
+    found = (rule.test(node) for rule in RULES if node.node.op_type in rule.op_types)
+    return [k for k in found if k is not None]
+
+
+def rule_names() -> Iterator[str]:
+    return (rule.name for rule in RULES)
+
+
+@_rule("reshape-allowzero", FAILS, "Reshape")
+def _reshape_allowzero(node: Node) -> str | None:
+    if node.attribute("allowzero", 0) != 1:
+        return None
+    shape = node.constant(1)
+    if shape is not None and -1 not in shape.tolist():
+        return None
+    what = (
+        "80070057 (Invalid parameter) when the session is created where the input's dims are fixed, else when it "
+        "runs: 8007000E where its output is a graph output, 8007023E where a node takes it (`convert "
+        "--reshape-allowzero-0` sets allowzero=0 where no 0 can reach the shape)"
+    )
+    if shape is None:
+        return f"if its shape holds a -1 (allowzero=1): {what}"
+    return f"allowzero=1 and a -1 in its shape: {what}"
+
+
+@_rule("convtranspose-1d", FAILS, "ConvTranspose")
+def _convtranspose_1d(node: Node) -> str | None:
+    weights = node.type_of(1)
+    kernel = node.attribute("kernel_shape")
+    if not ((weights is not None and weights.rank == 3) or (kernel is not None and len(kernel) == 1)):
+        return None
+    return (
+        "a 1-D ConvTranspose (3-D tensors): 80070057 (Invalid parameter) when the session is created or when it "
+        "runs, with or without groups and output padding; as a 2-D one over a height of 1 (Unsqueeze, ConvTranspose, "
+        "Squeeze) it runs"
+    )
+
+
+def _cast_types(node: Node) -> tuple[int | None, int]:
+    return node.elem_type(0), int(node.attribute("to", 0))
+
+
+@_rule("cast-to-int64", DIFFERS, "Cast")
+def _cast_to_int64(node: Node) -> str | None:
+    source, to = _cast_types(node)
+    if to != TensorProto.INT64 or source not in (TensorProto.FLOAT, TensorProto.DOUBLE):
+        return None
+    return "Cast of FLOAT or DOUBLE to INT64: every value below -2^31 gives -2^31 (up to 3e9 come out right)"
+
+
+@_rule("cast-double-to-uint64", FAILS, "Cast")
+def _cast_double_to_uint64(node: Node) -> str | None:
+    if _cast_types(node) != (TensorProto.DOUBLE, TensorProto.UINT64):
+        return None
+    return "Cast of DOUBLE to UINT64: 80004005 (Call failed) when the session is created"
+
+
+@_rule("cast-saturates", DIFFERS, "Cast")
+def _cast_saturates(node: Node) -> str | None:
+    source, to = _cast_types(node)
+    if source not in _FLOATS or to not in (TensorProto.INT32, TensorProto.UINT8):
+        return None
+    name = TensorProto.DataType.Name(to)
+    return (
+        f"Cast of a float to {name} saturates out of range and gives 0 for NaN (3e9 gives 2147483647; for UINT8, "
+        "-1 gives 0 and 300 255), where ONNX Runtime's CPU wraps (-2147483648; 300 gives 44)"
+    )
+
+
+@_rule("pow-zero-zero", DIFFERS, "Pow")
+def _pow_zero_zero(node: Node) -> str | None:
+    if node.elem_type(0) not in _FLOATS:
+        return None
+    return "Pow(0, 0) is 0, where ONNX Runtime's CPU gives 1"
+
+
+@_rule("log-subnormal", DIFFERS, "Log")
+def _log_subnormal(node: Node) -> str | None:
+    if node.elem_type(0) != TensorProto.FLOAT:
+        return None
+    return "Log of a subnormal: DirectML flushes subnormals (log(1e-45) is -88.03, ONNX Runtime's CPU -103.28)"
+
+
+_GELU_DIFFERENCE = (
+    "which the DirectML provider computes as DirectML's GELU, with erf: up to 4.74e-4 from the tanh formula (at "
+    "|x| = 2.70), where ONNX Runtime's CPU computes the formula"
+)
+
+
+@_rule("tanh-gelu", DIFFERS, "Tanh", "FastGelu")
+def _tanh_gelu(node: Node) -> str | None:
+    if node.node.op_type == "FastGelu":
+        return f"ONNX Runtime's FastGelu (the tanh approximation of GELU), {_GELU_DIFFERENCE}"
+    if not _gelu_pattern(node):
+        return None
+    return (
+        "the tanh approximation of GELU around this Tanh (PyTorch's GELU of T5 and GPT-2): ONNX Runtime's "
+        f"FastGeluFusion (level 2 and above) makes it one FastGelu, {_GELU_DIFFERENCE}"
+    )
+
+
+def _gelu_pattern(node: Node) -> bool:
+    """Whether this Tanh is the one ONNX Runtime's FastGeluFusion (onnxruntime/core/optimizer/fast_gelu_fusion.cc)
+    fuses: ``tanh(0.7978845834732056 * (x + 0.044715 * Pow(x, 3)))`` or ``tanh(x * 0.79788... * (1 + 0.044715 * x *
+    x))``, then Add 1 and a Mul by ``x * 0.5``; every value but the last single-use, none a graph output."""
+    graph = node.graph
+
+    def made(value: str, op: str, single: bool = True) -> onnx.NodeProto | None:
+        maker = graph.made_by(value)
+        if maker is None or maker.op_type != op or maker.domain not in ("", "ai.onnx") or len(maker.input) != 2:
+            return None
+        if set(maker.output) & node.graph_outputs or (single and graph.uses[maker.output[0]] != 1):
+            return None
+        return maker
+
+    def other(maker: onnx.NodeProto | None, near: float) -> str | None:
+        """The input of ``maker`` beside the constant ``near`` (as ONNX Runtime compares: within FLT_EPSILON)."""
+        for k in (0, 1):
+            constant = None if maker is None else graph.constant(maker.input[k])
+            if constant is not None and constant.size == 1 and abs(float(constant.ravel()[0]) - near) < 1.2e-7:
+                return maker.input[1 - k]
+        return None
+
+    def formula(x: str, value: str) -> bool:
+        """Whether ``value``, the Tanh's input, is one of the two formulas of ``x``."""
+        scaled = made(value, "Mul")
+        if scaled is None:
+            return False
+        add = made(other(scaled, 0.7978845834732056) or "", "Add")
+        if add is not None:  # 0.797 * (x + 0.044715 * Pow(x, 3))
+            for root, cubic in (add.input, add.input[::-1]):
+                power = made(other(made(cubic, "Mul"), 0.044714998453855515) or "", "Pow")
+                if root == x and power is not None and power.input[0] == x:
+                    return other(power, 3.0) == x
+            return False
+        for plus_one, x_scaled in (scaled.input, scaled.input[::-1]):  # (1 + 0.044715 * x * x) * (x * 0.797)
+            square = made(other(made(plus_one, "Add"), 1.0) or "", "Mul")
+            if other(made(x_scaled, "Mul"), 0.7978845834732056) == x and square is not None and x in square.input:
+                rest = square.input[1] if square.input[0] == x else square.input[0]
+                return other(made(rest, "Mul"), 0.044714998453855515) == x
+        return False
+
+    add = graph.sole_consumer(node.node.output[0])
+    if add is None or add.op_type != "Add" or other(add, 1.0) != node.node.output[0]:
+        return False
+    last = graph.sole_consumer(add.output[0])
+    if last is None or last.op_type != "Mul" or last.output[0] in node.graph_outputs:
+        return False
+    half = made(last.input[1] if last.input[0] == add.output[0] else last.input[0], "Mul", single=False)
+    x = other(half, 0.5)
+    return x is not None and formula(x, node.node.input[0])
+
+
+@_rule("empty-output", DIFFERS, "NonZero")
+def _empty_output(node: Node) -> str | None:
+    if not (set(node.node.output) & node.graph_outputs) or len(node.graph_outputs) < 2:
+        return None
+    return (
+        "where its output, a graph output, comes back empty (NonZero finding nothing), ONNX Runtime's DirectML "
+        "provider leaves every other graph output it copies back from the device unwritten"
+    )
