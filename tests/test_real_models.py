@@ -428,14 +428,16 @@ PLACED_MODELS = [*THIRD_PARTY_MODELS, (None, "sample.onnx"), (None, "pow_chain.o
 
 def _real_placement(model: backends.Model) -> tuple[dict[str, set[str]], bool]:
     """Where real DirectML's provider puts each node that keeps its name after ONNX Runtime's optimizations, by the
-    node's name (subgraphs' nodes too), and whether ONNX Runtime listed the nodes (it lists them only when it splits the model between providers)."""
+    node's name (subgraphs' nodes too), and whether ONNX Runtime listed the nodes (it lists them only when it splits
+    the model between providers)."""
     named = backends._named_nodes(model)  # as the dml backend names unnamed nodes: 'Gather #12'
     loaded = worker.shared().load(named, fallback=True, fuse=False, data=model.folder)  # fusion off: every node
     worker.shared().free(loaded)
     real: dict[str, set[str]] = {}
     for provider, entries in loaded.placement.items():
         for entry in entries:
-            real.setdefault(entry.partition(" (")[2].removesuffix(")"), set()).add({"DmlExecutionProvider": "DirectML"}.get(provider, "CPU"))
+            name = entry.partition(" (")[2].removesuffix(")")
+            real.setdefault(name, set()).add({"DmlExecutionProvider": "DirectML"}.get(provider, "CPU"))
     return real, "CPUExecutionProvider" in loaded.placed
 
 

@@ -122,14 +122,14 @@ def _reshape_allowzero(node: Node) -> str | None:
 
 @_rule("convtranspose-1d", FAILS, "ConvTranspose")
 def _convtranspose_1d(node: Node) -> str | None:
-    weights = node.type_of(1)
-    kernel = node.attribute("kernel_shape")
-    if not ((weights is not None and weights.rank == 3) or (kernel is not None and len(kernel) == 1)):
+    weights, kernel = node.type_of(1), node.attribute("kernel_shape")
+    one_d = (weights is not None and weights.rank == 3) or (kernel is not None and len(kernel) == 1)
+    if not one_d or not any(node.attribute("output_padding", [])):
         return None
     return (
-        "a 1-D ConvTranspose (3-D tensors): 80070057 (Invalid parameter) when the session is created or when it "
-        "runs, with or without groups and output padding; as a 2-D one over a height of 1 (Unsqueeze, ConvTranspose, "
-        "Squeeze) it runs"
+        "a 1-D ConvTranspose (3-D tensors) with output_padding: 80070057 (Invalid parameter, "
+        "MLOperatorAuthorImpl.cpp(2818)) when the session is created; without output_padding (an output_shape "
+        "instead), or as a 2-D one over a height of 1 (Unsqueeze, ConvTranspose, Squeeze), it runs"
     )
 
 

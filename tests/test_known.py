@@ -1,0 +1,242 @@
+"""Every rule of ``onnx_gather.graphs.placement.known`` held to its repro: ``check`` names the rule at the repro's node
+(fast), and real DirectML does there what the rule says (fails with its message, or gives the values it states)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import pytest
+from conftest import SUMMARIES, require_directml
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+from onnx_gather.directml.process import DirectMlError
+from onnx_gather.graphs.placement import known
+from onnx_gather.graphs.placement.check import check
+from onnx_gather.runtime import backends
+
+# (DirectML's outputs, ONNX Runtime's CPU's outputs, the feeds): asserts the difference the rule states.
+Differs = Callable[[list[np.ndarray], list[np.ndarray], dict[str, np.ndarray]], None]
+
+
+@dataclass(frozen=True)
+class Repro:
+    """A model where ``rule`` applies at node ``node``: DirectML fails matching ``failure``, or ``differs`` holds."""
+
+    rule: str
+    name: str
+    model: onnx.ModelProto
+    feeds: dict[str, np.ndarray]
+    node: str
+    failure: str = ""
+    differs: Differs | None = field(default=None, compare=False)
+
+
+def _model(nodes, inputs, outputs, weights=(), opset=17) -> onnx.ModelProto:
+    graph = h.make_graph(nodes, "repro", inputs, outputs, list(weights))
+    imports = [h.make_opsetid("", opset), h.make_opsetid("com.microsoft", 1)]
+    return h.make_model(graph, opset_imports=imports, ir_version=10)
+
+
+def _one(op: str, feeds: dict[str, np.ndarray], out: int, weights=(), opset=17, **attributes) -> onnx.ModelProto:
+    """One node ``op`` of the feeds (and ``weights``, initializers) making ``y`` of type ``out``, then a Neg or an
+    Identity, so that ``op``'s output is no graph output."""
+    names = [*feeds, *(w.name for w in weights)]
+    inputs = [h.make_tensor_value_info(k, h.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in feeds.items()]
+    nodes = [h.make_node(op, names, ["t"], name="node", **attributes), h.make_node("Identity", ["t"], ["y"])]
+    return _model(nodes, inputs, [h.make_tensor_value_info("y", out, None)], weights, opset)
+
+
+def _cast(values, dtype, to: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    feeds = {"x": np.array(values, dtype)}
+    return _one("Cast", feeds, to, to=to), feeds
+
+
+def _below_int32_is_int32_min(dml, cpu, feeds):
+    x = feeds["x"]
+    low = x < -(2.0**31)
+    assert low.any() and (dml[0][low] == -(2**31)).all() and (cpu[0][low] < -(2**31)).all()
+    assert np.array_equal(dml[0][~low], cpu[0][~low])
+
+
+def _saturates(expected):
+    def differs(dml, cpu, feeds):
+        assert dml[0].tolist() == expected and cpu[0].tolist() != expected
+
+    return differs
+
+
+def _pow_zero_zero(dml, cpu, feeds):
+    assert dml[0].tolist() == [0.0, 8.0] and cpu[0].tolist() == [1.0, 8.0]
+
+
+def _log_subnormal(dml, cpu, feeds):
+    assert abs(dml[0][0] - -88.03) < 0.01 and abs(cpu[0][0] - -103.28) < 0.01 and dml[0][1] == cpu[0][1] == 0
+
+
+X = np.linspace(-6, 6, 10_001, dtype=np.float32)
+_ERF_GELU = 0.5 * X.astype(np.float64) * (1 + np.vectorize(math.erf)(X.astype(np.float64) / math.sqrt(2)))
+
+
+def _erf_gelu(dml, cpu, feeds):
+    """DirectML gives erf's GELU, the CPU the tanh formula: 4.7e-4 apart at most (at |x| = 2.70)."""
+    assert np.abs(-dml[0] - _ERF_GELU).max() < 2e-6
+    assert np.abs(dml[0] - cpu[0]).max() > 4e-4
+
+
+def _tanh_gelu() -> onnx.ModelProto:
+    """0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x ** 3))) as PyTorch exports it, then a Neg."""
+    nodes = [
+        h.make_node("Mul", ["x", "half"], ["half_x"]),
+        h.make_node("Pow", ["x", "three"], ["cube"]),
+        h.make_node("Mul", ["cube", "c"], ["scaled_cube"]),
+        h.make_node("Add", ["x", "scaled_cube"], ["inner"]),
+        h.make_node("Mul", ["inner", "s"], ["argument"]),
+        h.make_node("Tanh", ["argument"], ["tanh"], name="tanh"),
+        h.make_node("Add", ["tanh", "one"], ["gate"]),
+        h.make_node("Mul", ["half_x", "gate"], ["gelu"]),
+        h.make_node("Neg", ["gelu"], ["y"]),
+    ]
+    constants = {"half": 0.5, "three": 3.0, "c": 0.044715, "s": 0.7978845608, "one": 1.0}
+    weights = [numpy_helper.from_array(np.array(value, np.float32), name) for name, value in constants.items()]
+    io = [h.make_tensor_value_info(name, T.FLOAT, ["n"]) for name in ("x", "y")]
+    return _model(nodes, io[:1], io[1:], weights)
+
+
+def _fast_gelu() -> onnx.ModelProto:
+    nodes = [
+        h.make_node("FastGelu", ["x"], ["gelu"], name="fast_gelu", domain="com.microsoft"),
+        h.make_node("Neg", ["gelu"], ["y"]),
+    ]
+    io = [h.make_tensor_value_info(name, T.FLOAT, ["n"]) for name in ("x", "y")]
+    return _model(nodes, io[:1], io[1:])
+
+
+def _empty_output() -> onnx.ModelProto:
+    """y = Neg(x) beside z = NonZero(e), both graph outputs (docs/semantics.md section 9)."""
+    nodes = [h.make_node("Neg", ["x"], ["y"]), h.make_node("NonZero", ["e"], ["z"], name="nonzero")]
+    inputs = [h.make_tensor_value_info("x", T.FLOAT, [3]), h.make_tensor_value_info("e", T.FLOAT, [3])]
+    outputs = [h.make_tensor_value_info("y", T.FLOAT, [3]), h.make_tensor_value_info("z", T.INT64, [1, None])]
+    return _model(nodes, inputs, outputs)
+
+
+def _unwritten(dml, cpu, feeds):
+    assert dml[1].shape == (1, 0) and not np.array_equal(dml[0], cpu[0])
+
+
+def _repros() -> list[Repro]:
+    shape = numpy_helper.from_array(np.array([-1], np.int64), "shape")
+    weights_1d = numpy_helper.from_array(np.ones((1, 1, 3), np.float32), "w")
+    x6 = {"x": np.arange(6, dtype=np.float32)}
+    padded = {"strides": [2], "output_padding": [1]}
+    return [
+        Repro(
+            "reshape-allowzero",
+            "fixed dims",
+            _one("Reshape", x6, T.FLOAT, [shape], allowzero=1),
+            x6,
+            "node",
+            failure="80070057",
+        ),
+        Repro(
+            "convtranspose-1d",
+            "3-D tensors, output_padding",
+            _one("ConvTranspose", {"x": np.ones((1, 1, 4), np.float32)}, T.FLOAT, [weights_1d], **padded),
+            {"x": np.ones((1, 1, 4), np.float32)},
+            "node",
+            failure="80070057",
+        ),
+        Repro(
+            "cast-to-int64",
+            "FLOAT",
+            *_cast([-3e9, -2.2e9, -1e9, 3e9, 2.5], np.float32, T.INT64),
+            "node",
+            differs=_below_int32_is_int32_min,
+        ),
+        Repro(
+            "cast-to-int64",
+            "DOUBLE",
+            *_cast([-3e9, -2.2e9, -1e9, 3e9, 2.5], np.float64, T.INT64),
+            "node",
+            differs=_below_int32_is_int32_min,
+        ),
+        Repro("cast-double-to-uint64", "DOUBLE", *_cast([1.0, 2.0], np.float64, T.UINT64), "node", failure="80004005"),
+        Repro(
+            "cast-saturates",
+            "INT32",
+            *_cast([3e9, np.nan, -3e9, 7.9], np.float32, T.INT32),
+            "node",
+            differs=_saturates([2147483647, 0, -2147483648, 7]),
+        ),
+        Repro(
+            "cast-saturates",
+            "UINT8",
+            *_cast([-1, 300, 7], np.float32, T.UINT8),
+            "node",
+            differs=_saturates([0, 255, 7]),
+        ),
+        Repro(
+            "pow-zero-zero",
+            "FLOAT",
+            _one("Pow", {"a": np.zeros(2, np.float32), "b": np.zeros(2, np.float32)}, T.FLOAT),
+            {"a": np.array([0, 2], np.float32), "b": np.array([0, 3], np.float32)},
+            "node",
+            differs=_pow_zero_zero,
+        ),
+        Repro(
+            "log-subnormal",
+            "FLOAT",
+            _one("Log", {"x": np.zeros(2, np.float32)}, T.FLOAT),
+            {"x": np.array([1e-45, 1], np.float32)},
+            "node",
+            differs=_log_subnormal,
+        ),
+        Repro("tanh-gelu", "the exporter's nodes", _tanh_gelu(), {"x": X}, "tanh", differs=_erf_gelu),
+        Repro("tanh-gelu", "FastGelu", _fast_gelu(), {"x": X}, "fast_gelu", differs=_erf_gelu),
+        Repro(
+            "empty-output",
+            "NonZero of zeros",
+            _empty_output(),
+            {"x": np.array([1, 2, 3], np.float32), "e": np.zeros(3, np.float32)},
+            "nonzero",
+            differs=_unwritten,
+        ),
+    ]
+
+
+REPROS = _repros()
+
+
+def test_every_rule_has_a_repro():
+    assert {repro.rule for repro in REPROS} == set(known.rule_names())
+
+
+@pytest.mark.parametrize("repro", REPROS, ids=lambda r: f"{r.rule}-{r.name}")
+def test_check_names_the_rule_at_the_repros_node(repro):
+    (verdict,) = [v for v in check(repro.model) if v.node == repro.node]
+    assert verdict.runs_on == "DirectML", verdict
+    (found,) = [k for k in verdict.known if k.rule == repro.rule]
+    assert found.kind == (known.FAILS if repro.failure else known.DIFFERS)
+    assert verdict.status == ("fails" if repro.failure else "DirectML")
+
+
+@pytest.mark.directml
+@pytest.mark.parametrize("repro", REPROS, ids=lambda r: f"{r.rule}-{r.name}")
+def test_real_directml_does_what_the_rule_says(repro, tmp_path):
+    require_directml(wine=True)
+    model = backends.Model(tmp_path / "repro.onnx", repro.model)
+    dml = backends.create("dml")
+    if repro.failure:
+        with pytest.raises(DirectMlError, match=repro.failure):
+            dml.run(model, repro.feeds)
+        SUMMARIES.append(f"known rule {repro.rule} ({repro.name}): DirectML fails with {repro.failure}")
+        return
+    outputs = dml.run(model, repro.feeds).outputs
+    cpu = backends.create("cpu").run(model, repro.feeds).outputs
+    repro.differs([outputs[k] for k in model.output_names], [cpu[k] for k in model.output_names], repro.feeds)
+    SUMMARIES.append(f"known rule {repro.rule} ({repro.name}): DirectML differs as the rule says")
