@@ -107,7 +107,9 @@ def test_the_other_devices_are_reachable_per_run(stack, device, capsys, monkeypa
     require_directml(wine=True)
     monkeypatch.setenv(layout.D3D12_VARIABLE, stack)
     assert cli.main(["setup-directml", "--check"]) == 0
-    assert f"Direct3D 12 {stack} (ONNX_GATHER_DIRECTML_D3D12): {device}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"Direct3D 12 {stack} (ONNX_GATHER_DIRECTML_D3D12): {device}" in out
+    assert ("FLOAT16: refused on this device" in out) == (stack == layout.NATIVE16)
 
 
 @pytest.mark.directml

@@ -10,7 +10,8 @@ from typing import TextIO
 import numpy as np
 from onnx import TensorProto, helper
 
-from onnx_gather.directml.layout import D3D12_VARIABLE, Layout, SetupError, d3d12_stack
+from onnx_gather.directml import sixteen
+from onnx_gather.directml.layout import D3D12_VARIABLE, NATIVE16, Layout, SetupError, d3d12_stack
 
 
 def probe(layout: Layout) -> str:
@@ -79,3 +80,5 @@ def run_probes(layout: Layout, out: TextIO) -> None:
     """Each probe, one line each."""
     print(f"probe: {probe(layout)}", file=out)
     print(f"direct: {probe_direct(layout)}", file=out)
+    if d3d12_stack() == NATIVE16:
+        print(f"FLOAT16: refused on this device: {sixteen.REFUSAL}", file=out)

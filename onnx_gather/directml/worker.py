@@ -17,8 +17,8 @@ import numpy as np
 import onnx
 
 from onnx_gather.core.errors import UserError
-from onnx_gather.directml import tensors
-from onnx_gather.directml.layout import Layout
+from onnx_gather.directml import sixteen, tensors
+from onnx_gather.directml.layout import D3D12_VARIABLE, NATIVE16, Layout, d3d12_stack
 from onnx_gather.directml.process import (
     REQUEST_SECONDS,
     DirectMlError,
@@ -104,7 +104,13 @@ class Runner(WineProgram):
         node went; without it such a model fails to load. ``fuse=False`` (with ``fallback``) turns DirectML's graph
         fusion off: the placement then names every node, where fused ones are listed as one ``DmlFusedNode``.
         Where ONNX Runtime refuses to create the session: SessionCreationError (a DirectMlError), its message.
+        On the native 16-bit device a model with FLOAT16 arithmetic is refused (``sixteen``): UserError.
         """
+        if d3d12_stack() == NATIVE16:
+            proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
+            computing = sixteen.float16_arithmetic(proto)
+            if computing is not None:
+                raise UserError(f"{computing}: {sixteen.REFUSAL}; unset ${D3D12_VARIABLE} to run it")
         mode = 0 if not fallback else 1 if fuse else 2
         with self._model_file(model, data) as path:
             try:
