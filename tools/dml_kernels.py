@@ -12,7 +12,9 @@ Per registration: the domain, the operator, the ONNX since-version it starts at 
 an end version), its type constraints (ONNX element type names per constraint name) and the inputs it takes in CPU
 memory (``requiredConstantCpuInputs``). The kernels the provider registers besides the table, with the memory they
 take (AbiCustomRegistry.cpp: Shape's and Size's outputs are in CPU memory; OperatorRegistration.cpp's
-RegisterCpuOperatorsAsDml: If takes its condition in CPU memory; sequence and optional operators), are stated below.
+RegisterCpuOperatorsAsDml: If takes its condition in CPU memory; sequence and optional operators; and the DFT, STFT
+and GridSample kernels RegisterDmlOperators registers after the table), are stated below. ONNX Runtime takes a kernel
+registered without an end version for a node of exactly its since-version (KernelRegistry::VerifyKernelDef).
 """
 
 from __future__ import annotations
@@ -64,7 +66,13 @@ EXTRA = {
         ["", "SequenceInsert", 11, [2]],
         ["", "OptionalHasElement", 15, []],
         ["", "OptionalGetElement", 15, []],
-        ["", "If", 7, [0]],
+        ["", "OptionalHasElement", 18, []],
+        ["", "OptionalGetElement", 18, []],
+        *(["", "If", since, [0]] for since in (7, 11, 13, 16, 19)),
+        # RegisterDmlOperators' own three, registered after the table (their CPU inputs not read)
+        ["", "DFT", 17, []],
+        ["", "STFT", 17, []],
+        ["", "GridSample", 16, []],
     ],
 }
 

@@ -270,7 +270,15 @@ def check_document(model: str, feature_level: str, verdicts: list[Verdict], line
             "provider": v.runs_on,
             "status": v.status,
             "reason": v.reason,
-            "known": [{"kind": k.kind, "what": k.what, "rule": k.rule, "certain": k.certain} for k in v.known],
+            "known": [
+                {
+                    "kind": k.kind,
+                    "what": k.what,
+                    "rule": k.rule,
+                    **({"certain": k.certain} if k.kind == "fails" else {}),
+                }
+                for k in v.known
+            ],
             **({"ranks": v.ranks} if v.ranks else {}),
         }
         for v in verdicts

@@ -12,8 +12,9 @@ ONNX Runtime decides in three steps, mirrored here graph by graph (subgraphs are
    at most 100 elements, none is FLOAT16 or BFLOAT16, and none is an input the provider's kernel takes in CPU memory
    anyway (a Reshape's shape). These are the small shape computations.
 3. The provider takes every other node it has a kernel for (``onnx_gather/graphs/placement/dml_kernels.json``, read
-   from its registration table by ``tools/dml_kernels.py``) and whose data types the device has
-   (``onnx_gather.graphs.placement.gather``); the CPU provider the rest.
+   from its registration table by ``tools/dml_kernels.py``; a kernel registered without an end version takes nodes
+   of exactly its since-version: a Cast of opset 23 has none, for the provider registers Cast-21 and earlier) and
+   whose data types the device has (``onnx_gather.graphs.placement.gather``); the CPU provider the rest.
 
 Checked against the placement real DirectML reports (tests/test_real_models.py): every gather of the third-party
 models of the tests, and every node that ONNX Runtime's later fusions leave under its own name.
@@ -139,11 +140,14 @@ def _kernel(node: onnx.NodeProto, opset: int, types: dict[str, ValueType]) -> tu
         return None, f"the DirectML provider has no kernel for {op}"
     schema = _schema(node, opset) if domain == "" else None
     since = schema.since_version if schema is not None else 1
-    matching = [kernel for kernel in registrations if kernel.since <= since]
-    if not matching:
+    # Registered without an end version, a kernel takes nodes of exactly its since-version (VerifyKernelDef)
+    kernel = next((kernel for kernel in registrations if kernel.since == since), None)
+    if kernel is None:
         versions = ", ".join(str(kernel.since) for kernel in registrations)
-        return None, f"the DirectML provider's {op} kernels are of opsets {versions}; this one is {op}-{since}"
-    kernel = matching[-1]
+        return (
+            None,
+            f"the DirectML provider's {op} kernels are {op}-{versions.replace(', ', f', {op}-')}; this is {op}-{since}",
+        )
     if schema is not None:
         for constraint, name in _formal_types(schema, node):
             allowed = kernel.types.get(constraint)
