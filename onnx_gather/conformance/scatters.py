@@ -25,7 +25,7 @@ from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.directml.worker import Runner
 
 OPSET = 16  # ScatterElements-18 and ScatterND-18 have no DirectML kernel: the provider puts them on the CPU
-CASES_PER_MODEL = 100
+SCATTERS_PER_MODEL = 100
 
 
 @dataclass(frozen=True)
@@ -138,10 +138,10 @@ def scatter_model(cases: Sequence[ScatterCase]) -> onnx.ModelProto:
 
 
 def run_provider(runner: Runner, cases: Sequence[ScatterCase]) -> list[np.ndarray]:
-    """The cases through ONNX Runtime's DirectML provider, CPU fallback off, ``CASES_PER_MODEL`` to a session."""
+    """The cases through ONNX Runtime's DirectML provider, CPU fallback off, ``SCATTERS_PER_MODEL`` to a session."""
     results: list[np.ndarray] = []
-    for start in range(0, len(cases), CASES_PER_MODEL):
-        batch = cases[start : start + CASES_PER_MODEL]
+    for start in range(0, len(cases), SCATTERS_PER_MODEL):
+        batch = cases[start : start + SCATTERS_PER_MODEL]
         loaded = runner.load(scatter_model(batch))
         try:
             feeds = {}
