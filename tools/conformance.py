@@ -3,6 +3,10 @@
 python tools/conformance.py [--seed N] [--count N] [--out-of-bounds F] [--beyond-int32 F] [--mode clamp] [--show K]
                             [--nd]
 python tools/conformance.py --direct [--seed N] [--count N] [--show K]
+python tools/conformance.py --scatter [--seed N] [--count N] [--show K]
+
+With --scatter: random ScatterElements and ScatterND (onnx_gather.conformance.scatters) through both doors, the
+provider and DirectML called directly, against onnx_gather.core.scatter; prints the counts per operator and kind.
 
 With --direct: random operator descs over the whole domain (onnx_gather.conformance.random_descs) on DirectML called
 directly, against onnx_gather.core.predict and the custom ops; prints the table per operator and kind.
@@ -23,7 +27,7 @@ import numpy as np
 
 from onnx_gather.conformance import direct_door as direct_conformance
 from onnx_gather.conformance import provider_door as conformance
-from onnx_gather.conformance import random_descs
+from onnx_gather.conformance import random_descs, scatters
 from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
 from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.directml.worker import Runner
@@ -48,7 +52,10 @@ def main() -> int:
     parser.add_argument("--show", type=int, default=3, help="print this many mismatching cases")
     parser.add_argument("--nd", action="store_true", help="GatherND cases (else Gather and GatherElements)")
     parser.add_argument("--direct", action="store_true", help="operator descs on DirectML called directly")
+    parser.add_argument("--scatter", action="store_true", help="scatters through both doors")
     args = parser.parse_args()
+    if args.scatter:
+        return _scatter(args.seed, args.count, args.show)
     if args.direct:
         return _direct(args.seed, args.count, args.show)
     cases = conformance.random_gather_cases(args.seed, args.count, args.out_of_bounds, args.beyond_int32, args.nd)
@@ -91,6 +98,35 @@ def _direct(seed: int, count: int, show: int) -> int:
             f"custom ops {r.custom_ops}"
         )
     return 1 if run.disagreements else 0
+
+
+def _scatter(seed: int, count: int, show: int) -> int:
+    cases = scatters.random_scatter_cases(seed, count)
+    with Runner() as runner:
+        provider = scatters.run_provider(runner, cases)
+    with DirectRunner() as runner:
+        direct = scatters.run_direct(runner, cases, seed)
+    counts: Counter = Counter()
+    differing = []
+    for case, got, (tensor, kept) in zip(cases, provider, direct, strict=True):
+        expected = case.expected().tobytes()
+        key = (case.op, "out of bounds" if case.out_of_bounds else "in range")
+        ok = (got.tobytes() == expected, tensor is not None and tensor.tobytes() == expected and kept)
+        counts.update({key: 1, (*key, "provider"): ok[0], (*key, "direct"): ok[1]})
+        if not all(ok):
+            differing.append(case)
+    print(f"seed {seed}, {count} random scatters; agreeing with onnx_gather.core.scatter bit for bit:")
+    print(f"{'operator':<16} {'kind':<14} {'cases':>6} {'provider':>9} {'direct':>7}")
+    for key in sorted(k for k in counts if len(k) == 2):
+        print(
+            f"{key[0]:<16} {key[1]:<14} {counts[key]:>6} {counts[(*key, 'provider')]:>9} {counts[(*key, 'direct')]:>7}"
+        )
+    for case in differing[:show]:
+        print(
+            f"  differs: {case.op} axis {case.axis} {case.data.dtype} {case.data.shape} "
+            f"indices {case.indices.ravel()[:8]}"
+        )
+    return 1 if differing else 0
 
 
 if __name__ == "__main__":

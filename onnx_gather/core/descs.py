@@ -1,5 +1,5 @@
-"""DirectML's gather operators as DirectML sees them: an operator desc with three DML_BUFFER_TENSOR_DESCs (data
-type, sizes, strides in elements, TotalTensorSizeInBytes, base offset alignment) and the buffers' bytes.
+"""DirectML's gather and scatter operators as DirectML sees them: an operator desc with its DML_BUFFER_TENSOR_DESCs
+(data type, sizes, strides in elements, TotalTensorSizeInBytes, base offset alignment) and the buffers' bytes.
 
 ``onnx_gather.directml.direct`` runs such cases on DirectML itself (direct.exe under Wine);
 ``onnx_gather.core.predict`` predicts what DirectML computes for them. This module imports no runtime.
@@ -21,7 +21,10 @@ ATTRIBUTES = {  # each operator's UINT fields after its three tensors, in the or
     "GATHER_ELEMENTS": ("axis",),
     "GATHER_ND": ("input_dimension_count", "indices_dimension_count"),
     "GATHER_ND1": ("input_dimension_count", "indices_dimension_count", "batch_dimension_count"),
+    "SCATTER": ("axis",),
+    "SCATTER_ND": ("input_dimension_count", "indices_dimension_count"),
 }
+SCATTERS = ("SCATTER", "SCATTER_ND")  # their tensors: input, indices, updates, output
 MAX_DIMENSIONS = 16  # what direct.exe reads; DirectML takes 1 to 8 and refuses the rest itself
 
 
@@ -103,9 +106,13 @@ def from_buffer(desc: TensorDesc, data: bytes) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Case:
-    """One operator for DirectML: DML_OPERATOR_GATHER, GATHER_ELEMENTS, GATHER_ND or GATHER_ND1 with its attributes
-    (``ATTRIBUTES``), its three tensor descs, the two input buffers (each exactly its desc's total bytes) and the
-    byte the output buffer is filled with before the dispatch."""
+    """One operator for DirectML: DML_OPERATOR_GATHER, GATHER_ELEMENTS, GATHER_ND, GATHER_ND1, SCATTER or SCATTER_ND
+    with its attributes (``ATTRIBUTES``), its tensor descs (a scatter's ``updates`` too), the input buffers (each
+    exactly its desc's total bytes) and the byte the output buffer is filled with before the dispatch.
+
+    ``memory`` 0: each tensor in a buffer of its own, the output's read back. Else all tensors share one buffer of
+    ``memory`` bytes, tensor k (input, indices, updates, output) at byte ``offsets[k]``; the buffer is filled, the
+    inputs written at their offsets in that order, and the whole buffer read back."""
 
     operator: str
     attributes: dict[str, int]
@@ -115,32 +122,64 @@ class Case:
     input_bytes: bytes
     indices_bytes: bytes
     fill: int = 0xCD
+    updates: TensorDesc | None = None
+    updates_bytes: bytes = b""
+    memory: int = 0
+    offsets: tuple[int, ...] = ()
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The tensors in the operator desc's order: input, indices, (updates,) output."""
+        return ("input", "indices", "updates", "output") if self.updates is not None else ("input", "indices", "output")
+
+    @property
+    def descs(self) -> tuple[TensorDesc, ...]:
+        """The tensor descs in the order of ``roles``."""
+        return tuple(getattr(self, role) for role in self.roles)
+
+    @property
+    def inputs(self) -> tuple[bytes, ...]:
+        """The input buffers in the order of ``roles`` (all but the output)."""
+        return tuple(getattr(self, f"{role}_bytes") for role in self.roles[:-1])
+
+    @property
+    def read_back(self) -> int:
+        """How many bytes come back: the output's total, or the shared memory."""
+        return self.memory or self.output.total_bytes
 
     def __post_init__(self) -> None:
         if self.operator not in ATTRIBUTES:
             raise UserError(f"operator {self.operator!r}: expected one of {', '.join(ATTRIBUTES)}")
+        if (self.updates is not None) != (self.operator in SCATTERS):
+            raise UserError(f"{self.operator}: updates are given for a scatter, and only for a scatter")
         names = ATTRIBUTES[self.operator]
         if set(self.attributes) != set(names):
             raise UserError(f"{self.operator} takes the attributes {', '.join(names)}, not {sorted(self.attributes)}")
         for name, value in self.attributes.items():
             if not 0 <= value < 2**32:
                 raise UserError(f"{name} = {value}: a UINT is 0 to {2**32 - 1}")
-        for role, desc in (("input", self.input), ("indices", self.indices), ("output", self.output)):
+        for role, desc in zip(self.roles, self.descs, strict=True):
             if desc.dtype not in DIRECTML_DTYPES:
                 raise UserError(f"{role}: data type {desc.dtype!r}: expected one of {', '.join(DIRECTML_DTYPES)}")
             if len(desc.sizes) > MAX_DIMENSIONS or (desc.strides is not None and len(desc.strides) != len(desc.sizes)):
                 raise UserError(f"{role}: {len(desc.sizes)} sizes (at most {MAX_DIMENSIONS}) and as many strides")
-        for role, data, desc in ("input", self.input_bytes, self.input), ("indices", self.indices_bytes, self.indices):
+        for role, data, desc in zip(self.roles, self.inputs, self.descs, strict=False):
             if len(data) != desc.total_bytes:
                 raise UserError(f"{role}_bytes holds {len(data)} bytes; its desc's total is {desc.total_bytes}")
         if not 0 <= self.fill <= 255:
             raise UserError(f"fill = {self.fill}: a byte is 0 to 255")
+        if self.memory and (
+            len(self.offsets) != len(self.descs)
+            or any(not 0 <= at <= self.memory - d.total_bytes for at, d in zip(self.offsets, self.descs, strict=False))
+        ):
+            raise UserError(f"offsets {self.offsets}: one per tensor, each tensor within the {self.memory} bytes")
 
     def text(self) -> str:
         """The case's desc.txt."""
         attributes = " ".join(f"{name} {self.attributes[name]}" for name in ATTRIBUTES[self.operator])
-        tensors = "\n".join(desc.text() for desc in (self.input, self.indices, self.output))
-        return f"operator {self.operator} {attributes}\n{tensors}\nfill {self.fill}\n"
+        tensors = "\n".join(desc.text() for desc in self.descs)
+        memory = f"memory {self.memory} {' '.join(map(str, self.offsets))}\n" if self.memory else ""
+        return f"operator {self.operator} {attributes}\n{tensors}\nfill {self.fill}\n{memory}"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-/* direct.exe: DirectML's gather operators called directly (DirectML.dll, no ONNX Runtime), for onnx-gather.
+/* direct.exe: DirectML's gather and scatter operators called directly (DirectML.dll, no ONNX Runtime), for onnx-gather.
  *
  * Built for Windows (mingw-w64) by `onnx-gather setup-directml` beside runner.exe and run under Wine by
  * onnx_gather.directml.direct. Requests and replies are framed as protocol.h says, as runner.exe's are.
@@ -8,10 +8,14 @@
  *                                there) or info case <k> refused <create|compile|init|run> 0x<HRESULT>; then ok <count>
  *   quit                      -> ok, then the process ends
  *
- * A case folder holds desc.txt (the operator, its attributes, the descs of the input, indices and output tensors and
- * the byte the output buffer is filled with before the dispatch), input.bin and indices.bin (each tensor's whole
- * buffer, exactly its TotalTensorSizeInBytes). output.bin is the output buffer read back whole. A malformed case
- * is "error" for the whole request; what DirectML (or Direct3D 12 under it) refuses is the case's answer.
+ * A case folder holds desc.txt (the operator, its attributes, the descs of its tensors: input, indices, for a scatter
+ * updates, and output; the byte the output buffer is filled with before the dispatch; and optionally a line `memory
+ * <bytes> <offset of each tensor>`), input.bin, indices.bin and for a scatter updates.bin (each tensor's whole buffer,
+ * exactly its TotalTensorSizeInBytes). Each tensor has a buffer of its own, or with `memory` all share one buffer of
+ * that many bytes, each bound at its offset (the output's may be the input's: in place); that buffer is filled with
+ * the fill byte, then the input files are written at their offsets in order. output.bin is the output's buffer read
+ * back whole. A malformed case is "error" for the whole request; what DirectML (or Direct3D 12 under it) refuses is
+ * the case's answer.
  *
  * One device, command queue, command list and shader-visible descriptor heap serve the whole process: under vkd3d a
  * shader-visible heap costs about 0.5 s and 1.5 GB to create. Everything else is made and released per case.
@@ -41,8 +45,11 @@ typedef struct {
 
 /* DML_GATHER_OPERATOR_DESC (Axis, IndexDimensions), DML_GATHER_ELEMENTS_OPERATOR_DESC (Axis),
  * DML_GATHER_ND_OPERATOR_DESC (InputDimensionCount, IndicesDimensionCount) and DML_GATHER_ND1_OPERATOR_DESC (the
- * same and BatchDimensionCount): three tensor descs, then each operator's UINTs in this order. */
-typedef struct { const TypedDesc *Input, *Indices, *Output; UINT Attributes[3]; } GatherDesc;
+ * same and BatchDimensionCount): three tensor descs (input, indices, output), then each operator's UINTs in this
+ * order. DML_SCATTER_OPERATOR_DESC (Axis) and DML_SCATTER_ND_OPERATOR_DESC (InputDimensionCount,
+ * IndicesDimensionCount): four (input, indices, updates, output), then the UINTs. */
+typedef struct { const TypedDesc *Tensors[3]; UINT Attributes[3]; } GatherDesc;
+typedef struct { const TypedDesc *Tensors[4]; UINT Attributes[2]; } ScatterDesc;
 
 typedef struct { ID3D12Resource *Buffer; UINT64 Offset, SizeInBytes; } DML_BUFFER_BINDING;
 typedef struct { UINT RequiredDescriptorCount; UINT64 TemporaryResourceSize, PersistentResourceSize; } DML_BINDING_PROPERTIES;
@@ -117,13 +124,18 @@ typedef HRESULT(WINAPI *CreateD3D12Device)(IUnknown *, D3D_FEATURE_LEVEL, REFIID
 /* --- The cases --- */
 #define MAX_DIMS 16 /* more than DirectML's 8, so that DirectML is the one to refuse */
 #define HEAP_DESCRIPTORS 1024
+#define MAX_TENSORS 4
 
-static const struct { const char *name; int type; const char *attributes[3]; } operators[] = {
-    {"GATHER", 67, {"axis", "index_dimensions"}},
-    {"GATHER_ELEMENTS", 107, {"axis"}},
-    {"GATHER_ND", 108, {"input_dimension_count", "indices_dimension_count"}},
-    {"GATHER_ND1", 140, {"input_dimension_count", "indices_dimension_count", "batch_dimension_count"}},
+/* Each operator: its name in desc.txt, DML_OPERATOR_TYPE, tensor count (the last is the output), attributes. */
+static const struct { const char *name; int type, tensors; const char *attributes[3]; } operators[] = {
+    {"GATHER", 67, 3, {"axis", "index_dimensions"}},
+    {"GATHER_ELEMENTS", 107, 3, {"axis"}},
+    {"GATHER_ND", 108, 3, {"input_dimension_count", "indices_dimension_count"}},
+    {"GATHER_ND1", 140, 3, {"input_dimension_count", "indices_dimension_count", "batch_dimension_count"}},
+    {"SCATTER", 94, 4, {"axis"}},
+    {"SCATTER_ND", 109, 4, {"input_dimension_count", "indices_dimension_count"}},
 };
+static const char *const input_files[] = {"input.bin", "indices.bin", "updates.bin"}; /* the tensors before the output */
 static const char *const data_types[] = {"UNKNOWN", "FLOAT32", "FLOAT16", "UINT32", "UINT16", "UINT8", "INT32",
                                          "INT16", "INT8", "FLOAT64", "UINT64", "INT64"}; /* by their values */
 
@@ -135,10 +147,11 @@ typedef struct {
 } Tensor;
 
 typedef struct {
-    int type;
-    GatherDesc gather;
-    Tensor tensors[3];
-    int fill;
+    int type, count; /* count: tensors, the output last */
+    union { GatherDesc gather; ScatterDesc scatter; } op;
+    Tensor tensors[MAX_TENSORS];
+    int fill, shared; /* shared: all tensors in one buffer of `memory` bytes, tensor t at byte `at[t]` */
+    UINT64 memory, at[MAX_TENSORS];
 } Case;
 
 static ID3D12Device *device;
@@ -215,18 +228,29 @@ static int read_case(FILE *file, Case *c) {
     while (op < sizeof operators / sizeof *operators && strcmp(text, operators[op].name) != 0) op++;
     if (op == sizeof operators / sizeof *operators) return fail("desc.txt: unknown operator '%s'", text);
     c->type = operators[op].type;
-    memset(&c->gather, 0, sizeof c->gather);
+    c->count = operators[op].tensors;
+    memset(&c->op, 0, sizeof c->op);
+    UINT *attributes = c->count == 3 ? c->op.gather.Attributes : c->op.scatter.Attributes;
+    const TypedDesc **tensors = c->count == 3 ? c->op.gather.Tensors : c->op.scatter.Tensors;
     for (int a = 0; a < 3 && operators[op].attributes[a]; a++) {
         if (word(file, text, operators[op].attributes[a]) || number(file, &value, UINT32_MAX)) return -1;
-        c->gather.Attributes[a] = (UINT)value;
+        attributes[a] = (UINT)value;
     }
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < c->count; t++) {
         if (read_tensor(file, &c->tensors[t])) return -1;
+        tensors[t] = &c->tensors[t].desc;
+    }
     if (word(file, text, "fill") || number(file, &value, 255)) return -1;
     c->fill = (int)value;
-    c->gather.Input = &c->tensors[0].desc;
-    c->gather.Indices = &c->tensors[1].desc;
-    c->gather.Output = &c->tensors[2].desc;
+    c->shared = fscanf(file, "%63s", text) == 1;
+    if (!c->shared) return 0;
+    if (strcmp(text, "memory") != 0) return fail("desc.txt: '%s' where 'memory' or the end belongs", text);
+    if (number(file, &c->memory, 1ull << 40)) return -1;
+    for (int t = 0; t < c->count; t++) {
+        if (number(file, &c->at[t], c->memory)) return -1;
+        if (c->at[t] + c->tensors[t].buffer.TotalTensorSizeInBytes > c->memory)
+            return fail("desc.txt: tensor %d at %llu does not fit in %llu bytes", t, c->at[t], c->memory);
+    }
     return 0;
 }
 
@@ -281,9 +305,10 @@ typedef struct {
     IUnknown *op;
     Dispatchable *compiled, *initializer;
     BindingTable *table;
-    ID3D12Resource *buffers[3], *upload, *readback, *persistent, *temporary;
+    ID3D12Resource *buffers[MAX_TENSORS], *upload, *readback, *persistent, *temporary;
     DML_BINDING_PROPERTIES init, exec;
-    UINT64 sizes[3], offsets[3], staged, temporary_size;
+    int buffer_count;
+    UINT64 sizes[MAX_TENSORS], offsets[MAX_TENSORS], staged, temporary_size; /* each buffer's size and upload offset */
     const char *stage; /* the stage that refused the case, or NULL */
     HRESULT hr;
 } Run;
@@ -309,9 +334,13 @@ static UINT64 buffer_size(const Tensor *t) { /* D3D12 has no empty buffer; Direc
     return t->buffer.TotalTensorSizeInBytes ? t->buffer.TotalTensorSizeInBytes : 4;
 }
 
+/* Where tensor t lives: its buffer, and its byte offset there. */
+static int buffer_of(const Run *r, int t) { return r->c.shared ? 0 : t; }
+static UINT64 offset_of(const Run *r, int t) { return r->c.shared ? r->c.at[t] : 0; }
+
 /* The operator created, compiled and given its initializer; what both ask for. */
 static int create_operator(Run *r) {
-    TypedDesc op_desc = {r->c.type, &r->c.gather};
+    TypedDesc op_desc = {r->c.type, &r->c.op};
     HRESULT hr = dml->lpVtbl->CreateOperator(dml, &op_desc, &IID_IDMLOperator, (void **)&r->op);
     if (FAILED(hr)) return refused(r, "create", hr);
     hr = dml->lpVtbl->CompileOperator(dml, r->op, 0, &IID_IDMLCompiledOperator, (void **)&r->compiled);
@@ -325,22 +354,24 @@ static int create_operator(Run *r) {
         return fail("case %d: DirectML asks for %u + %u descriptors, the heap has %d", r->k,
                     r->init.RequiredDescriptorCount, r->exec.RequiredDescriptorCount, HEAP_DESCRIPTORS);
     r->temporary_size = max(r->init.TemporaryResourceSize, r->exec.TemporaryResourceSize);
-    for (int t = 0; t < 3; t++) {
-        r->sizes[t] = buffer_size(&r->c.tensors[t]);
-        r->offsets[t] = r->staged;
-        r->staged += r->sizes[t];
+    r->buffer_count = r->c.shared ? 1 : r->c.count;
+    for (int b = 0; b < r->buffer_count; b++) {
+        r->sizes[b] = r->c.shared ? r->c.memory : buffer_size(&r->c.tensors[b]);
+        r->offsets[b] = r->staged;
+        r->staged += r->sizes[b];
     }
     return 0;
 }
 
-/* The tensors' buffers, one upload buffer for the three, the readback buffer, the persistent and temporary ones. */
+/* The tensors' buffers, one upload buffer for them all, the readback buffer, the persistent and temporary ones. */
 static int allocate(Run *r) {
     HRESULT hr = S_OK;
-    for (int t = 0; t < 3 && SUCCEEDED(hr); t++)
-        hr = make_buffer(D3D12_HEAP_TYPE_DEFAULT, r->sizes[t], D3D12_RESOURCE_STATE_COPY_DEST, &r->buffers[t]);
+    for (int b = 0; b < r->buffer_count && SUCCEEDED(hr); b++)
+        hr = make_buffer(D3D12_HEAP_TYPE_DEFAULT, r->sizes[b], D3D12_RESOURCE_STATE_COPY_DEST, &r->buffers[b]);
     if (SUCCEEDED(hr)) hr = make_buffer(D3D12_HEAP_TYPE_UPLOAD, r->staged, D3D12_RESOURCE_STATE_GENERIC_READ, &r->upload);
     if (SUCCEEDED(hr))
-        hr = make_buffer(D3D12_HEAP_TYPE_READBACK, r->sizes[2], D3D12_RESOURCE_STATE_COPY_DEST, &r->readback);
+        hr = make_buffer(D3D12_HEAP_TYPE_READBACK, r->sizes[buffer_of(r, r->c.count - 1)], D3D12_RESOURCE_STATE_COPY_DEST,
+                         &r->readback);
     if (SUCCEEDED(hr) && r->exec.PersistentResourceSize)
         hr = make_buffer(D3D12_HEAP_TYPE_DEFAULT, r->exec.PersistentResourceSize, D3D12_RESOURCE_STATE_UNORDERED_ACCESS,
                          &r->persistent);
@@ -351,21 +382,22 @@ static int allocate(Run *r) {
     return 0;
 }
 
-/* input.bin and indices.bin into the upload buffer, and the output's part filled with the case's byte. */
+/* The output's buffer filled with the case's byte in the upload buffer, then the input files written at their places. */
 static int upload(Run *r) {
     unsigned char *staging;
     HRESULT hr = ID3D12Resource_Map(r->upload, 0, NULL, (void **)&staging);
     if (FAILED(hr)) return refused(r, "run", hr);
-    const Tensor *t = r->c.tensors;
-    int bad = read_exactly(r->folder, r->k, "input.bin", staging, t[0].buffer.TotalTensorSizeInBytes) ||
-              read_exactly(r->folder, r->k, "indices.bin", staging + r->offsets[1], t[1].buffer.TotalTensorSizeInBytes);
-    memset(staging + r->offsets[2], r->c.fill, r->sizes[2]);
+    int out = buffer_of(r, r->c.count - 1), bad = 0;
+    memset(staging + r->offsets[out], r->c.fill, r->sizes[out]);
+    for (int t = 0; t < r->c.count - 1 && !bad; t++)
+        bad = read_exactly(r->folder, r->k, input_files[t], staging + r->offsets[buffer_of(r, t)] + offset_of(r, t),
+                           r->c.tensors[t].buffer.TotalTensorSizeInBytes);
     ID3D12Resource_Unmap(r->upload, 0, NULL);
     return bad ? -1 : 0;
 }
 
-static TypedDesc binding_of(DML_BUFFER_BINDING *binding, ID3D12Resource *buffer, UINT64 size) {
-    *binding = (DML_BUFFER_BINDING){buffer, 0, size};
+static TypedDesc binding_of(DML_BUFFER_BINDING *binding, ID3D12Resource *buffer, UINT64 offset, UINT64 size) {
+    *binding = (DML_BUFFER_BINDING){buffer, offset, size};
     return (TypedDesc){DML_BINDING_TYPE_BUFFER, binding};
 }
 
@@ -377,14 +409,14 @@ static int record_initializer(Run *r) {
     if (SUCCEEDED(hr)) hr = ID3D12CommandAllocator_Reset(allocator);
     if (SUCCEEDED(hr)) hr = ID3D12GraphicsCommandList_Reset(list, allocator, NULL);
     if (FAILED(hr)) return refused(r, "run", hr);
-    for (int t = 0; t < 3; t++) {
-        ID3D12GraphicsCommandList_CopyBufferRegion(list, r->buffers[t], 0, r->upload, r->offsets[t], r->sizes[t]);
-        barrier(r->buffers[t], D3D12_RESOURCE_STATE_COPY_DEST, D3D12_RESOURCE_STATE_UNORDERED_ACCESS);
+    for (int b = 0; b < r->buffer_count; b++) {
+        ID3D12GraphicsCommandList_CopyBufferRegion(list, r->buffers[b], 0, r->upload, r->offsets[b], r->sizes[b]);
+        barrier(r->buffers[b], D3D12_RESOURCE_STATE_COPY_DEST, D3D12_RESOURCE_STATE_UNORDERED_ACCESS);
     }
     ID3D12GraphicsCommandList_SetDescriptorHeaps(list, 1, &heap);
     DML_BUFFER_BINDING persistent, temporary;
-    TypedDesc persistent_binding = binding_of(&persistent, r->persistent, r->exec.PersistentResourceSize);
-    TypedDesc temporary_binding = binding_of(&temporary, r->temporary, r->temporary_size);
+    TypedDesc persistent_binding = binding_of(&persistent, r->persistent, 0, r->exec.PersistentResourceSize);
+    TypedDesc temporary_binding = binding_of(&temporary, r->temporary, 0, r->temporary_size);
     if (r->init.TemporaryResourceSize) r->table->lpVtbl->BindTemporaryResource(r->table, &temporary_binding);
     if (r->persistent) r->table->lpVtbl->BindOutputs(r->table, 1, &persistent_binding);
     recorder->lpVtbl->RecordDispatch(recorder, (ID3D12CommandList *)list, r->initializer, r->table);
@@ -401,19 +433,21 @@ static int record_operator(Run *r) {
         ID3D12GraphicsCommandList_Close(list);
         return refused(r, "run", hr);
     }
-    DML_BUFFER_BINDING buffers[3], persistent, temporary;
-    TypedDesc inputs[2] = {binding_of(&buffers[0], r->buffers[0], r->sizes[0]),
-                           binding_of(&buffers[1], r->buffers[1], r->sizes[1])};
-    TypedDesc output = binding_of(&buffers[2], r->buffers[2], r->sizes[2]);
-    TypedDesc persistent_binding = binding_of(&persistent, r->persistent, r->exec.PersistentResourceSize);
-    TypedDesc temporary_binding = binding_of(&temporary, r->temporary, r->temporary_size);
-    r->table->lpVtbl->BindInputs(r->table, 2, inputs);
-    r->table->lpVtbl->BindOutputs(r->table, 1, &output);
+    DML_BUFFER_BINDING buffers[MAX_TENSORS], persistent, temporary;
+    TypedDesc bindings[MAX_TENSORS];
+    int out = r->c.count - 1;
+    for (int t = 0; t <= out; t++)
+        bindings[t] = binding_of(&buffers[t], r->buffers[buffer_of(r, t)], offset_of(r, t), buffer_size(&r->c.tensors[t]));
+    TypedDesc persistent_binding = binding_of(&persistent, r->persistent, 0, r->exec.PersistentResourceSize);
+    TypedDesc temporary_binding = binding_of(&temporary, r->temporary, 0, r->temporary_size);
+    r->table->lpVtbl->BindInputs(r->table, out, bindings);
+    r->table->lpVtbl->BindOutputs(r->table, 1, &bindings[out]);
     if (r->exec.TemporaryResourceSize) r->table->lpVtbl->BindTemporaryResource(r->table, &temporary_binding);
     if (r->persistent) r->table->lpVtbl->BindPersistentResource(r->table, &persistent_binding);
     recorder->lpVtbl->RecordDispatch(recorder, (ID3D12CommandList *)list, r->compiled, r->table);
-    barrier(r->buffers[2], D3D12_RESOURCE_STATE_UNORDERED_ACCESS, D3D12_RESOURCE_STATE_COPY_SOURCE);
-    ID3D12GraphicsCommandList_CopyBufferRegion(list, r->readback, 0, r->buffers[2], 0, r->sizes[2]);
+    int b = buffer_of(r, out);
+    barrier(r->buffers[b], D3D12_RESOURCE_STATE_UNORDERED_ACCESS, D3D12_RESOURCE_STATE_COPY_SOURCE);
+    ID3D12GraphicsCommandList_CopyBufferRegion(list, r->readback, 0, r->buffers[b], 0, r->sizes[b]);
     hr = ID3D12GraphicsCommandList_Close(list);
     if (FAILED(hr)) return refused(r, "run", hr);
     return 0;
@@ -433,14 +467,15 @@ static int execute(Run *r) {
     return 0;
 }
 
-/* The output buffer, read back whole, into output.bin. */
+/* The output's buffer, read back whole (its total, or the shared memory), into output.bin. */
 static int read_back(Run *r) {
     unsigned char *result;
-    D3D12_RANGE range = {0, (SIZE_T)r->sizes[2]};
+    int out = r->c.count - 1;
+    D3D12_RANGE range = {0, (SIZE_T)r->sizes[buffer_of(r, out)]};
     HRESULT hr = ID3D12Resource_Map(r->readback, 0, &range, (void **)&result);
     if (FAILED(hr)) return refused(r, "run", hr);
     FILE *file = open_in(r->folder, r->k, "output.bin", "wb");
-    UINT64 total = r->c.tensors[2].buffer.TotalTensorSizeInBytes;
+    UINT64 total = r->c.shared ? r->c.memory : r->c.tensors[out].buffer.TotalTensorSizeInBytes;
     int written = file && fwrite(result, 1, total, file) == total;
     if (file && fclose(file) != 0) written = 0;
     D3D12_RANGE none = {0, 0};
@@ -451,7 +486,7 @@ static int read_back(Run *r) {
 
 static void release_all(Run *r) {
     IUnknown *all[] = {(IUnknown *)r->table, (IUnknown *)r->initializer, (IUnknown *)r->compiled, r->op,
-                       (IUnknown *)r->buffers[0], (IUnknown *)r->buffers[1], (IUnknown *)r->buffers[2],
+                       (IUnknown *)r->buffers[0], (IUnknown *)r->buffers[1], (IUnknown *)r->buffers[2], (IUnknown *)r->buffers[3],
                        (IUnknown *)r->upload, (IUnknown *)r->readback, (IUnknown *)r->persistent,
                        (IUnknown *)r->temporary};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)

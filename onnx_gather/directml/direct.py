@@ -1,9 +1,10 @@
-"""DirectML's gather operators called directly, without ONNX Runtime: direct.exe under Wine.
+"""DirectML's gather and scatter operators called directly, without ONNX Runtime: direct.exe under Wine.
 
 ONNX Runtime's DirectML provider decides the descs DirectML sees (padding, strides, buffer sizes). Here the caller
-gives every field of the operator desc and of its three DML_BUFFER_TENSOR_DESCs and the input buffers byte for
-byte; each case comes back as the output buffer read back whole (filled with a known byte before the dispatch, so
-that what the operator did not write shows), or as the stage where DirectML refused it with its HRESULT.
+gives every field of the operator desc and of its DML_BUFFER_TENSOR_DESCs, the input buffers byte for byte and, if it
+wants, one buffer all tensors share (``Case.memory``); each case comes back as the output's buffer read back whole
+(filled with a known byte before the dispatch, so that what the operator did not write shows), or as the stage where
+DirectML refused it with its HRESULT.
 The process is a ``process.WineProgram`` (Xvfb, a private Wine prefix, a memory limit, time limits, everything ended
 on errors, timeouts and Ctrl-C) running direct.exe.
 """
@@ -52,8 +53,8 @@ class DirectRunner:
             for k, case in enumerate(cases):
                 (folder / str(k)).mkdir()
                 (folder / str(k) / "desc.txt").write_text(case.text())
-                (folder / str(k) / "input.bin").write_bytes(case.input_bytes)
-                (folder / str(k) / "indices.bin").write_bytes(case.indices_bytes)
+                for role, data in zip(case.roles, case.inputs, strict=False):
+                    (folder / str(k) / f"{role}.bin").write_bytes(data)
             what = f"run of {counted(len(cases), 'case')}"
             infos, _ = self.runner.request(f"cases {windows_path(folder)} {len(cases)}", what)
             answers = dict(rest.split(" ", 1) for kind, rest in infos if kind == "case")
@@ -70,6 +71,6 @@ def _outcome(folder: Path, answer: str, case: Case) -> DescOutcome:
     if answer != "ok":
         raise DirectMlError(f"direct.exe answered {answer or 'nothing'!r} for the case in {folder.name}")
     output = (folder / "output.bin").read_bytes()
-    if len(output) != case.output.total_bytes:
-        raise DirectMlError(f"direct.exe wrote {len(output)} bytes for an output of {case.output.total_bytes}")
+    if len(output) != case.read_back:
+        raise DirectMlError(f"direct.exe wrote {len(output)} bytes for an output buffer of {case.read_back}")
     return DescOutcome(None, output)
