@@ -256,3 +256,35 @@ def _empty_output(node: Node) -> str | None:
         "where its output, a graph output, comes back empty (NonZero finding nothing), ONNX Runtime's DirectML "
         "provider leaves every other graph output it copies back from the device unwritten"
     )
+
+
+@_rule("scatter-out-of-bounds", DIFFERS, "ScatterElements", "Scatter", "ScatterND")
+def _scatter_out_of_bounds(node: Node) -> str:
+    return (
+        "an out-of-bounds index, where ONNX Runtime's CPU fails, writes at the element its 32-bit linear offset "
+        "names (past the end of an inner axis: into the next row; a negative one below its range: into an earlier "
+        "row) or, past the output's memory, nowhere (docs/semantics.md section 10)"
+    )
+
+
+@_rule("scatter-duplicates", DIFFERS, "ScatterElements", "Scatter", "ScatterND")
+def _scatter_duplicates(node: Node) -> str:
+    return (
+        "where several updates write one element, which stays is a race (with 2^20 updates of one element, not "
+        "always the last), where ONNX Runtime's CPU keeps the last"
+    )
+
+
+@_rule("scatter-elements-indices-beyond", FAILS, "ScatterElements", "Scatter")
+def _scatter_indices_beyond(node: Node) -> str | None:
+    data, indices = node.type_of(0), node.type_of(1)
+    if data is None or indices is None or data.rank is None or data.rank != indices.rank:
+        return None
+    axis = int(node.attribute("axis", 0)) % data.rank
+    size, count = data.dims[axis], indices.dims[axis]
+    if not (isinstance(size, int) and isinstance(count, int) and count > size):
+        return None
+    return (
+        f"more indices on its axis ({count}) than the data holds ({size}): DirectML refuses the DML_SCATTER and the "
+        "session fails when it is created (AbiCustomRegistry.cpp(519) 80070057), CPU fallback or not"
+    )
