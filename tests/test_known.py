@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -302,3 +304,11 @@ def test_real_directml_does_what_the_rule_says(repro, tmp_path):
             if attempt == repro.attempts:
                 raise
     SUMMARIES.append(f"known rule {repro.rule} ({repro.name}): DirectML differs as the rule says")
+
+
+def test_every_rule_is_named_in_the_docs_known_failures():
+    docs = Path(__file__).resolve().parents[1] / "docs" / "directml-on-linux.md"
+    text = docs.read_text()
+    section = text[text.index("## Known DirectML failures") :]
+    named = set(re.findall(r"`([a-z0-9]+(?:-[a-z0-9]+)+)`", " ".join(re.findall(r"^\* \[([^\]]+)\]", section, re.M))))
+    assert named == set(known.rule_names())
