@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import signal
 import struct
 import sys
 from collections.abc import Iterator
@@ -107,6 +108,12 @@ def assert_all_identical(actual: list[np.ndarray], expected: list[np.ndarray], c
 
 # Tables the real-DirectML tests print after the run (pytest_terminal_summary), in the order they were made.
 SUMMARIES: list[str] = []
+
+
+def pytest_configure(config):
+    # A shell that starts the suite in the background (`cmd &`, nohup) hands it SIGINT ignored, and every process a
+    # test starts inherits that: the Ctrl-C tests would see no interrupt. They test Python's own handling.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_terminal_summary(terminalreporter, config):
