@@ -230,16 +230,22 @@ def summary(verdicts: list[Verdict], feature_level: str) -> list[str]:
         parts.append(f"{failing} failing")
     if runs["unknown"]:
         parts.append(f"{runs['unknown']} unknown until the model runs")
-    found = Counter((k.kind, k.rule) for v in verdicts for k in v.known)
-    for kind, label in ((known.FAILS, "known to fail"), (known.DIFFERS, "known to differ")):
-        rules = ", ".join(f"{rule} {count}" for (k, rule), count in sorted(found.items()) if k == kind)
+    found = Counter((_label(k), k.rule) for v in verdicts for k in v.known)
+    for label in ("known to fail", "may fail", "known to differ"):
+        rules = ", ".join(f"{rule} {count}" for (k, rule), count in sorted(found.items()) if k == label)
         if rules:
-            parts.append(f"{sum(c for (k, _), c in found.items() if k == kind)} {label} ({rules})")
+            parts.append(f"{sum(c for (k, _), c in found.items() if k == label)} {label} ({rules})")
     lines = [f"{counted(len(verdicts), 'node')} at DirectML feature level {feature_level}: {', '.join(parts)}."]
     gathers = [v for v in verdicts if v.gather]
     if gathers:
         lines.append(_gathers(gathers, feature_level))
     return lines
+
+
+def _label(found: known.Known) -> str:
+    if found.kind == known.DIFFERS:
+        return "known to differ"
+    return "known to fail" if found.certain else "may fail"
 
 
 def _gathers(verdicts: list[Verdict], feature_level: str) -> str:
