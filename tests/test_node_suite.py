@@ -87,6 +87,7 @@ def test_the_ci_lists_match_as_its_runner_does_on_the_cpu_device_s_names():
     assert EXPECTATIONS.failing_on_directml("test_identity_sequence") is None
     assert EXPECTATIONS.failing_on_directml("test_asin_example") is not None
     assert EXPECTATIONS.failing_on_directml("test_asin") is None
+    assert EXPECTATIONS.ran("test_asin") and not EXPECTATIONS.ran("test_attention_4d_causal_nonpad_batch_prefill")
 
 
 @pytest.mark.parametrize(
