@@ -4,12 +4,16 @@ recorded full run and against ONNX Runtime's DirectML CI."""
 
 from __future__ import annotations
 
+import re
+import time
+
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
 from onnx_gather.conformance import node_suite
+from onnx_gather.graphs.placement.nodes import directml_versions
 from onnx_gather.runtime.comparison import Tolerance
 
 EXPECTATIONS = node_suite.Expectations.bundled()
@@ -44,15 +48,15 @@ def test_the_tolerance_is_ort_s_default_unless_its_overrides_name_the_case():
         (np.array(["a"], object), np.array(["b"], object), False),
     ],
 )
-def test_judge_holds_outputs_as_ort_s_backend_test_series_does(expected, actual, passes):
-    symptom = node_suite.judge([expected], {"y": actual}, ["y"], EXPECTATIONS.tolerance("test_abs"))
+def test_compare_outputs_holds_outputs_as_ort_s_backend_test_series_does(expected, actual, passes):
+    symptom = node_suite.compare_outputs([expected], {"y": actual}, ["y"], EXPECTATIONS.tolerance("test_abs"))
     assert (symptom == "") == passes, symptom
     if passes:  # numpy's own rule agrees
         np.testing.assert_allclose(actual, expected, rtol=1e-3, atol=1e-5) if expected.dtype != object else None
 
 
 def test_a_difference_is_said_with_its_size_and_first_value():
-    symptom = node_suite.judge(
+    symptom = node_suite.compare_outputs(
         [np.array([0.0, np.inf], np.float32)], {"y": np.array([0.0, 0.0], np.float32)}, ["y"], Tolerance(1e-5, 1e-3)
     )
     assert symptom.startswith("y: 1 of 2 differ") and symptom.endswith("at [1]: 0.0 where inf is expected")
@@ -104,3 +108,37 @@ def test_a_case_stands_against_the_ci_by_its_verdict_and_the_directml_list(verdi
     case = "test_asin_example" if listed else "test_asin"
     assert node_suite.standing({"case": case, "verdict": verdict}, EXPECTATIONS) == standing
     assert node_suite.standing({"case": "test_equal", "verdict": verdict}, EXPECTATIONS) is None  # excluded
+
+
+def _verdicts(line: dict) -> tuple:
+    again = line["restamp"] or {}
+    return line["verdict"], again.get("opset"), again.get("verdict", again.get("refused"))
+
+
+def test_the_sample_holds_every_operator_with_a_directml_kernel_that_the_suite_holds():
+    recorded = node_suite.recorded()
+    sample = node_suite.sample(recorded)
+    held = {op for name in sample for op in recorded[name]["ops"]}
+    assert {op for line in recorded.values() for op in line["ops"] if directml_versions(op)} <= held
+    assert len(recorded) == len(node_suite.node_cases())  # the recorded run is of the installed onnx's cases
+
+
+@pytest.mark.directml
+def test_a_sample_of_the_suite_gives_the_recorded_verdicts_on_real_directml(tmp_path):
+    from conftest import SUMMARIES, require_directml
+
+    require_directml(wine=True)
+    recorded = node_suite.recorded()
+    sample = node_suite.sample(recorded)
+    start = time.perf_counter()
+    results = node_suite.run_suite(tmp_path / "sample.jsonl", "^(" + "|".join(map(re.escape, sample)) + ")$")
+    seconds = time.perf_counter() - start
+    assert sorted(results) == sample
+    for name in sample:
+        assert _verdicts(results[name]) == _verdicts(recorded[name]), node_suite.describe(results[name])
+        standing = node_suite.standing(results[name], EXPECTATIONS)
+        assert standing != node_suite.FAIL_HERE_ONLY or not results[name]["directml"], node_suite.describe(
+            results[name]
+        )
+        assert standing == node_suite.standing(recorded[name], EXPECTATIONS)
+    SUMMARIES.append(f"ONNX's node suite, a sample of {len(sample)} cases: the recorded verdicts, in {seconds:.0f} s")

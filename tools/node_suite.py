@@ -28,7 +28,7 @@ def main() -> int:
         results = node_suite.read_results(args.results)
     else:
         results = node_suite.run_suite(args.results, args.select, lambda line: print(node_suite.describe(line)))
-    print(node_suite.summary(results, node_suite.Expectations.bundled()))
+    print(node_suite.suite_summary(results, node_suite.Expectations.bundled()))
     return 0
 
 

@@ -142,7 +142,13 @@ def difference_symptom(name: str, comparison: Comparison, reference: np.ndarray,
     return text
 
 
-def judge(
+def _numeric(array: np.ndarray) -> np.ndarray:
+    """ml_dtypes' 8- and 4-bit floats and integers as FLOAT32, which holds each of their values (and NaN), so that
+    they are compared by value as assert_allclose compares them; other arrays as they are."""
+    return array.astype(np.float32) if array.dtype.kind == "V" and array.dtype.itemsize == 1 else array
+
+
+def compare_outputs(
     expected: Sequence[np.ndarray], outputs: Mapping[str, np.ndarray], names: Sequence[str], tolerance: Tolerance
 ) -> str:
     """ONNX Runtime's backend test series' rule (``OrtBackendTest.assert_similar_outputs``): as many outputs, each
@@ -152,6 +158,8 @@ def judge(
         return f"{len(outputs)} outputs where {len(expected)} are expected"
     for name, reference in zip(names, expected, strict=True):
         reference, actual = np.asarray(reference), np.asarray(outputs[name])
+        if reference.dtype == actual.dtype:
+            reference, actual = _numeric(reference), _numeric(actual)
         comparison = compare(reference, actual, tolerance)
         if not comparison.within_tolerance:
             return difference_symptom(name, comparison, reference, actual)
@@ -238,7 +246,7 @@ def run_model(
             verdict = NOT_RUN if _REFUSED_STAMP.search(str(error)) else FAIL
             return {"verdict": verdict, "symptom": error_symptom(error), "directml": None, "cpu": None}
         placed = outcome.placement
-        symptom = judge(expected, outcome.outputs, names, tolerance)
+        symptom = compare_outputs(expected, outcome.outputs, names, tolerance)
         if symptom:
             note = f" ({outcome.notes[0]})" if outcome.notes else ""
             return {"verdict": FAIL, "symptom": symptom + note, **_counts(placed)}
@@ -370,7 +378,7 @@ def figures(results: Mapping[str, Mapping], expectations: Expectations) -> dict:
     }
 
 
-def summary(results: Mapping[str, Mapping], expectations: Expectations) -> str:
+def suite_summary(results: Mapping[str, Mapping], expectations: Expectations) -> str:
     """The figures in words, with the cases that fail here but pass on the CI's GPUs, and those it lists failing
     that pass here."""
     counts = figures(results, expectations)
