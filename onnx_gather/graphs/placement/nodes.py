@@ -106,6 +106,13 @@ def source() -> str:
     return _kernels()[2]
 
 
+def directml_versions(op_type: str, domain: str = "") -> tuple[int, ...]:
+    """The versions of ``op_type`` the provider registers a DirectML kernel from, oldest first (not the operators it
+    registers on its CPU side: sequences, optionals, If). ONNX Runtime matches a kernel registered without an end
+    version only to a node of that very version (``KernelRegistry::VerifyKernelDef``)."""
+    return tuple(kernel.since for kernel in _kernels()[0].get((domain, op_type), []) if kernel.types)
+
+
 @dataclass(frozen=True)
 class Placed:
     """Where one node runs: ``DirectML`` or ``CPU``, and why (``FOLDED``, ``CPU_PREFERRED``, ``NO_KERNEL``...)."""
