@@ -17,7 +17,9 @@ import onnxruntime
 import pytest
 
 import onnx_gather
+from onnx_gather.directml import worker
 from onnx_gather.graphs.emit import single_node_model
+from onnx_gather.runtime import backends
 
 
 def _single_thread_options() -> onnxruntime.SessionOptions:
@@ -279,3 +281,18 @@ def assert_runner_ended(pids: list[int], folder: str) -> None:
             os.kill(pid, 0)
     assert processes_mentioning(folder) == [], "a Wine server, Wine service or Xvfb of the runner is left"
     assert not Path(folder).exists()
+
+
+def real_placement(model: backends.Model) -> tuple[dict[str, set[str]], bool]:
+    """Where real DirectML's provider puts each node that keeps its name after ONNX Runtime's optimizations, by the
+    node's name (subgraphs' nodes too), and whether ONNX Runtime listed the nodes (it lists them only when it splits
+    the model between providers)."""
+    named = backends._named_nodes(model)  # as the dml backend names unnamed nodes: 'Gather #12'
+    loaded = worker.shared().load(named, fallback=True, fuse=False, data=model.folder)  # fusion off: every node
+    worker.shared().free(loaded)
+    real: dict[str, set[str]] = {}
+    for provider, entries in loaded.placement.items():
+        for entry in entries:
+            name = entry.partition(" (")[2].removesuffix(")")
+            real.setdefault(name, set()).add({"DmlExecutionProvider": "DirectML"}.get(provider, "CPU"))
+    return real, "CPUExecutionProvider" in loaded.placed

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import require_directml
+from conftest import real_placement, require_directml
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
@@ -151,3 +151,42 @@ def test_real_directml_places_the_gathers_where_check_says(tmp_path):
     expected = backends.create("cpu").run(model, feeds).outputs
     got = backends.create("dml").run(model, feeds).outputs
     assert all(expected[name].tobytes() == got[name].tobytes() for name in expected)
+
+
+def _padded_then_measured() -> onnx.ModelProto:
+    """A Pad whose pads are a Cast of a Constant, then a shape computation on its output's Shape for a Reshape: ONNX's
+    shape inference alone cannot tell the Pad's output dims; ONNX Runtime folds the Cast, then knows them, then folds
+    the shape computation too, which would otherwise run on its CPU provider (as akiki-vad's STFT front end)."""
+    nodes = [
+        h.make_node("Constant", [], ["pads32"], value=numpy_helper.from_array(np.array([0, 1, 0, 1], np.int32))),
+        h.make_node("Cast", ["pads32"], ["pads"], to=T.INT64, name="cast_pads"),
+        h.make_node("Pad", ["x", "pads"], ["padded"], name="pad"),
+        h.make_node("Shape", ["padded"], ["shape"], name="measure"),
+        h.make_node("Gather", ["shape", "one"], ["width"], name="width", axis=0),
+        h.make_node("Concat", ["minus_one", "width"], ["target"], name="target", axis=0),
+        h.make_node("Reshape", ["padded", "target"], ["y"], name="reshape"),
+    ]
+    weights = [
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+    ]
+    io = [h.make_tensor_value_info("x", T.FLOAT, [1, 300]), h.make_tensor_value_info("y", T.FLOAT, None)]
+    graph = h.make_graph(nodes, "padded", io[:1], io[1:], weights)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_shape_onnx_runtime_knows_only_after_folding_is_folded_too():
+    verdicts = {v.node: v for v in check(_padded_then_measured())}
+    assert [verdicts[n].cause for n in ("cast_pads", "measure", "width", "target")] == [FOLDED] * 4
+    assert verdicts["pad"].runs_on == verdicts["reshape"].runs_on == "DirectML"
+
+
+@pytest.mark.directml
+def test_real_directml_folds_a_shape_known_only_after_folding(tmp_path):
+    # Unfolded, the Gather and Concat would be shape computations on the CPU provider, and ONNX Runtime would list
+    # the nodes of both providers: it lists none, every node it keeps being on DirectML
+    require_directml(wine=True)
+    path = tmp_path / "padded.onnx"
+    onnx.save(_padded_then_measured(), path)
+    _, listed = real_placement(backends.Model.read(path))
+    assert not listed

@@ -26,11 +26,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import SUMMARIES, assert_all_identical, require_directml, run_model
+from conftest import SUMMARIES, assert_all_identical, real_placement, require_directml, run_model
 
 import onnx_gather
 from onnx_gather.app import cli
-from onnx_gather.directml import worker
 from onnx_gather.directml.process import DirectMlError
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import convert
@@ -426,21 +425,6 @@ BUNDLED = Path(onnx_gather.sample_model_path()).parent
 PLACED_MODELS = [*THIRD_PARTY_MODELS, (None, "sample.onnx"), (None, "pow_chain.onnx")]
 
 
-def _real_placement(model: backends.Model) -> tuple[dict[str, set[str]], bool]:
-    """Where real DirectML's provider puts each node that keeps its name after ONNX Runtime's optimizations, by the
-    node's name (subgraphs' nodes too), and whether ONNX Runtime listed the nodes (it lists them only when it splits
-    the model between providers)."""
-    named = backends._named_nodes(model)  # as the dml backend names unnamed nodes: 'Gather #12'
-    loaded = worker.shared().load(named, fallback=True, fuse=False, data=model.folder)  # fusion off: every node
-    worker.shared().free(loaded)
-    real: dict[str, set[str]] = {}
-    for provider, entries in loaded.placement.items():
-        for entry in entries:
-            name = entry.partition(" (")[2].removesuffix(")")
-            real.setdefault(name, set()).add({"DmlExecutionProvider": "DirectML"}.get(provider, "CPU"))
-    return real, "CPUExecutionProvider" in loaded.placed
-
-
 @pytest.mark.directml
 @pytest.mark.parametrize(("package", "file"), PLACED_MODELS, ids=[f for _, f in PLACED_MODELS])
 def test_check_places_every_node_where_real_directml_puts_it(package, file):
@@ -448,7 +432,7 @@ def test_check_places_every_node_where_real_directml_puts_it(package, file):
     path = BUNDLED / file if package is None else _load(package, file)[0]
     model = backends.Model.read(path)
     verdicts = check(model.proto)
-    real, listed = _real_placement(model)
+    real, listed = real_placement(model)
     counts = Counter()
     for verdict in verdicts:
         assert verdict.runs_on in ("DirectML", "CPU"), verdict

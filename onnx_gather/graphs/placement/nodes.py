@@ -30,11 +30,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 
+import numpy as np
 import onnx
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from onnx_gather.graphs.plumbing import RANDOM_OPS, Body, bodies, inner_bodies, subgraphs
-from onnx_gather.graphs.types import ValueType, value_types
+from onnx_gather.graphs.types import ValueType, value_types, without_weights
 
 SMALL_INITIALIZER = 100  # kSmallInitializerThreshold: elements
 # Inputs of these types keep a node off the CPU provider (fallback_cpu_capability.cc).
@@ -289,7 +291,7 @@ def _to_cpu(graph: _Graph, node: onnx.NodeProto, kernel: Kernel, in_cpu_memory: 
 def place_nodes(model: onnx.ModelProto) -> dict[str, list[Placed]]:
     """Every node of ``model``'s graphs (in topological order, as ``model_io.load`` leaves them), by ``Body.where``
     and position: where the DirectML provider puts it, the data types of the device aside (``gather``)."""
-    types = value_types(model, propagate=True)  # ONNX Runtime knows the size of what it folds
+    types = _folded_types(model)  # ONNX Runtime knows the size of what it folds
     placed: dict[str, list[Placed]] = {}
     main = bodies(model)[0]
     stack: list[tuple[Body, _Graph | None]] = [(main, None)]
@@ -329,3 +331,91 @@ def _refusal(node: onnx.NodeProto) -> str:
         if reduction != "none":
             return f"the provider's {node.op_type} takes no reduction ({reduction!r}): its support query refuses it"
     return ""
+
+
+MATERIALIZED = 4096  # elements: the folded values shape inference is given, as ONNX Runtime has them
+
+
+def _folded_types(model: onnx.ModelProto) -> dict[int, dict[str, ValueType]]:
+    """Value types as ONNX Runtime knows them once its constant folding has run: the small values it computes in the
+    main graph (a ``Shape`` of a static shape, arithmetic on constants) are given to ONNX's shape inference as
+    initializers, round after round while that folds more (a Pad whose pads are a Cast of a constant: its output's
+    dims, then the Shapes of it)."""
+    light = without_weights(model)
+    for _ in range(8):
+        types = value_types(light, propagate=True)
+        if not _materialize(light, types.get(0, {})):
+            return types
+    return value_types(light, propagate=True)
+
+
+def _materialize(model: onnx.ModelProto, types: dict[str, ValueType]) -> bool:
+    """Replace, in ``model``'s main graph, every node ONNX Runtime folds whose output is small by initializers of
+    its values, computed with ONNX's reference evaluator; whether any was."""
+    graph = model.graph
+    overridable = {value.name for value in graph.input}
+    values = {t.name: t for t in graph.initializer if t.name not in overridable and _has_data(t)}
+    kept, folded = [], False
+    for node in graph.node:
+        computed = _computed(model, node, values, types) if _foldable_op(node) else None
+        if computed is None:
+            kept.append(node)
+            continue
+        for name, array in zip(node.output, computed, strict=True):
+            values[name] = numpy_helper.from_array(np.asarray(array), name)
+            graph.initializer.append(values[name])
+        folded = True
+    if folded:  # the values' dims are now the initializers' (a declared value_info may hold fewer)
+        del graph.node[:]
+        graph.node.extend(kept)
+        declared = [value for value in graph.value_info if value.name not in values]
+        del graph.value_info[:]
+        graph.value_info.extend(declared)
+    return folded
+
+
+def _has_data(tensor: onnx.TensorProto) -> bool:
+    """Whether ``tensor`` holds its values (``without_weights`` keeps only the types and dims of large ones)."""
+    fields = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
+    return math.prod(tensor.dims) == 0 or any(len(getattr(tensor, name)) for name in fields)
+
+
+def _foldable_op(node: onnx.NodeProto) -> bool:
+    return (
+        node.domain in ("", "ai.onnx")
+        and node.op_type not in ("DequantizeLinear", *RANDOM_OPS)
+        and not any(True for _ in subgraphs(node))
+    )
+
+
+def _computed(
+    model: onnx.ModelProto, node: onnx.NodeProto, values: dict[str, onnx.TensorProto], types: dict[str, ValueType]
+) -> list[np.ndarray] | None:
+    """The outputs of ``node`` where ONNX Runtime folds it and they are small, else None."""
+    if node.op_type == "Shape":
+        if not _static_shape(types, node.input[0]):
+            return None
+        dims = types[node.input[0]].dims
+        start = next((a.i for a in node.attribute if a.name == "start"), 0)
+        end = next((a.i for a in node.attribute if a.name == "end"), len(dims))
+        return [np.array(dims[start:end], np.int64)]
+    inputs = [name for name in node.input if name]
+    if any(name not in values for name in inputs):
+        return None
+    if not all(_static_shape(types, o) and math.prod(types[o].dims) <= MATERIALIZED for o in node.output):
+        return None
+    single = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            [node],
+            "fold",
+            [onnx.helper.make_tensor_value_info(name, values[name].data_type, values[name].dims) for name in inputs],
+            [onnx.helper.make_tensor_value_info(name, 0, None) for name in node.output],
+        ),
+        opset_imports=list(model.opset_import),
+        ir_version=model.ir_version,
+    )
+    try:
+        feeds = {name: numpy_helper.to_array(values[name]) for name in inputs}
+        return list(ReferenceEvaluator(single).run(None, feeds))
+    except Exception:  # an operator the reference evaluator lacks, or one it computes otherwise: leave it
+        return None
