@@ -59,6 +59,10 @@ from onnx_gather.graphs.types import ValueType, value_types
 _TO_DML_HELPERS = frozenset({"Constant", "Shape", "Add"})
 
 
+# What a DML scatter meets: it stays as it is, and to_onnx refuses the model naming it.
+_NO_SCATTER = "DirectML's scatters have no lowering into standard ONNX yet (issue 36)"
+
+
 class LoweringError(UserError):
     """``to_onnx`` cannot lower some DML node; the message names each, with the reason ``lower`` reports."""
 
@@ -113,8 +117,16 @@ class _Lowering:
         for body in reversed(bodies(self.model)):
             if any(contract.is_dml(node) for node in body.nodes):
                 self._lower_body(body)
+            self.report.left.extend(
+                NodeChange(
+                    where=body.where, node=node_label(node, index), op_type=node.op_type, result="", reason=_NO_SCATTER
+                )
+                for index, node in enumerate(body.nodes)
+                if contract.is_dml_scatter(node)
+            )
         prune_initializers(self.model, self.initializers)
-        if not any(contract.is_dml(node) for body in bodies(self.model) for node in body.nodes):
+        dml = (n for body in bodies(self.model) for n in body.nodes if contract.is_dml(n) or contract.is_dml_scatter(n))
+        if next(dml, None) is None:
             for imports in (self.model.opset_import, *(f.opset_import for f in self.model.functions)):
                 kept = [o for o in imports if o.domain != DOMAIN]
                 del imports[:]
