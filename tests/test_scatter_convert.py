@@ -13,6 +13,7 @@ from onnx import TensorProto
 from onnx import helper as h
 
 import onnx_gather
+from onnx_gather.app.cli import main
 from onnx_gather.core import contract
 from onnx_gather.core.scatter import dml_scatter_elements, dml_scatter_nd
 from onnx_gather.graphs.convert import ProviderFailure, convert
@@ -154,3 +155,31 @@ def test_to_onnx_refuses_a_dml_scatter_naming_it():
     message = str(refused.value)
     assert "\n" not in message
     assert "node 'the_scatter' (DmlScatterNd, graph 'g'): DirectML's scatters have no lowering" in message
+
+
+def test_keep_on_cpu_leaves_a_scatter_the_provider_folds():
+    model = _scatter_model("ScatterND", [4, 2], [1, 1], [1, 2])
+    constants = {
+        "data": np.zeros((4, 2), np.float32),
+        "indices": np.array([[1]]),
+        "updates": np.ones((1, 2), np.float32),
+    }
+    model.graph.initializer.extend(onnx.numpy_helper.from_array(v, k) for k, v in constants.items())
+    del model.graph.input[:]
+    assert _dml_ops(onnx_gather.to_dml(model)) == ["DmlScatterNd"]
+    converted, report = convert(model, keep_on_cpu="4.1")
+    assert _dml_ops(converted) == [] and "constant folding" in report.left[0].reason
+
+
+def test_the_convert_command_counts_scatters_apart(tmp_path, capsys):
+    path = tmp_path / "scatters.onnx"
+    model = _scatter_model("ScatterND", [4, 2], [1, 1], [1, 2])
+    reduced = _scatter_model("ScatterND", [4, 2], [1, 1], [1, 2], reduction="mul")
+    model.graph.node.append(reduced.graph.node[0])
+    model.graph.node[1].name, model.graph.node[1].input[0] = "reduced", "output"
+    model.graph.output[0].name = model.graph.node[1].output[0] = "final"
+    onnx.save(model, path)
+    assert main(["convert", str(path), "-o", str(tmp_path / "a.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "Converted 1 of 2 scatters.\n" in out and "gathers." not in out
+    assert "left as it was: node 'reduced' (ScatterND, graph 'g'): kept standard, as the DirectML provider" in out

@@ -41,12 +41,11 @@ def _print_report(report: Report, verb: str, source: str, target: str) -> None:
     total = len(report.changed) + len(report.left)
     kinds = {*contract.SCATTER_BY_STANDARD, *contract.SCATTER_BY_TYPE}
     scatters = [c for c in (*report.changed, *report.left) if c.op_type in kinds]
-    if scatters:  # counted apart
-        done = sum(1 for c in scatters if c.result)
+    done = sum(1 for c in scatters if c.result)
+    if total > len(scatters) or not scatters:
         print(f"{verb} {len(report.changed) - done} of {counted(total - len(scatters), 'gather')}.")
+    if scatters:  # counted apart
         print(f"{verb} {done} of {counted(len(scatters), 'scatter')}.")
-    else:
-        print(f"{verb} {len(report.changed)} of {counted(total, 'gather')}.")
     for changed in report.changed:
         for remark in (changed.note, changed.ranks):
             if remark:
