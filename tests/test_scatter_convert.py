@@ -18,6 +18,8 @@ from onnx_gather.core import contract
 from onnx_gather.core.scatter import dml_scatter_elements, dml_scatter_nd
 from onnx_gather.graphs.convert import ProviderFailure, convert
 from onnx_gather.graphs.lowering.lower import LoweringError
+from onnx_gather.runtime import backends
+from onnx_gather.runtime.model import Model
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # some case generators overflow on purpose
@@ -183,3 +185,22 @@ def test_the_convert_command_counts_scatters_apart(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Converted 1 of 2 scatters.\n" in out and "gathers." not in out
     assert "left as it was: node 'reduced' (ScatterND, graph 'g'): kept standard, as the DirectML provider" in out
+
+
+def test_the_routes_with_a_scatter_out_of_bounds(tmp_path):
+    """pyop and reference compute DirectML's scatter; lowered leaves the scatter standard (its lowering is to come),
+    so it fails out of bounds as ONNX Runtime's CPU provider does."""
+    path = tmp_path / "scatter.onnx"
+    onnx.save(_scatter_model("ScatterElements", [3, 6], [3, 1], [3, 1], TensorProto.FLOAT16, axis=1), path)
+    data = np.arange(18, dtype=np.float16).reshape(3, 6)
+    feeds = {"data": data, "indices": np.array([[0], [7], [-7]]), "updates": np.full((3, 1), 100, np.float16)}
+    expected = dml_scatter_elements(data, feeds["indices"], feeds["updates"], 1)
+    model = Model.read(path)
+    for name in ("pyop", "reference"):
+        assert_identical(backends.create(name).run(model, feeds).outputs["output"], expected)
+    feeds["indices"] = np.array([[0], [5], [-6]])
+    in_range = dml_scatter_elements(data, feeds["indices"], feeds["updates"], 1)
+    assert_identical(backends.create("lowered").run(model, feeds).outputs["output"], in_range)
+    feeds["indices"] = np.array([[0], [7], [-7]])
+    with pytest.raises(Exception, match=r"indices element out of data bounds, idx=7"):
+        backends.create("lowered").run(model, feeds)
