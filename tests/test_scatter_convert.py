@@ -18,6 +18,7 @@ from onnx_gather.core import contract
 from onnx_gather.core.scatter import dml_scatter_elements, dml_scatter_nd
 from onnx_gather.graphs.convert import ProviderFailure, convert
 from onnx_gather.graphs.lowering.lower import LoweringError
+from onnx_gather.graphs.placement.check import check
 from onnx_gather.runtime import backends
 from onnx_gather.runtime.model import Model
 
@@ -204,3 +205,10 @@ def test_the_routes_with_a_scatter_out_of_bounds(tmp_path):
     feeds["indices"] = np.array([[0], [7], [-7]])
     with pytest.raises(Exception, match=r"indices element out of data bounds, idx=7"):
         backends.create("lowered").run(model, feeds)
+
+
+def test_check_says_a_dml_scatter_tells_no_placement():
+    converted = onnx_gather.to_dml(_scatter_model("ScatterND", [4, 2], [1, 1], [1, 2]))
+    (verdict,) = check(converted, "4.1")
+    assert (verdict.node, verdict.status, verdict.gather) == ("the_scatter", "DML", False)
+    assert verdict.reason.startswith("DML_SCATTER_ND; onnx-gather's op: check the original model")
