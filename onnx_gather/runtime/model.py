@@ -13,10 +13,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from onnx_gather.core.contract import SCATTER_BY_STANDARD
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import to_dml
-from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime import inputs
 from onnx_gather.runtime.observe import Observation
 
@@ -61,26 +59,16 @@ class Model:
         return str(self.path) if self.as_read else self.proto.SerializeToString()
 
     def converted(
-        self, feeds: Mapping[str, np.ndarray], out_of_bounds: str, native_float16: bool = False, scatters: bool = True
+        self, feeds: Mapping[str, np.ndarray], out_of_bounds: str, native_float16: bool = False
     ) -> onnx.ModelProto:
         """``to_dml`` of it, the ranks shape inference cannot tell observed in a run on ``feeds`` (the very inputs
         the backend runs): made once for each set of parameters and shared by every backend that asks for it
-        (parity's ``pyop``, ``lowered`` and ``reference``), which must not change it. ``scatters`` is ``to_dml``'s,
-        and makes no other conversion of a model without standard scatters."""
-        scatters = scatters and any(
-            node.op_type in SCATTER_BY_STANDARD and node.domain in ("", "ai.onnx")
-            for body in bodies(self.proto)
-            for node in body.nodes
-        )
-        key = (out_of_bounds, native_float16, scatters, _digest(feeds))
+        (parity's ``pyop``, ``lowered`` and ``reference``), which must not change it."""
+        key = (out_of_bounds, native_float16, _digest(feeds))
         if key not in self.conversions:
             observation = Observation(feeds=dict(feeds), folder=self.folder)
             self.conversions[key] = to_dml(
-                self.proto,
-                out_of_bounds=out_of_bounds,
-                observation=observation,
-                native_float16=native_float16,
-                scatters=scatters,
+                self.proto, out_of_bounds=out_of_bounds, observation=observation, native_float16=native_float16
             )
         return self.conversions[key]
 
