@@ -57,11 +57,8 @@ class ProviderFailure(semantics.GatherError):
 
 
 class _Converter:
-    def __init__(
-        self, model: onnx.ModelProto, analysis: Analysis, out_of_bounds: str, provider_failures: str, scatters: bool
-    ) -> None:
+    def __init__(self, model: onnx.ModelProto, analysis: Analysis, out_of_bounds: str, provider_failures: str) -> None:
         self.model = model
-        self.scatters = scatters
         self.analysis = analysis
         self.names = analysis.names
         self.out_of_bounds = out_of_bounds
@@ -76,7 +73,7 @@ class _Converter:
                 new_nodes = None
                 if node.domain in ("", "ai.onnx") and node.op_type in contract.GATHER_OPS:
                     new_nodes, typed = self._convert(body, types, node, index)
-                elif self.scatters and node.domain in ("", "ai.onnx") and node.op_type in contract.SCATTER_BY_STANDARD:
+                elif node.domain in ("", "ai.onnx") and node.op_type in contract.SCATTER_BY_STANDARD:
                     new_nodes, typed = self._convert_scatter(body, types, node, index)
                 if new_nodes is not None:
                     rebuilt.extend(new_nodes)
@@ -275,7 +272,6 @@ def convert(
     keep_on_cpu: str | None = None,
     native_float16: bool = False,
     provider_failures: str = "raise",
-    scatters: bool = True,
 ) -> tuple[onnx.ModelProto, Report]:
     """``to_dml`` with a report of what was converted and what was left standard, and why."""
     semantics.check_out_of_bounds("to_dml", out_of_bounds)
@@ -291,7 +287,7 @@ def convert(
     level = None if keep_on_cpu is None else FEATURE_LEVELS[keep_on_cpu]
     carrying = contract.NATIVE_FLOAT16 if native_float16 else contract.CUSTOM_OPS
     analysis = Analysis(result, count, observation, level, carrying)
-    converter = _Converter(result, analysis, out_of_bounds, provider_failures, scatters)
+    converter = _Converter(result, analysis, out_of_bounds, provider_failures)
     converter.report.before = count_ops(model)
     converter.run()
     converter.report.after = count_ops(result)
@@ -307,10 +303,8 @@ def to_dml(
     ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider does) or a
     fixed N from 1 to 8. ``out_of_bounds`` is written on every DML node. ``options`` are ``convert``'s:
     ``observation`` (inputs for one run that tells the ranks inference cannot), ``keep_on_cpu`` (a feature level),
-    ``native_float16``, ``provider_failures`` (``"raise"``, the default, or ``"onnx"``) and ``scatters`` (False:
-    the standard scatters are not converted, nor reported: ``to_onnx`` has no lowering for the DML scatters yet);
-    docs/design.md, "What to_dml does", tells each. Nodes that cannot be expressed stay standard (``convert``
-    reports them); a gather ONNX Runtime's DirectML provider fails raises ``ProviderFailure`` unless
-    ``provider_failures="onnx"``.
+    ``native_float16`` and ``provider_failures`` (``"raise"``, the default, or ``"onnx"``); docs/design.md, "What
+    to_dml does", tells each. Nodes that cannot be expressed stay standard (``convert`` reports them); a gather or
+    scatter ONNX Runtime's DirectML provider fails raises ``ProviderFailure`` unless ``provider_failures="onnx"``.
     """
     return convert(model, dimension_count, out_of_bounds, **options)[0]

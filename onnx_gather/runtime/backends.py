@@ -127,13 +127,10 @@ class Cpu(Backend):
 class Lowered(Backend):
     name = "lowered"
     runs_dml_ops = True
-    description = (
-        "to_onnx(to_dml(model)): DirectML's semantics in standard ONNX, ONNX Runtime CPU (scatters standard: their "
-        "lowering is to come)"
-    )
+    description = "to_onnx(to_dml(model)): DirectML's semantics in standard ONNX, ONNX Runtime CPU"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
-        lowered = to_onnx(model.converted(feeds, self.out_of_bounds, scatters=False))
+        lowered = to_onnx(model.converted(feeds, self.out_of_bounds))
         session = onnxruntime.InferenceSession(
             lowered.SerializeToString(), quiet_options(model.folder), providers=["CPUExecutionProvider"]
         )
