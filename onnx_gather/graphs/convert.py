@@ -32,12 +32,14 @@ from onnx import TensorProto, helper
 from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
-from onnx_gather.graphs.analysis import Analysis, GatherPlan, Left, parse_dimension_count
-from onnx_gather.graphs.changes import Report, count_ops
+from onnx_gather.graphs.analysis import Analysis, GatherPlan, Left, carried_note, parse_dimension_count
+from onnx_gather.graphs.changes import NodeChange, Report, count_ops
 from onnx_gather.graphs.emit import Emitter
-from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
-from onnx_gather.graphs.plumbing import Body, bodies, sort_topologically
+from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, cpu_reason
+from onnx_gather.graphs.placement.nodes import REASONS, provider_refusal
+from onnx_gather.graphs.plumbing import Body, bodies, node_label, sort_topologically
 from onnx_gather.graphs.ranks import Observer
+from onnx_gather.graphs.scatter_form import emit_scatter, plan_scatter
 from onnx_gather.graphs.types import ValueType
 
 # An end past any size: Slice clamps it, so the slice keeps the whole axis (lowering.through recognises it).
@@ -68,13 +70,16 @@ class _Converter:
             types = self.analysis.types.get(body.scope, {})
             rebuilt, changed, declared = [], False, _declarations(body)
             for index, node in enumerate(body.nodes):
+                new_nodes = None
                 if node.domain in ("", "ai.onnx") and node.op_type in contract.GATHER_OPS:
                     new_nodes, typed = self._convert(body, types, node, index)
-                    if new_nodes is not None:
-                        rebuilt.extend(new_nodes)
-                        _record(body, declared, typed)
-                        changed = True
-                        continue
+                elif node.domain in ("", "ai.onnx") and node.op_type in contract.SCATTER_BY_STANDARD:
+                    new_nodes, typed = self._convert_scatter(body, types, node, index)
+                if new_nodes is not None:
+                    rebuilt.extend(new_nodes)
+                    _record(body, declared, typed)
+                    changed = True
+                    continue
                 rebuilt.append(node)
             if changed:
                 body.replace_nodes(rebuilt)
@@ -90,10 +95,7 @@ class _Converter:
             self.report.left.append(change)
             return None, {}
         if change.fails and self.provider_failures == "raise":
-            raise ProviderFailure(
-                f"{change.op_type} node {change.node!r} ({change.where}) fails on DirectML: {change.fails}. To compute "
-                "ONNX's values instead, convert with provider_failures='onnx' (--provider-failures onnx)"
-            )
+            raise _failure(change)
         if plan.slice is not None and self.provider_failures == "raise":
             plan = dataclasses.replace(plan, slice=None)  # dynamic dims: the DML node fails if they differ, as DirectML
         self.report.changed.append(change)
@@ -149,9 +151,66 @@ class _Converter:
         if plan.carrier is not None:
             wrote["carry_output"] = emit.node("Cast", [y], "carry_output", node.output[0], to=data.elem_type)
         typed[node.output[0]] = ValueType(data.elem_type, out_dims)
-        made_by = {output: made.name for made in emit.nodes for output in made.output}
-        dml.metadata_props.add(key=WROTE, value=json.dumps({role: made_by[value] for role, value in wrote.items()}))
+        _mark_wrote(dml, emit.nodes, wrote)
         return emit.nodes, typed
+
+    def _convert_scatter(
+        self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
+    ) -> tuple[list[onnx.NodeProto] | None, dict[str, ValueType]]:
+        """A standard scatter into DML form (``graphs.scatter_form``), or None where it stays standard."""
+        refusal = provider_refusal(node, body.opset, types)
+        placed = self.analysis.placed.get(body.where)
+        if not refusal and placed is not None and placed[index].why in REASONS:  # keep_on_cpu: as the provider does
+            refusal = cpu_reason(placed[index].why)
+        analysis = self.analysis
+        plan = plan_scatter(body, types, node, analysis.dimension_count, analysis.carrying, self.out_of_bounds, refusal)
+        label = node_label(node, index)
+        if not isinstance(plan, Left) and plan.fails and self.provider_failures == "onnx":
+            plan = Left(f"DirectML fails it ({plan.fails}); left standard for ONNX's values")
+        if isinstance(plan, Left):
+            self.report.left.append(
+                NodeChange(where=body.where, node=label, op_type=node.op_type, result="", reason=plan.reason)
+            )
+            return None, {}
+        name = node.name or self.names.fresh(f"{node.op_type}_{index}")
+        data, indices = plan.data, plan.inputs[1]
+        change = NodeChange(
+            where=body.where,
+            node=label,
+            op_type=node.op_type,
+            result=name,
+            fails=plan.fails,
+            dimension_count=plan.dimension_count,
+            data_type=data.elem_type,
+            index_type=indices.elem_type,
+            note=carried_note(data.elem_type, plan.carrier),
+            data=data,
+            indices=indices,
+            axis=plan.attributes.get("axis"),
+            out_rank=data.rank,
+        )
+        if plan.fails:
+            raise _failure(change)
+        self.report.changed.append(change)
+        emit = Emitter(body, self.names, name)
+        last = plan.ones(data) == 0 and plan.carrier is None
+        output = node.output[0] if last else self.names.fresh(f"{name}/output")
+        dml, typed, wrote = emit_scatter(emit, node, name, plan, self.out_of_bounds, output)
+        _mark_wrote(dml, emit.nodes, wrote)
+        return emit.nodes, typed
+
+
+def _failure(change: NodeChange) -> ProviderFailure:
+    return ProviderFailure(
+        f"{change.op_type} node {change.node!r} ({change.where}) fails on DirectML: {change.fails}. To compute "
+        "ONNX's values instead, convert with provider_failures='onnx' (--provider-failures onnx)"
+    )
+
+
+def _mark_wrote(dml: onnx.NodeProto, nodes: list[onnx.NodeProto], wrote: dict[str, str]) -> None:
+    """Rule 7: the DML node's ``WROTE`` entry, each role -> the name of the node that made its value."""
+    made_by = {output: made.name for made in nodes for output in made.output}
+    dml.metadata_props.add(key=WROTE, value=json.dumps({role: made_by[value] for role, value in wrote.items()}))
 
 
 def _known_dims(dims: tuple, known: ValueType | None) -> tuple:
@@ -238,13 +297,14 @@ def convert(
 def to_dml(
     model: onnx.ModelProto, dimension_count: str | int = "auto", out_of_bounds: str = "directml", **options: Any
 ) -> onnx.ModelProto:
-    """Every standard Gather, GatherElements and GatherND that DirectML can express, rewritten into DML form.
+    """Every standard Gather, GatherElements and GatherND that DirectML can express, and every ScatterElements,
+    Scatter and ScatterND the DirectML provider runs, rewritten into DML form.
 
     ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider does) or a
     fixed N from 1 to 8. ``out_of_bounds`` is written on every DML node. ``options`` are ``convert``'s:
     ``observation`` (inputs for one run that tells the ranks inference cannot), ``keep_on_cpu`` (a feature level),
     ``native_float16`` and ``provider_failures`` (``"raise"``, the default, or ``"onnx"``); docs/design.md, "What
-    to_dml does", tells each. Nodes that cannot be expressed stay standard (``convert`` reports them); a gather
-    ONNX Runtime's DirectML provider fails raises ``ProviderFailure`` unless ``provider_failures="onnx"``.
+    to_dml does", tells each. Nodes that cannot be expressed stay standard (``convert`` reports them); a gather or
+    scatter ONNX Runtime's DirectML provider fails raises ``ProviderFailure`` unless ``provider_failures="onnx"``.
     """
     return convert(model, dimension_count, out_of_bounds, **options)[0]

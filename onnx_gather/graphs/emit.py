@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from onnx_gather.core.contract import DOMAIN, DOMAIN_VERSION
+from onnx_gather.core.contract import DOMAIN, DOMAIN_VERSION, SCATTER_BY_STANDARD, SCATTER_BY_TYPE
 from onnx_gather.graphs.plumbing import Body, Names, bodies
 
 # onnxruntime 1.31 reads IR versions up to 13; 10 is what onnx 1.16 and later write for opset 21.
@@ -145,23 +145,28 @@ class Emitter:
 def single_node_model(
     op_type: str, input_dtype: np.dtype, indices_dtype: np.dtype, domain: str = DOMAIN, **attributes: object
 ) -> onnx.ModelProto:
-    """A model ``output = op_type(input, indices, **attributes)`` with shapes left to the feeds.
+    """A model ``output = op_type(input, indices, **attributes)`` with shapes left to the feeds; for a scatter
+    (standard or DML) ``op_type(input, indices, updates)``, the updates of the input's type.
 
     For the DML ops (domain ``onnx_gather``) the caller passes every attribute: the bridge has no
     optional attributes.
     """
     to_onnx = helper.np_dtype_to_tensor_dtype
-    node = helper.make_node(
-        op_type, ["input", "indices"], ["output"], name=op_type.lower(), domain=domain, **attributes
-    )
+    names = ["input", "indices"]
+    if op_type in (SCATTER_BY_TYPE if domain == DOMAIN else SCATTER_BY_STANDARD):
+        names.append("updates")
+    node = helper.make_node(op_type, names, ["output"], name=op_type.lower(), domain=domain, **attributes)
+    element_type = to_onnx(np.dtype(input_dtype))
     graph = helper.make_graph(
         [node],
         op_type,
         [
-            helper.make_tensor_value_info("input", to_onnx(np.dtype(input_dtype)), None),
-            helper.make_tensor_value_info("indices", to_onnx(np.dtype(indices_dtype)), None),
+            helper.make_tensor_value_info(
+                name, to_onnx(np.dtype(indices_dtype)) if name == "indices" else element_type, None
+            )
+            for name in names
         ],
-        [helper.make_tensor_value_info("output", to_onnx(np.dtype(input_dtype)), None)],
+        [helper.make_tensor_value_info("output", element_type, None)],
     )
     opsets = [helper.make_opsetid("", ONNX_OPSET)]
     if domain == DOMAIN:

@@ -77,7 +77,8 @@ class Backend:
 
     def refusal(self, model: onnx.ModelProto) -> str | None:
         """None if this backend can take ``model`` as far as can be told before running it, else why not."""
-        if not self.runs_dml_ops and any(contract.is_dml(node) for body in bodies(model) for node in body.nodes):
+        nodes = (node for body in bodies(model) for node in body.nodes)
+        if not self.runs_dml_ops and any(contract.is_dml(node) or contract.is_dml_scatter(node) for node in nodes):
             return (
                 f"the model holds onnx-gather's DML ops, which the {self.name} backend cannot run: use pyop, or "
                 "`onnx-gather lower` the model into standard ONNX first"

@@ -1,4 +1,4 @@
-"""Fast implementations of the three DML operators, for use inside ONNX Runtime.
+"""Fast implementations of the three DML gathers, for use inside ONNX Runtime, and the two scatters.
 
 Each validates once through ``semantics`` and then gathers with ONNX Runtime's own native ``Gather``,
 ``GatherElements`` or ``GatherND`` kernel (``np.take`` for a small Gather), which take negative indices as
@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 
-from onnx_gather.core import semantics
+from onnx_gather.core import scatter, semantics
 from onnx_gather.graphs.emit import single_node_model
 
 
@@ -126,3 +126,34 @@ def gather_nd(
         except InvalidArgument:  # an index out of bounds
             pass
     return semantics.gather_nd_validated(input, indices, *counts, out_of_bounds, output_sizes)
+
+
+def scatter_elements(
+    input: np.ndarray,
+    indices: np.ndarray,
+    updates: np.ndarray,
+    axis: int,
+    out_of_bounds: str,
+    *,
+    max_output_elements: int,
+) -> np.ndarray:
+    """DML_SCATTER: ``scatter.dml_scatter_elements``; its output has the input's sizes, checked against the limit."""
+    semantics.check_output_elements("DmlScatterElements", input.shape, max_output_elements)
+    return scatter.dml_scatter_elements(input, indices, updates, axis, out_of_bounds)
+
+
+def scatter_nd(
+    input: np.ndarray,
+    indices: np.ndarray,
+    updates: np.ndarray,
+    input_dimension_count: int,
+    indices_dimension_count: int,
+    out_of_bounds: str,
+    *,
+    max_output_elements: int,
+) -> np.ndarray:
+    """DML_SCATTER_ND: ``scatter.dml_scatter_nd``, its output checked against the limit as ``scatter_elements``'."""
+    semantics.check_output_elements("DmlScatterNd", input.shape, max_output_elements)
+    return scatter.dml_scatter_nd(
+        input, indices, updates, input_dimension_count, indices_dimension_count, out_of_bounds
+    )

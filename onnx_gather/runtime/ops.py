@@ -1,4 +1,5 @@
-"""DmlGather, DmlGatherElements and DmlGatherNd as ONNX Runtime custom operators, through onnxruntime-extensions.
+"""DmlGather, DmlGatherElements and DmlGatherNd, DmlScatterElements and DmlScatterNd as ONNX Runtime custom
+operators, through onnxruntime-extensions.
 
 The bridge aborts the whole process when an exception escapes an op's function, and turns every
 result into a Python list unless it is handed an array. So this module installs its own invocation
@@ -27,7 +28,7 @@ import onnxruntime
 from onnxruntime_extensions import PyCustomOpDef, get_library_path
 from onnxruntime_extensions import _ocos as bridge
 
-from onnx_gather.core import contract, semantics
+from onnx_gather.core import contract, scatter, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
 from onnx_gather.graphs.plumbing import bodies
@@ -57,6 +58,7 @@ class _Operator:
     op_type: str
     function: Callable[..., np.ndarray]
     attributes: dict[str, int]  # name -> bridge type
+    inputs: int = 2  # input, indices (and a scatter's updates, of the input's type)
 
     def call(self, feed: Sequence[np.ndarray], attributes: dict[str, str], max_output_elements: int) -> np.ndarray:
         # The bridge checks each attribute's type when the session is created, then hands it over as a string.
@@ -94,15 +96,21 @@ def _traced(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     return traced
 
 
-_KERNELS = {"DmlGather": kernels.gather, "DmlGatherElements": kernels.gather_elements, "DmlGatherNd": kernels.gather_nd}
-_BASE_OPERATORS = tuple(
-    _Operator(
-        op.op_type,
-        _KERNELS[op.op_type],
-        {name: _BRIDGE_ATTRIBUTES[kind] for name, kind in op.attribute_types().items()},
-    )
-    for op in contract.OPS
-)
+_KERNELS = {
+    "DmlGather": kernels.gather,
+    "DmlGatherElements": kernels.gather_elements,
+    "DmlGatherNd": kernels.gather_nd,
+    "DmlScatterElements": kernels.scatter_elements,
+    "DmlScatterNd": kernels.scatter_nd,
+}
+
+
+def _operator(op: contract.DmlOp) -> _Operator:
+    attributes = {name: _BRIDGE_ATTRIBUTES[kind] for name, kind in op.attribute_types().items()}
+    return _Operator(op.op_type, _KERNELS[op.op_type], attributes, len(op.inputs))
+
+
+_BASE_OPERATORS = tuple(_operator(op) for op in contract.OPS)
 # The same ops with a ``node`` attribute naming the DML node they stand for, for counting out-of-bounds
 # indices per node (the bridge does not tell an op which node it runs).
 TRACED = {operator.op_type: f"{operator.op_type}Traced" for operator in _BASE_OPERATORS}
@@ -134,12 +142,18 @@ def _tabled(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     return tabled
 
 
-# Each op again with its constant data held on this side (tables.detach makes them, for InferenceSession).
-_OPERATORS = _UNTABLED + tuple(
-    _Operator(
-        f"{o.op_type}Table", _tabled(o.function), {**o.attributes, tables.TABLE_ATTRIBUTE: PyCustomOpDef.dt_string}
+# Each gather again with its constant data held on this side (tables.detach makes them, for InferenceSession); the
+# scatters, once.
+_SCATTER_OPERATORS = tuple(_operator(op) for op in contract.SCATTER_OPS)
+_OPERATORS = (
+    _UNTABLED
+    + tuple(
+        _Operator(
+            f"{o.op_type}Table", _tabled(o.function), {**o.attributes, tables.TABLE_ATTRIBUTE: PyCustomOpDef.dt_string}
+        )
+        for o in _UNTABLED
     )
-    for o in _UNTABLED
+    + _SCATTER_OPERATORS
 )
 
 
@@ -216,7 +230,7 @@ _bridge_invoke: Callable[..., tuple] | None = None  # the bridge's own hook, onc
 
 
 def _record(operator: _Operator, error: Exception) -> None:
-    if not isinstance(error, semantics.GatherError):
+    if not isinstance(error, semantics.GatherError | scatter.ScatterError):
         error = RuntimeError(f"{operator.op_type}: {type(error).__name__}: {error}")
     if _state.run is not None:
         _state.run.errors.append(error)
@@ -274,7 +288,7 @@ def _define() -> None:
                 opdef = bridge.Opdef.create(
                     operator.function,
                     op_type=f"{DOMAIN}::{operator.op_type}",
-                    inputs=[data_type, _BRIDGE_TYPES[index_dtype]],
+                    inputs=[data_type, _BRIDGE_TYPES[index_dtype], data_type][: operator.inputs],
                     outputs=[data_type],
                     attrs=operator.attributes,
                 )
@@ -304,7 +318,7 @@ def register(options: onnxruntime.SessionOptions) -> onnxruntime.SessionOptions:
 
 
 def session_options() -> onnxruntime.SessionOptions:
-    """New ``onnxruntime.SessionOptions`` with DmlGather, DmlGatherElements and DmlGatherNd registered."""
+    """New ``onnxruntime.SessionOptions`` with the DML ops (``contract.OPS``, ``contract.SCATTER_OPS``) registered."""
     return register(onnxruntime.SessionOptions())
 
 

@@ -1,8 +1,9 @@
 """The DML form in onnx's own reference evaluator:
 ``onnx.reference.ReferenceEvaluator(model, new_ops=EVALUATOR_OPS)`` runs a converted model with DmlGather,
-DmlGatherElements and DmlGatherNd computed by ``onnx_gather.core.semantics`` (no ONNX Runtime, no bridge: FLOAT16
-data as they are), and the standard GatherElements DML form leaves as ONNX Runtime's CPU kernels compute it.
-``run(model, feeds)`` does it for a whole model."""
+DmlGatherElements and DmlGatherNd computed by ``onnx_gather.core.semantics``, DmlScatterElements and DmlScatterNd by
+``onnx_gather.core.scatter`` (no ONNX Runtime, no bridge: FLOAT16 data as they are), and the standard
+GatherElements DML form leaves as ONNX Runtime's CPU kernels compute it. ``run(model, feeds)`` does it for a whole
+model."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from onnx_gather.core import semantics
+from onnx_gather.core import scatter, semantics
 from onnx_gather.core.contract import DOMAIN
 
 
@@ -59,6 +60,29 @@ class DmlGatherNd(OpRun):
         )
 
 
+class DmlScatterElements(OpRun):
+    op_domain = DOMAIN
+
+    def _run(self, input, indices, updates, axis=None, out_of_bounds=None):  # noqa: ANN001
+        return (scatter.dml_scatter_elements(input, indices, updates, int(axis), _mode(out_of_bounds)),)
+
+
+class DmlScatterNd(OpRun):
+    op_domain = DOMAIN
+
+    def _run(
+        self,
+        input,  # noqa: ANN001
+        indices,  # noqa: ANN001
+        updates,  # noqa: ANN001
+        input_dimension_count=None,  # noqa: ANN001
+        indices_dimension_count=None,  # noqa: ANN001
+        out_of_bounds=None,  # noqa: ANN001
+    ):
+        counts = (int(input_dimension_count), int(indices_dimension_count))
+        return (scatter.dml_scatter_nd(input, indices, updates, *counts, _mode(out_of_bounds)),)
+
+
 class GatherElements(OpRun):
     """ONNX's own GatherElements as ONNX Runtime's CPU kernels compute it, for the gathers DML form leaves standard
     (STRING data): indices smaller than the data off the axis read its first rows, which onnx's reference op refuses,
@@ -73,7 +97,7 @@ class GatherElements(OpRun):
         return (np.take_along_axis(data[rows], fixed, axis),)
 
 
-EVALUATOR_OPS = [DmlGather, DmlGatherElements, DmlGatherNd, GatherElements]
+EVALUATOR_OPS = [DmlGather, DmlGatherElements, DmlGatherNd, DmlScatterElements, DmlScatterNd, GatherElements]
 
 
 def evaluate(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

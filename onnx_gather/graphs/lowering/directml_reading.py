@@ -36,6 +36,8 @@ from onnx_gather.graphs.lowering.dml_memory import (
     position,
     read_at,
     read_rows,
+    slice_rows,
+    tuple_rows,
 )
 
 MIN_OPSET = 11  # Range, NonZero, ScatterND, ScatterElements, If with outer-scope values, Mod
@@ -126,7 +128,7 @@ def _spread(emit: Emitter, tensor: Tensor, axis: int) -> str:
     return emit.node("Concat", parts, "spread", axis=0)
 
 
-def _outside(
+def outside_bounds(
     emit: Emitter, v: str, limit: str, known: int | list[int] | None, dtype: type, signed: bool
 ) -> tuple[str, str]:
     """Where ``v`` is out of bounds of ``limit`` (broadcast), and whether anywhere: below -limit (below 0 for unsigned
@@ -226,7 +228,7 @@ def _directml_gather(emit: Emitter, gather: NativeGather) -> None:
             if known is not None
             else (emit.node("Cast", [limit], "size_int32", to=index_type))
         )
-    outside, condition = _outside(emit, v, limit, size[1], _index_dtype(index_type), gather.signed)
+    outside, condition = outside_bounds(emit, v, limit, size[1], _index_dtype(index_type), gather.signed)
     reading = emit.fork()
     tensor = Tensor(reading, data, axis, size[0])
 
@@ -250,7 +252,7 @@ def _directml_gather_nd(emit: Emitter, gather: NativeGather) -> None:
     data = Data(emit, x, gather.dims)
     rank = data.rank
     sizes = data.sizes(emit, batch, batch + k, "tuple_sizes")
-    outside_at, condition = _outside(emit, v, sizes, data.known(batch, batch + k), np.int64, gather.signed)
+    outside_at, condition = outside_bounds(emit, v, sizes, data.known(batch, batch + k), np.int64, gather.signed)
     reading = emit.fork()
     tensor = Tensor(reading, data, batch + k - 1)
 
@@ -291,23 +293,8 @@ def _directml_gather_nd(emit: Emitter, gather: NativeGather) -> None:
         # (Horner's rule: ((b * size0 + word0) * size1 + word1) ..., each step taken mod 2^32).
         words = axis_words(exact, tensor, bad, (sizes, data.known(batch, batch + k)), gather.negative_reads)  # (M, k)
         rows = None if batch == 0 else position(exact, at, exact.node("Shape", [v], "indices_shape"), range(batch))
-        for j in range(k):
-            word = exact.node("Gather", [words, exact.constant(j, np.int64, f"k{j}")], f"word{j}", axis=1)
-            if rows is None:
-                rows = word
-                continue
-            size = (
-                data.size(exact, batch + j, f"tuple_size{j}")[0]
-                if data.known(batch + j, batch + j + 1)
-                else (exact.node("Gather", [sizes, exact.constant(j, np.int64, f"k{j}")], f"tuple_size{j}", axis=0))
-            )
-            rows = exact.node("Add", [exact.node("Mul", [rows, size], f"scaled{j}"), word], f"row{j}")
-            rows = exact.node("Mod", [rows, tensor.two32], f"rows{j}")
-        if data.known(batch + k, rank) == []:  # slices of one element: each row is one offset
-            values = read_rows(exact, tensor, gather, rows, None)
-        else:
-            inner = all_positions(exact, tensor, data.known(batch + k, rank), lambda: tensor.inner, [1, -1], "s")
-            values = read_rows(exact, tensor, gather, exact.unsqueeze(rows, [1], "rows_column"), inner)
+        rows = tuple_rows(exact, tensor, words, sizes, range(batch, batch + k), rows)
+        values = read_rows(exact, tensor, gather, *slice_rows(exact, tensor, rows, batch + k))
         trailing = data.sizes(exact, batch + k, rank, "trailing")
         slices = exact.node("Concat", [tensor.minus_one, trailing], "slices_shape", axis=0)
         values = exact.node("Reshape", [values, slices], "slices")

@@ -181,20 +181,57 @@ def axis_words(
 def read_at(emit: Emitter, tensor: Tensor, gather: NativeGather, outer: str, words: str, inner: str) -> str:
     """What DirectML reads at outer position ``outer``, axis coordinate ``words`` and inner position ``inner``
     (broadcast together, then flattened; section 4.3, steps 3 to 5). The data has at least one element."""
-    row = emit.node("Add", [emit.node("Mul", [outer, tensor.size], "p_size"), words], "row")
-    return read_rows(emit, tensor, gather, row, inner)
+    return read_rows(emit, tensor, gather, axis_rows(emit, tensor, outer, words), inner)
+
+
+def linear_offsets(emit: Emitter, tensor: Tensor, row: str, inner: str | None) -> str:
+    """The element offsets ``row * tensor.inner + inner`` (broadcast together, then flattened), mod 2^32; ``inner``
+    None: slices of one element, ``row`` (1-D, below 2^32) holds the offsets (section 4.3 step 3, section 10 step 2)."""
+    if inner is None:
+        return row  # already taken mod 2^32
+    offsets = emit.node("Add", [emit.node("Mul", [row, tensor.inner], "row_inner"), inner], "linear")
+    return emit.node("Mod", [emit.node("Reshape", [offsets, tensor.minus_one], "flat_linear"), tensor.two32], "offset")
+
+
+def axis_rows(emit: Emitter, tensor: Tensor, outer: str, words: str) -> str:
+    """The row ``outer * size + words`` of each axis coordinate: its offset in units of ``tensor.inner``."""
+    return emit.node("Add", [emit.node("Mul", [outer, tensor.size], "p_size"), words], "row")
+
+
+def tuple_rows(emit: Emitter, tensor: Tensor, words: str, sizes: str, dims: range, rows: str | None = None) -> str:
+    """The row of each index tuple of ``words`` (M, k) over the data's ``dims`` (k of them, their sizes ``sizes``,
+    1-D), after ``rows`` (the rows of the dims before them, or None): Horner's rule, ``((rows * size0 + word0) *
+    size1 + word1) ...``, each step taken mod 2^32 (section 4.3; section 10 step 2)."""
+    data = tensor.data
+    for j, d in enumerate(dims):
+        word = emit.node("Gather", [words, emit.constant(j, np.int64, f"k{j}")], f"word{j}", axis=1)
+        if rows is None:
+            rows = word
+            continue
+        size = (
+            data.size(emit, d, f"tuple_size{j}")[0]
+            if data.known(d, d + 1)
+            else (emit.node("Gather", [sizes, emit.constant(j, np.int64, f"k{j}")], f"tuple_size{j}", axis=0))
+        )
+        rows = emit.node("Add", [emit.node("Mul", [rows, size], f"scaled{j}"), word], f"row{j}")
+        rows = emit.node("Mod", [rows, tensor.two32], f"rows{j}")
+    return rows
+
+
+def slice_rows(emit: Emitter, tensor: Tensor, rows: str, end: int) -> tuple[str, str | None]:
+    """``rows`` (1-D) and the positions inside each slice of the data's dims from ``end`` on, as ``linear_offsets``
+    and ``read_rows`` take them: ``rows`` alone where the slices are single elements."""
+    data = tensor.data
+    if data.known(end, data.rank) == []:
+        return rows, None
+    inner = all_positions(emit, tensor, data.known(end, data.rank), lambda: tensor.inner, [1, -1], "s")
+    return emit.unsqueeze(rows, [1], "rows_column"), inner
 
 
 def read_rows(emit: Emitter, tensor: Tensor, gather: NativeGather, row: str, inner: str | None) -> str:
     """What DirectML reads at element offset ``row * tensor.inner + inner`` (broadcast together, then flattened, mod
     2^32); ``inner`` None: slices of one element, ``row`` (1-D, below 2^32) holds the offsets."""
-    if inner is None:
-        offsets = row  # already taken mod 2^32
-    else:
-        offsets = emit.node("Add", [emit.node("Mul", [row, tensor.inner], "row_inner"), inner], "linear")
-        offsets = emit.node(
-            "Mod", [emit.node("Reshape", [offsets, tensor.minus_one], "flat_linear"), tensor.two32], "offset"
-        )
+    offsets = linear_offsets(emit, tensor, row, inner)
     if tensor.known_count is None:
         last = emit.node("Sub", [tensor.count, tensor.one], "last")
     else:

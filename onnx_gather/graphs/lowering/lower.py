@@ -15,6 +15,10 @@ The rules, for each ``DmlGather`` and ``DmlGatherElements`` node:
    for GatherND's batch dims and for capping unsigned indices). A model below what its nodes need is raised first
    (``graphs.opsets``, onnx's version converter); where it cannot be, the nodes are left with the reason, and
    ``to_onnx`` raises ``LoweringError`` naming them.
+5. ``DmlScatterElements`` and ``DmlScatterNd``: the Unsqueeze, Squeeze and carrying Cast nodes ``to_dml`` wrote
+   around them are taken away as in rule 1 (``through.look_through_scatter``), and the scatter becomes one
+   ``ScatterElements`` on the flattened output at offsets computed as DirectML computes them, in each mode
+   (``lowering.flat_scatter``; opset 11, 12 for ``clamp`` with unsigned indices).
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
 from onnx_gather.core.form import DmlForm, FormError, dml_form
+from onnx_gather.core.scatter import SCATTER_MODES
 from onnx_gather.core.words import counted
 from onnx_gather.graphs.changes import NodeChange, Report, count_ops
 from onnx_gather.graphs.emit import Emitter, Initializers, prune_initializers
 from onnx_gather.graphs.lowering.directml_reading import NativeGather, directml_reading
+from onnx_gather.graphs.lowering.flat_scatter import NativeScatter, lower_scatter, scatter_opset
 from onnx_gather.graphs.lowering.native import (
     fix_indices,
     fix_tuples,
@@ -41,7 +47,7 @@ from onnx_gather.graphs.lowering.native import (
     native_indices,
     zero_where,
 )
-from onnx_gather.graphs.lowering.through import Surroundings, complete, look_through
+from onnx_gather.graphs.lowering.through import Surroundings, complete, look_through, look_through_scatter
 from onnx_gather.graphs.opsets import OpsetError, needed_opset, raise_opset
 from onnx_gather.graphs.plumbing import (
     Body,
@@ -111,10 +117,10 @@ class _Lowering:
 
     def run(self) -> None:
         for body in reversed(bodies(self.model)):
-            if any(contract.is_dml(node) for node in body.nodes):
+            if any(_is_dml(node) for node in body.nodes):
                 self._lower_body(body)
         prune_initializers(self.model, self.initializers)
-        if not any(contract.is_dml(node) for body in bodies(self.model) for node in body.nodes):
+        if not any(_is_dml(node) for body in bodies(self.model) for node in body.nodes):
             for imports in (self.model.opset_import, *(f.opset_import for f in self.model.functions)):
                 kept = [o for o in imports if o.domain != DOMAIN]
                 del imports[:]
@@ -125,7 +131,7 @@ class _Lowering:
         types = self.types.get(body.scope, {})
         replaced: dict[int, list[onnx.NodeProto]] = {}
         for index, node in enumerate(work.nodes):
-            if contract.is_dml(node) and index not in work.removed:
+            if _is_dml(node) and index not in work.removed:
                 complete(types, node)
                 lowered = self._lower(work, types, node, index)
                 if lowered is not None:
@@ -173,6 +179,8 @@ class _Lowering:
     ) -> list[onnx.NodeProto] | None:
         if node.op_type == "DmlGatherNd":
             return self._lower_nd(work, types, node, index)
+        if contract.is_dml_scatter(node):
+            return self._lower_scatter(work, types, node, index)
         gather = self._plan(work, types, node)
         if gather is None or self._lacks(work, node, gather.needed()):
             return None
@@ -315,6 +323,52 @@ class _Lowering:
             result = zero_where(emit, mask, result, data_type, None if padding else around.final)
         return self._finish(emit, work, node, name, mode, result, padding, around)
 
+    def _lower_scatter(
+        self, work: DefUse, types: dict[str, ValueType], node: onnx.NodeProto, index: int
+    ) -> list[onnx.NodeProto] | None:
+        """DmlScatterElements or DmlScatterNd as one ScatterElements on the flat output (``lowering.flat_scatter``)."""
+        attributes, mode, reason = _read_attributes(types, node)
+        input_type, indices_type = types.get(node.input[0]), types.get(node.input[1])
+        n = input_type.rank if reason is None else 0
+        nd = node.op_type == "DmlScatterNd"
+        first = n - attributes.get("input_dimension_count", 0) if nd else attributes.get("axis", -1)
+        k = indices_type.dims[-1] if reason is None and nd and indices_type.rank else 0
+        if reason is None and (mode not in SCATTER_MODES or not 0 <= first < n):
+            reason = f"its attributes are invalid for rank {n}: {attributes}"
+        elif reason is None and nd and not (isinstance(k, int) and 1 <= k <= n - first):
+            reason = "the length of its index tuples (the last dim of its indices) is unknown or invalid"
+        if reason is not None:
+            self._leave(work, node, reason)
+            return None
+        if self._lacks(work, node, scatter_opset(mode, indices_type.elem_type)):
+            return None
+        around = look_through_scatter(work, types, node, first)
+        for used, keep in around.removals:
+            work.remove(used, keep, _TO_DML_HELPERS)
+        name = node.name or self.names.fresh(f"{node.op_type[3:]}_{index}")
+        emit = self._emitter(work.body, name)
+        scatter = NativeScatter(
+            node.op_type,
+            around.data,
+            tuple(input_type.dims[around.data_ones :]),
+            around.indices,
+            indices_type.elem_type,
+            around.updates,
+            mode,
+            around.final,
+            first - around.data_ones,
+            k,
+        )
+        lower_scatter(emit, scatter)
+        self._report(work, node, name, mode)
+        return emit.nodes
+
+    def _report(self, work: DefUse, node: onnx.NodeProto, name: str, mode: str) -> None:
+        change = NodeChange(
+            where=work.body.where, node=_named(work, node), op_type=node.op_type, result=name, out_of_bounds=mode
+        )
+        self.report.changed.append(change)
+
     def _finish(
         self,
         emit: Emitter,
@@ -335,10 +389,7 @@ class _Lowering:
             emit.pad(result, padding, "pad_output", around.final)
         elif padding < 0:
             emit.unpad(result, -padding, "unpad_output", around.final)
-        change = NodeChange(
-            where=work.body.where, node=_named(work, node), op_type=node.op_type, result=name, out_of_bounds=mode
-        )
-        self.report.changed.append(change)
+        self._report(work, node, name, mode)
         return emit.nodes
 
     def _nd_attributes(
@@ -399,7 +450,8 @@ def _read_attributes(types: dict[str, ValueType], node: onnx.NodeProto) -> tuple
     attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute if not a.ref_attr_name}
     mode = attributes.get("out_of_bounds", "")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    missing = [name for name in contract.BY_TYPE[node.op_type].attribute_types() if name not in attributes]
+    op = contract.BY_TYPE.get(node.op_type) or contract.SCATTER_BY_TYPE[node.op_type]
+    missing = [name for name in op.attribute_types() if name not in attributes]
     input_type, indices_type = types.get(node.input[0]), types.get(node.input[1])
     if referenced:
         return attributes, mode, referenced
@@ -408,6 +460,11 @@ def _read_attributes(types: dict[str, ValueType], node: onnx.NodeProto) -> tuple
     if input_type is None or input_type.rank is None or indices_type is None:
         return attributes, mode, f"the rank of input {node.input[0]!r} is unknown (no shape information)"
     return attributes, mode, None
+
+
+def _is_dml(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` is one of the DML ops, a gather or a scatter."""
+    return contract.is_dml(node) or contract.is_dml_scatter(node)
 
 
 def _named(work: DefUse, node: onnx.NodeProto) -> str:
@@ -460,7 +517,8 @@ def lower(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Report]:
 
 
 def to_onnx(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Every DmlGather, DmlGatherElements and DmlGatherNd rewritten into standard ONNX with the same results;
+    """Every DmlGather, DmlGatherElements, DmlGatherNd, DmlScatterElements and DmlScatterNd rewritten into standard
+    ONNX with the same results;
     ``LoweringError`` (naming each node and why, as ``lower`` reports it) where some cannot be."""
     result, report = lower(model)
     if report.left:

@@ -62,8 +62,7 @@ def look_through(
     wrote = _wrote(node)
 
     def ours(found: onnx.NodeProto | None, role: str) -> onnx.NodeProto | None:
-        """``found``, where it is the node ``to_dml`` wrote as ``role`` (without a tag: any node)."""
-        return found if found is None or wrote is None or wrote.get(role) == found.name else None
+        return _ours(found, role, wrote)
 
     pad = ours(work.private_producer(node.input[0]), "pad_input")
     if pad is not None and (count := leading_ones(work, pad, "Unsqueeze")) is not None and count <= axis:
@@ -109,6 +108,60 @@ def look_through(
             around.data = cut.input[0]
             around.removals.append((cut, cut.input[0]))
     return around
+
+
+@dataclass
+class ScatterSurroundings:
+    """What lowering one DML scatter takes as its inputs and output, having looked through what ``to_dml`` added:
+    the leading ones of the data (with the output's: ``data_ones``), of the indices and of the updates (the lowering
+    flattens both), and the Cast pairs carrying data, updates and output in another type."""
+
+    data: str
+    data_ones: int
+    indices: str
+    updates: str
+    final: str
+    carried: int | None = None
+    removals: list[tuple[onnx.NodeProto, str]] = field(default_factory=list)
+
+
+def look_through_scatter(
+    work: DefUse, types: dict[str, ValueType], node: onnx.NodeProto, most_ones: int
+) -> ScatterSurroundings:
+    """What ``to_dml`` put around scatter ``node`` that lowering can take away; at most ``most_ones`` leading ones of
+    the data (the dims before the axis, or before those the tuples address)."""
+    wrote = _wrote(node)
+    values = list(node.input[:3])
+    around = ScatterSurroundings(*values[:1], 0, *values[1:], node.output[0])
+    for position, role in ((1, "indices"), (2, "updates")):
+        pad = _ours(work.private_producer(values[position]), f"pad_{role}", wrote)
+        if pad is not None and leading_ones(work, pad, "Unsqueeze") is not None:
+            values[position] = pad.input[0]
+            around.removals.append((pad, pad.input[0]))
+    pad = _ours(work.private_producer(values[0]), "pad_input", wrote)
+    unpad = _ours(work.sole_consumer(around.final), "unpad_output", wrote)
+    if pad is not None and unpad is not None:  # the data's and the output's together: the output has its shape
+        count = leading_ones(work, pad, "Unsqueeze")
+        if count is not None and count <= most_ones and leading_ones(work, unpad, "Squeeze") == count:
+            values[0], around.data_ones, around.final = pad.input[0], count, unpad.output[0]
+            around.removals += [(pad, pad.input[0]), (unpad, unpad.input[0])]
+    casts = [_ours(work.private_producer(values[p]), f"carry_{r}", wrote) for p, r in ((0, "input"), (2, "updates"))]
+    casts.append(_ours(work.sole_consumer(around.final), "carry_output", wrote))
+    sources = [types.get(cast.input[0]) if cast is not None and cast.op_type == "Cast" else None for cast in casts]
+    if all(sources) and sources[0].elem_type == sources[1].elem_type:
+        source = sources[0].elem_type
+        carrier = contract.CARRIERS.get(source)
+        if carrier is not None and [c.attribute[0].i for c in casts] == [carrier, carrier, source]:
+            values[0], values[2], around.final = casts[0].input[0], casts[1].input[0], casts[2].output[0]
+            around.carried = source
+            around.removals += [(cast, cast.input[0]) for cast in casts]
+    around.data, around.indices, around.updates = values
+    return around
+
+
+def _ours(found: onnx.NodeProto | None, role: str, wrote: dict[str, str] | None) -> onnx.NodeProto | None:
+    """``found``, where it is the node ``to_dml`` wrote as ``role`` (without a ``WROTE`` entry: any node)."""
+    return found if found is None or wrote is None or wrote.get(role) == found.name else None
 
 
 def _wrote(node: onnx.NodeProto) -> dict[str, str] | None:

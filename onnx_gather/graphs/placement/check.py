@@ -146,6 +146,11 @@ def check(
             if contract.is_dml(node):
                 verdicts.append(_dml_form(body, types, node, position, feature_level))
                 continue
+            if contract.is_dml_scatter(node):
+                operator = contract.SCATTER_BY_TYPE[node.op_type].directml
+                reason = f"{operator}; onnx-gather's op: check the original model for where the provider places it"
+                verdicts.append(Verdict(body.where, node_label(node, position), node.op_type, "DML", reason, "", "CPU"))
+                continue
             if node.domain in ("", "ai.onnx") and node.op_type in GATHER_OPS:
                 change = analysis.decide(body, types, node, position)[1]
                 verdict = _standard(change, feature_level, where)

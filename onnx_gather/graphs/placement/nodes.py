@@ -322,6 +322,13 @@ def place_nodes(model: onnx.ModelProto) -> dict[str, list[Placed]]:
     return placed
 
 
+def provider_refusal(node: onnx.NodeProto, opset: int, types: dict[str, ValueType]) -> str:
+    """Why the provider leaves ``node`` to the CPU provider whatever feeds it: no kernel for its version or types, or
+    its support query refuses it ("" where it takes it)."""
+    kernel, why = _kernel(node, opset, types)
+    return why if kernel is None else _refusal(node)
+
+
 def _refusal(node: onnx.NodeProto) -> str:
     """Why the provider's support query refuses the node ("" where it takes it), where one is mirrored: its scatters
     take no reduction (QueryScatter). The others (pooling, normalizations, Slice, Pad, Resize, recurrent and
