@@ -17,9 +17,7 @@ import onnxruntime
 import pytest
 
 import onnx_gather
-from onnx_gather.directml import worker
 from onnx_gather.graphs.emit import single_node_model
-from onnx_gather.runtime import backends
 
 
 def _single_thread_options() -> onnxruntime.SessionOptions:
@@ -292,10 +290,13 @@ def assert_runner_ended(pids: list[int], folder: str) -> None:
     assert not Path(folder).exists()
 
 
-def real_placement(model: backends.Model) -> tuple[dict[str, set[str]], bool]:
+def real_placement(model) -> tuple[dict[str, set[str]], bool]:
     """Where real DirectML's provider puts each node that keeps its name after ONNX Runtime's optimizations, by the
     node's name (subgraphs' nodes too), and whether ONNX Runtime listed the nodes (it lists them only when it splits
     the model between providers)."""
+    from onnx_gather.directml import worker
+    from onnx_gather.runtime import backends
+
     named = backends._named_nodes(model)  # as the dml backend names unnamed nodes: 'Gather #12'
     loaded = worker.shared().load(named, fallback=True, fuse=False, data=model.folder)  # fusion off: every node
     worker.shared().free(loaded)
