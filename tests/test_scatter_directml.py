@@ -16,7 +16,7 @@ from onnx_gather.core.descs import Case, TensorDesc
 from onnx_gather.directml.direct import DirectRunner
 from onnx_gather.directml.process import SessionCreationError
 
-CASES = scatters.random_scatter_cases(36, 300)
+CASES = scatters.random_scatter_cases(36, 2000)
 
 
 @pytest.fixture(scope="module")
