@@ -43,8 +43,10 @@ def run_dml(op_type: str, input: np.ndarray, indices: np.ndarray, **attributes) 
 def run_dml_scatter(
     op_type: str, input: np.ndarray, indices: np.ndarray, updates: np.ndarray, **attributes
 ) -> np.ndarray:
-    """Run one DmlScatterElements or DmlScatterNd node in ONNX Runtime; ``out_of_bounds`` defaults to directml."""
+    """Run one DmlScatterElements or DmlScatterNd node in ONNX Runtime; ``out_of_bounds`` defaults to directml,
+    ``duplicates`` to error."""
     attributes.setdefault("out_of_bounds", "directml")
+    attributes.setdefault("duplicates", "error")
     session = _dml_session(op_type, input.dtype.str, indices.dtype.str, tuple(sorted(attributes.items())))
     return session.run(None, {"input": input, "indices": indices, "updates": updates})[0]
 

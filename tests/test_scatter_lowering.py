@@ -35,10 +35,10 @@ def _retyped(case: ScatterCase, rng: np.random.Generator) -> ScatterCase:
     return ScatterCase(case.op, data, case.indices.astype(index_dtype), updates, case.axis)
 
 
-def _expected(case: ScatterCase, mode: str) -> np.ndarray:
+def _expected(case: ScatterCase, mode: str, duplicates: str = "last") -> np.ndarray:
     (data, indices, updates), attributes = case.dml()
     scatter = dml_scatter_elements if case.op == "ScatterElements" else dml_scatter_nd
-    return scatter(data, indices, updates, *attributes.values(), out_of_bounds=mode)
+    return scatter(data, indices, updates, *attributes.values(), out_of_bounds=mode, duplicates=duplicates)
 
 
 def _dims(shape: tuple[int, ...], static: bool, name: str, keep_last: bool = False) -> list[int | str]:
@@ -48,14 +48,22 @@ def _dims(shape: tuple[int, ...], static: bool, name: str, keep_last: bool = Fal
     return [f"{name}_{d}" for d in range(len(shape) - keep_last)] + list(shape[len(shape) - keep_last :])
 
 
-def _dml_model(cases: list[ScatterCase], mode: str, static: bool) -> onnx.ModelProto:
+def _dml_model(cases: list[ScatterCase], mode: str, static: bool, duplicates: str = "last") -> onnx.ModelProto:
     """A DML node per case (its arrays with leading ones to one N, as ``to_dml`` gives them), inputs graph inputs."""
     nodes, inputs, outputs = [], [], []
     for k, case in enumerate(cases):
         arrays, attributes = case.dml()
         names = [f"data_{k}", f"indices_{k}", f"updates_{k}"]
         nodes.append(
-            helper.make_node(DML_OP[case.op], names, [f"output_{k}"], domain=DOMAIN, out_of_bounds=mode, **attributes)
+            helper.make_node(
+                DML_OP[case.op],
+                names,
+                [f"output_{k}"],
+                domain=DOMAIN,
+                out_of_bounds=mode,
+                duplicates=duplicates,
+                **attributes,
+            )
         )
         for name, array in zip(names, arrays, strict=True):
             element = helper.np_dtype_to_tensor_dtype(array.dtype)
@@ -211,7 +219,7 @@ def test_every_type_converts_and_lowers_compactly_with_the_originals_values(elem
     """In range: the lowered model's outputs are the original's, bit for bit; out of bounds, core.scatter's. The
     Casts carrying FLOAT16, BFLOAT16 and BOOL, and the leading ones of ScatterND's data, go with the DML nodes."""
     model = _standard_model(element, index_type)
-    converted, report = convert(model)
+    converted, report = convert(model, scatter_duplicates="last")  # random indices write one element twice at times
     assert len(report.changed) == 2 and not report.left
     lowered, lowering = lower(converted)
     assert len(lowering.changed) == 2 and not lowering.left
@@ -247,3 +255,29 @@ def test_onnxruntime_scatter_elements_keeps_the_last_of_duplicates():
     feeds = {"x": np.zeros(4, np.float32), "i": np.arange(n) % 4, "u": np.arange(n, dtype=np.float32)}
     for _ in range(3):
         assert session.run(None, feeds)[0].tolist() == [n - 4, n - 3, n - 2, n - 1]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_duplicates_of_different_values_fail_lowered_where_core_refuses_them(seed):
+    """duplicates=error: the lowered graph fails exactly where core.scatter refuses (different values written to one
+    element: which DirectML keeps is a race), and gives core's values elsewhere."""
+    rng = np.random.default_rng(seed)
+    refused = 0
+    for case in random_scatter_cases(300 + seed, 40):
+        if case.data.dtype == np.float16:
+            continue  # the lowering compares values: NaN payloads aside, as the custom ops carry FLOAT16
+        noise = rng.integers(0, 4, case.updates.size).astype(case.updates.dtype).reshape(case.updates.shape)
+        case = ScatterCase(case.op, case.data, case.indices, noise, case.axis)
+        session = onnxruntime.InferenceSession(
+            _lowered(_dml_model([case], "directml", True, "error")).SerializeToString(),
+            providers=["CPUExecutionProvider"],
+        )
+        try:
+            expected = _expected(case, "directml", "error")
+        except ScatterError:
+            refused += 1
+            with pytest.raises(InvalidArgument, match="out of data bounds"):
+                session.run(None, _feeds([case]))
+            continue
+        assert_identical(session.run(None, _feeds([case]))[0], expected)
+    assert refused > 5

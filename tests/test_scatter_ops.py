@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import assert_identical, run_dml_scatter
@@ -14,15 +16,16 @@ from onnx_gather.runtime import ops
 DML_OP = {"ScatterElements": "DmlScatterElements", "ScatterND": "DmlScatterNd"}
 
 
-def _run(case: ScatterCase, out_of_bounds: str) -> np.ndarray:
+def _run(case: ScatterCase, out_of_bounds: str, duplicates: str = "last") -> np.ndarray:
     (data, indices, updates), attributes = case.dml()
-    return run_dml_scatter(DML_OP[case.op], data, indices, updates, out_of_bounds=out_of_bounds, **attributes)
+    modes = {"out_of_bounds": out_of_bounds, "duplicates": duplicates}
+    return run_dml_scatter(DML_OP[case.op], data, indices, updates, **modes, **attributes)
 
 
-def _core(case: ScatterCase, out_of_bounds: str) -> np.ndarray:
+def _core(case: ScatterCase, out_of_bounds: str, duplicates: str = "last") -> np.ndarray:
     (data, indices, updates), attributes = case.dml()
     scatter = dml_scatter_elements if case.op == "ScatterElements" else dml_scatter_nd
-    return scatter(data, indices, updates, *attributes.values(), out_of_bounds=out_of_bounds)
+    return scatter(data, indices, updates, *attributes.values(), out_of_bounds=out_of_bounds, duplicates=duplicates)
 
 
 def _carried(cases: list[ScatterCase]) -> list[ScatterCase]:
@@ -40,13 +43,35 @@ def test_random_scatters_give_core_scatters_values(seed):
         assert_identical(_run(case, "clamp"), _core(case, "clamp"))
 
 
-@pytest.mark.parametrize("seed", range(2))
-def test_random_duplicates_of_different_values_keep_the_last(seed):
+def _different_updates(seed: int) -> list[ScatterCase]:
     rng = np.random.default_rng(seed)
+    cases = []
     for case in _carried(random_scatter_cases(100 + seed, 40)):
         noise = rng.integers(0, 256, case.updates.nbytes, dtype=np.uint8).view(case.updates.dtype)
-        different = ScatterCase(case.op, case.data, case.indices, noise.reshape(case.updates.shape), case.axis)
-        assert_identical(_run(different, "directml"), _core(different, "directml"))
+        cases.append(ScatterCase(case.op, case.data, case.indices, noise.reshape(case.updates.shape), case.axis))
+    return cases
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_duplicates_of_different_values_keep_the_last_with_duplicates_last(seed):
+    for case in _different_updates(seed):
+        assert_identical(_run(case, "directml"), _core(case, "directml"))
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_duplicates_of_different_values_fail_by_default_as_core_says(seed):
+    """Which of several different writes DirectML keeps is a race: the op refuses them, naming the element."""
+    refused = 0
+    for case in _different_updates(seed):
+        try:
+            expected = _core(case, "directml", "error")
+        except ScatterError as error:
+            refused += 1
+            with pytest.raises(ScatterError, match=re.escape(str(error))):
+                _run(case, "directml", "error")
+            continue
+        assert_identical(_run(case, "directml", "error"), expected)
+    assert refused > 5
 
 
 @pytest.mark.parametrize("index_dtype", contract.INDEX_DTYPES, ids=str)

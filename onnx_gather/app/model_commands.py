@@ -11,6 +11,7 @@ from onnx_gather.app.command import Command
 from onnx_gather.app.options import InputChoice
 from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
+from onnx_gather.core.scatter import DUPLICATE_MODES
 from onnx_gather.core.words import counted
 from onnx_gather.graphs import allowzero, model_io
 from onnx_gather.graphs.changes import Report
@@ -99,6 +100,13 @@ class ConvertCommand(Command):
             "its indices first)",
         )
         parser.add_argument(
+            "--scatter-duplicates",
+            default="error",
+            choices=DUPLICATE_MODES,
+            help="a scatter writing different values to one element: error (the default: which one DirectML keeps is "
+            "a race) or last (the last stays, as on ONNX Runtime's CPU)",
+        )
+        parser.add_argument(
             "--reshape-allowzero-0",
             action="store_true",
             help="also set allowzero=0 on each Reshape with allowzero=1 where no 0 can reach its shape, so that it "
@@ -128,6 +136,7 @@ class ConvertCommand(Command):
             observation,
             args.keep_cpu_gathers,
             provider_failures=args.provider_failures,
+            scatter_duplicates=args.scatter_duplicates,
         )
         with options.writing("-o/--output", args.output):
             model_io.save(result, args.output, args.model)

@@ -180,13 +180,19 @@ _SCATTER_MODE = Attribute(
     onnx.AttributeProto.STRING,
     "what an out-of-bounds index does: directml, clamp or error (core.scatter.SCATTER_MODES)",
 )
+_DUPLICATES = Attribute(
+    "duplicates",
+    onnx.AttributeProto.STRING,
+    "several updates of different values to one element: error (which one DirectML keeps is a race) or last (the "
+    "last stays, as on ONNX Runtime's CPU) (core.scatter.DUPLICATE_MODES)",
+)
 _UPDATES = ("input", "indices", "updates")
 SCATTER_OPS = (
     DmlOp(
         "DmlScatterElements",
         "ScatterElements",
         "DML_SCATTER",
-        (Attribute("axis", _INT, "the dimension the indices select along, 0 to N-1"), _SCATTER_MODE),
+        (Attribute("axis", _INT, "the dimension the indices select along, 0 to N-1"), _SCATTER_MODE, _DUPLICATES),
         "DML_SCATTER: output = input, then each update written where its index puts it along the axis.",
         _UPDATES,
     ),
@@ -198,6 +204,7 @@ SCATTER_OPS = (
             Attribute("input_dimension_count", _INT, "how many of the input's last dimensions count"),
             Attribute("indices_dimension_count", _INT, "how many of the indices' last dimensions count"),
             _SCATTER_MODE,
+            _DUPLICATES,
         ),
         "DML_SCATTER_ND: output = input, then each slice of updates written at its index tuple.",
         _UPDATES,

@@ -32,6 +32,7 @@ from onnx import TensorProto, helper
 from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
+from onnx_gather.core.scatter import DUPLICATE_MODES
 from onnx_gather.graphs.analysis import Analysis, GatherPlan, Left, carried_note, parse_dimension_count
 from onnx_gather.graphs.changes import NodeChange, Report, count_ops
 from onnx_gather.graphs.emit import Emitter
@@ -57,11 +58,14 @@ class ProviderFailure(semantics.GatherError):
 
 
 class _Converter:
-    def __init__(self, model: onnx.ModelProto, analysis: Analysis, out_of_bounds: str, provider_failures: str) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, analysis: Analysis, out_of_bounds: str, provider_failures: str, duplicates: str
+    ) -> None:
         self.model = model
         self.analysis = analysis
         self.names = analysis.names
         self.out_of_bounds = out_of_bounds
+        self.scatter_duplicates = duplicates
         self.provider_failures = provider_failures
         self.report = Report()
 
@@ -195,7 +199,8 @@ class _Converter:
         emit = Emitter(body, self.names, name)
         last = plan.ones(data) == 0 and plan.carrier is None
         output = node.output[0] if last else self.names.fresh(f"{name}/output")
-        dml, typed, wrote = emit_scatter(emit, node, name, plan, self.out_of_bounds, output)
+        modes = (self.out_of_bounds, self.scatter_duplicates)
+        dml, typed, wrote = emit_scatter(emit, node, name, plan, modes, output)
         _mark_wrote(dml, emit.nodes, wrote)
         return emit.nodes, typed
 
@@ -272,9 +277,12 @@ def convert(
     keep_on_cpu: str | None = None,
     native_float16: bool = False,
     provider_failures: str = "raise",
+    scatter_duplicates: str = "error",
 ) -> tuple[onnx.ModelProto, Report]:
     """``to_dml`` with a report of what was converted and what was left standard, and why."""
     semantics.check_out_of_bounds("to_dml", out_of_bounds)
+    if scatter_duplicates not in DUPLICATE_MODES:
+        raise UserError(f"scatter_duplicates must be one of {', '.join(DUPLICATE_MODES)}, got {scatter_duplicates!r}")
     if provider_failures not in PROVIDER_FAILURES:
         raise UserError(f"provider_failures must be one of {', '.join(PROVIDER_FAILURES)}, got {provider_failures!r}")
     contract.register_schemas()
@@ -287,7 +295,7 @@ def convert(
     level = None if keep_on_cpu is None else FEATURE_LEVELS[keep_on_cpu]
     carrying = contract.NATIVE_FLOAT16 if native_float16 else contract.CUSTOM_OPS
     analysis = Analysis(result, count, observation, level, carrying)
-    converter = _Converter(result, analysis, out_of_bounds, provider_failures)
+    converter = _Converter(result, analysis, out_of_bounds, provider_failures, scatter_duplicates)
     converter.report.before = count_ops(model)
     converter.run()
     converter.report.after = count_ops(result)
@@ -303,7 +311,9 @@ def to_dml(
     ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider does) or a
     fixed N from 1 to 8. ``out_of_bounds`` is written on every DML node. ``options`` are ``convert``'s:
     ``observation`` (inputs for one run that tells the ranks inference cannot), ``keep_on_cpu`` (a feature level),
-    ``native_float16`` and ``provider_failures`` (``"raise"``, the default, or ``"onnx"``); docs/design.md, "What
+    ``native_float16``, ``provider_failures`` (``"raise"``, the default, or ``"onnx"``) and ``scatter_duplicates``
+    (``"error"``, the default: a scatter writing different values to one element fails, for which one DirectML keeps
+    is a race; or ``"last"``: the last stays, as on ONNX Runtime's CPU); docs/design.md, "What
     to_dml does", tells each. Nodes that cannot be expressed stay standard (``convert`` reports them); a gather or
     scatter ONNX Runtime's DirectML provider fails raises ``ProviderFailure`` unless ``provider_failures="onnx"``.
     """

@@ -110,7 +110,7 @@ def plan_scatter(
 
 
 def emit_scatter(
-    emit: Emitter, node: onnx.NodeProto, name: str, plan: ScatterPlan, out_of_bounds: str, output: str
+    emit: Emitter, node: onnx.NodeProto, name: str, plan: ScatterPlan, modes: tuple[str, str], output: str
 ) -> tuple[onnx.NodeProto, dict[str, ValueType], dict[str, str]]:
     """Carry, pad -> the DML node, named ``name`` -> unpad, carry back, into ``node``'s output; the DML node's output
     is ``output``. Returns the DML node, the type of each value made, and what it wrote by role (convert's rule 7)."""
@@ -127,7 +127,7 @@ def emit_scatter(
             value = wrote[f"pad_{role}"] = emit.pad(value, plan.ones(value_type), f"pad_{role}")
         typed[value] = ValueType(element_type, (1,) * plan.ones(value_type) + value_type.dims)
         arguments.append(value)
-    attributes = {**plan.attributes, "out_of_bounds": out_of_bounds}
+    attributes = {**plan.attributes, "out_of_bounds": modes[0], "duplicates": modes[1]}
     dml = helper.make_node(plan.op_type, arguments, [output], name=name, domain=DOMAIN, **attributes)
     emit.nodes.append(dml)
     ones, dims = plan.ones(plan.data), plan.data.dims

@@ -134,12 +134,13 @@ def scatter_elements(
     updates: np.ndarray,
     axis: int,
     out_of_bounds: str,
+    duplicates: str,
     *,
     max_output_elements: int,
 ) -> np.ndarray:
     """DML_SCATTER: ``scatter.dml_scatter_elements``; its output has the input's sizes, checked against the limit."""
     semantics.check_output_elements("DmlScatterElements", input.shape, max_output_elements)
-    return scatter.dml_scatter_elements(input, indices, updates, axis, out_of_bounds)
+    return scatter.dml_scatter_elements(input, indices, updates, axis, out_of_bounds, duplicates)
 
 
 def scatter_nd(
@@ -149,11 +150,12 @@ def scatter_nd(
     input_dimension_count: int,
     indices_dimension_count: int,
     out_of_bounds: str,
+    duplicates: str,
     *,
     max_output_elements: int,
 ) -> np.ndarray:
     """DML_SCATTER_ND: ``scatter.dml_scatter_nd``, its output checked against the limit as ``scatter_elements``'."""
     semantics.check_output_elements("DmlScatterNd", input.shape, max_output_elements)
     return scatter.dml_scatter_nd(
-        input, indices, updates, input_dimension_count, indices_dimension_count, out_of_bounds
+        input, indices, updates, input_dimension_count, indices_dimension_count, out_of_bounds, duplicates
     )

@@ -18,8 +18,8 @@ from onnx_gather.core import scatter, semantics
 from onnx_gather.core.contract import DOMAIN
 
 
-def _mode(out_of_bounds: str | bytes) -> str:
-    return out_of_bounds.decode() if isinstance(out_of_bounds, bytes) else out_of_bounds
+def _mode(mode: str | bytes) -> str:
+    return mode.decode() if isinstance(mode, bytes) else mode
 
 
 class DmlGather(OpRun):
@@ -63,8 +63,9 @@ class DmlGatherNd(OpRun):
 class DmlScatterElements(OpRun):
     op_domain = DOMAIN
 
-    def _run(self, input, indices, updates, axis=None, out_of_bounds=None):  # noqa: ANN001
-        return (scatter.dml_scatter_elements(input, indices, updates, int(axis), _mode(out_of_bounds)),)
+    def _run(self, input, indices, updates, axis=None, out_of_bounds=None, duplicates=None):  # noqa: ANN001
+        modes = _mode(out_of_bounds), _mode(duplicates)
+        return (scatter.dml_scatter_elements(input, indices, updates, int(axis), *modes),)
 
 
 class DmlScatterNd(OpRun):
@@ -78,9 +79,10 @@ class DmlScatterNd(OpRun):
         input_dimension_count=None,  # noqa: ANN001
         indices_dimension_count=None,  # noqa: ANN001
         out_of_bounds=None,  # noqa: ANN001
+        duplicates=None,  # noqa: ANN001
     ):
         counts = (int(input_dimension_count), int(indices_dimension_count))
-        return (scatter.dml_scatter_nd(input, indices, updates, *counts, _mode(out_of_bounds)),)
+        return (scatter.dml_scatter_nd(input, indices, updates, *counts, _mode(out_of_bounds), _mode(duplicates)),)
 
 
 class GatherElements(OpRun):

@@ -12,7 +12,12 @@ offset in one ``ScatterElements`` along axis 0, and is reshaped back:
 * ``error``: where any index lies outside ``[-size, size)`` (``[0, size)`` unsigned), every offset is moved past the
   end, so that ``ScatterElements`` fails as ONNX Runtime's own scatters do.
 
-Of several updates of one element the last stays, as in ``core.scatter``: ONNX Runtime's CPU ``ScatterElements``
+With ``duplicates=error`` (the DML nodes' default: which of several different writes DirectML keeps is a race), the
+flat output read back at every update's offset must hold that update (the same value: -0 and +0 apart, NaN meeting
+NaN whatever its payload, where ``core.scatter`` compares bytes); where one does not, another update of a different
+value followed it, and every offset is moved past the end, so that a second ``ScatterElements`` fails. With
+``duplicates=last``, of several updates of one element the last stays, as in ``core.scatter``: ONNX Runtime's CPU
+``ScatterElements``
 writes its updates in order (tests/test_scatter_lowering.py pins it), where its ``ScatterND`` splits them between
 threads (2^20 updates of four elements on two threads kept the 393,212th to 393,215th, not the last).
 """
@@ -54,6 +59,8 @@ class NativeScatter:
     output: str
     first: int  # ScatterElements: the axis; ScatterND: the first dim the tuples address (the data's leading ones)
     tuple_length: int = 0  # ScatterND's coordinates per index tuple
+    duplicates: str = "last"  # or error: updates of different values to one element fail
+    data_type: int = TensorProto.FLOAT  # the data's element type, as the DML node takes it
 
 
 def scatter_opset(mode: str, index_type: int) -> tuple[int, str]:
@@ -81,7 +88,41 @@ def lower_scatter(emit: Emitter, scatter: NativeScatter) -> None:
         offsets = emit.node("Add", [offsets, past], "checked_offsets")
     flat = emit.node("Reshape", [scatter.data, tensor.minus_one], "flat")
     written = emit.node("ScatterElements", [flat, offsets, values], "scatter", axis=0)
+    if scatter.duplicates == "error":  # an update its element does not hold: another of a different value followed
+        kept = emit.node("GatherElements", [written, offsets], "kept", axis=0)
+        differ = emit.node("Not", [_same(emit, kept, values, scatter.data_type)], "overwritten")
+        count_differ = emit.node(
+            "ReduceSum",
+            [emit.node("Cast", [differ], "overwritten_int", to=TensorProto.INT64)],
+            "overwritten_count",
+            keepdims=0,
+        )
+        any_differ = emit.node(
+            "Cast", [emit.node("Cast", [count_differ], "any", to=TensorProto.BOOL)], "any_int", to=TensorProto.INT64
+        )
+        past = emit.node("Mul", [any_differ, count], "race_past_end")
+        offsets = emit.node("Add", [offsets, past], "race_checked_offsets")
+        written = emit.node("ScatterElements", [written, offsets, values], "race_checked", axis=0)
     emit.node("Reshape", [written, data.sizes(emit, 0, data.rank, "shape")], "output", scatter.output)
+
+
+_FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16)
+
+
+def _same(emit: Emitter, a: str, b: str, data_type: int) -> str:
+    """Where ``a`` and ``b`` hold the same value: equal, -0 apart from +0, NaN meeting NaN (payloads aside)."""
+    equal = emit.node("Equal", [a, b], "equal")
+    if data_type not in _FLOATS:
+        return equal
+    dtype = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64, TensorProto.FLOAT16: np.float16}[data_type]
+    one = emit.constant(1, dtype, "one")
+    signs = emit.node(
+        "Equal", [emit.node("Div", [one, a], "a_inverse"), emit.node("Div", [one, b], "b_inverse")], "signs"
+    )
+    nonzero = emit.node("Not", [emit.node("Equal", [a, emit.constant(0, dtype, "zero")], "a_zero")], "a_nonzero")
+    same = emit.node("And", [equal, emit.node("Or", [nonzero, signs], "sign_kept")], "same_value")
+    nans = emit.node("And", [emit.node("IsNaN", [a], "a_nan"), emit.node("IsNaN", [b], "b_nan")], "both_nan")
+    return emit.node("Or", [same, nans], "same")
 
 
 def _as_int64(emit: Emitter, indices: str, index_type: int) -> str:

@@ -33,7 +33,7 @@ from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
 from onnx_gather.core.form import DmlForm, FormError, dml_form
-from onnx_gather.core.scatter import SCATTER_MODES
+from onnx_gather.core.scatter import DUPLICATE_MODES, SCATTER_MODES
 from onnx_gather.core.words import counted
 from onnx_gather.graphs.changes import NodeChange, Report, count_ops
 from onnx_gather.graphs.emit import Emitter, Initializers, prune_initializers
@@ -333,7 +333,9 @@ class _Lowering:
         nd = node.op_type == "DmlScatterNd"
         first = n - attributes.get("input_dimension_count", 0) if nd else attributes.get("axis", -1)
         k = indices_type.dims[-1] if reason is None and nd and indices_type.rank else 0
-        if reason is None and (mode not in SCATTER_MODES or not 0 <= first < n):
+        duplicates = attributes.get("duplicates", b"")
+        duplicates = duplicates.decode() if isinstance(duplicates, bytes) else duplicates
+        if reason is None and (mode not in SCATTER_MODES or duplicates not in DUPLICATE_MODES or not 0 <= first < n):
             reason = f"its attributes are invalid for rank {n}: {attributes}"
         elif reason is None and nd and not (isinstance(k, int) and 1 <= k <= n - first):
             reason = "the length of its index tuples (the last dim of its indices) is unknown or invalid"
@@ -358,6 +360,8 @@ class _Lowering:
             around.final,
             first - around.data_ones,
             k,
+            duplicates,
+            types[around.data].elem_type if around.data in types else input_type.elem_type,
         )
         lower_scatter(emit, scatter)
         self._report(work, node, name, mode)
