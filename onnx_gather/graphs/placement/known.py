@@ -35,12 +35,21 @@ class Known:
 
 @dataclass(frozen=True)
 class Node:
-    """One node as the rules see it: the node, its graph's value types, and who makes and takes its values."""
+    """One node as the rules see it: the node, its graph's value types, who makes and takes its values, and the
+    opset."""
 
     node: onnx.NodeProto
     types: Mapping[str, ValueType]
     graph: DefUse
     graph_outputs: frozenset[str]
+    opset: int  # the default domain's version in force where the node is
+
+    def since(self) -> int | None:
+        """The since-version of the node's standard operator at its opset (which kernel the provider takes)."""
+        try:
+            return onnx.defs.get_schema(self.node.op_type, self.opset, "").since_version
+        except onnx.defs.SchemaError:
+            return None
 
     def attribute(self, name: str, default: object = None) -> object:
         for attribute in self.node.attribute:
