@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -16,21 +17,26 @@ from conftest import SUMMARIES, require_directml
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
+from onnx.backend.test.case.test_case import TestCase
 
+from onnx_gather.conformance import node_suite
 from onnx_gather.core.scatter import dml_scatter_elements
-from onnx_gather.directml.process import DirectMlError
+from onnx_gather.directml.process import DirectMlError, RunnerError
 from onnx_gather.graphs.placement import known
 from onnx_gather.graphs.placement.check import check
+from onnx_gather.graphs.plumbing import node_label
 from onnx_gather.runtime import backends
+from onnx_gather.runtime.comparison import Tolerance, compare
 
-# (DirectML's outputs, ONNX Runtime's CPU's outputs or None where it failed, the feeds): asserts the difference the
-# rule states.
+# (DirectML's outputs, the reference's (ONNX Runtime's CPU's, None where it failed, or a suite case's expected ones),
+# the feeds): asserts the difference the rule states.
 Differs = Callable[[list[np.ndarray], list[np.ndarray], dict[str, np.ndarray]], None]
 
 
 @dataclass(frozen=True)
 class Repro:
-    """A model where ``rule`` applies at node ``node``: DirectML fails matching ``failure``, or ``differs`` holds."""
+    """A model where ``rule`` applies at node ``node``: DirectML fails matching ``failure`` (or its runner ends), or
+    ``differs`` holds."""
 
     rule: str
     name: str
@@ -41,6 +47,7 @@ class Repro:
     differs: Differs | None = field(default=None, compare=False)
     attempts: int = 1  # a race: the rule holds if it shows in one of this many runs
     cpu_fails: str = ""  # ONNX Runtime's CPU fails with this message: the rule compares DirectML with core instead
+    expected: list[np.ndarray] | None = field(default=None, compare=False)  # a suite case's: the reference, not the CPU
 
 
 def _model(nodes, inputs, outputs, weights=(), opset=17) -> onnx.ModelProto:
@@ -151,6 +158,124 @@ def _not_always_the_last(dml, cpu, feeds):
     assert kept in feeds["updates"] and cpu[0][0] == feeds["updates"][-1] and kept != cpu[0][0]
 
 
+@functools.cache
+def _suite_cases() -> dict[str, TestCase]:
+    return {case.name: case for case in node_suite.node_cases()}
+
+
+def _case(rule: str, name: str, failure: str = "", differs: Differs | None = None) -> Repro:
+    """ONNX's node test case ``name`` as the node suite ran it on DirectML (re-stamped where ``restamp`` applies),
+    its inputs and expected outputs; its one node is the rule's."""
+    case = _suite_cases()[name]
+    again = node_suite.restamp(case.model)
+    model = case.model if again is None else again.model
+    ((inputs, expected),) = node_suite.data_sets(case)
+    feeds = {value.name: array for value, array in zip(model.graph.input, inputs, strict=False)}
+    node = node_label(model.graph.node[0], 0)
+    return Repro(
+        rule, name, model, feeds, node, failure=failure, differs=differs, expected=None if failure else expected
+    )
+
+
+SUITE = Tolerance(atol=1e-5, rtol=1e-3)  # ONNX Runtime's backend test series' (docs/node-suite.md)
+
+
+def _off(mismatches: int, max_abs: float) -> Differs:
+    """DirectML's first output is outside the suite's tolerance of the expected one at ``mismatches`` values, by
+    ``max_abs`` at most (to 3 digits)."""
+
+    def differs(dml, expected, feeds):
+        comparison = compare(expected[0], dml[0], SUITE)
+        assert comparison.mismatches == mismatches and f"{comparison.max_abs:.3g}" == f"{max_abs:.3g}"
+
+    return differs
+
+
+def _zero_for_the_empty_set(dml, expected, feeds):
+    assert feeds["data"].size == 0 and (dml[0] == 0).all() and (expected[0] != 0).all()
+
+
+def _min_everywhere(dml, expected, feeds):
+    assert feeds["min"] > feeds["max"] and (dml[0] == feeds["min"]).all() and (expected[0] == feeds["max"]).all()
+
+
+def _first_element_of_b(max_abs: float) -> Differs:
+    def differs(dml, expected, feeds):
+        a, b = feeds["a"], feeds["b"]
+        assert np.allclose(dml[0], a @ np.full_like(b, b[0]), atol=1e-5, rtol=1e-5)
+        assert f"{np.abs(dml[0] - expected[0]).max():.3g}" == f"{max_abs:.3g}"
+
+    return differs
+
+
+def _quantized_one_below(dml, expected, feeds):
+    (at,) = np.flatnonzero(dml[0] != expected[0])
+    assert feeds["x"][at] == -2.5 and dml[0][at] == 25 and expected[0][at] == 26
+
+
+def _nan_mod_infinity(dml, expected, feeds):
+    x, y = feeds["x"], feeds["y"]
+    infinite = np.isinf(y) & np.isfinite(x)
+    assert infinite.sum() == 4 and np.isnan(dml[0][infinite]).all() and not np.isnan(expected[0][infinite]).any()
+    assert compare(expected[0][~infinite], dml[0][~infinite], SUITE).within_tolerance
+
+
+def _suite_repros() -> list[Repro]:
+    """The DirectML behaviours ONNX's node suite found (docs/node-suite.md), each on the suite's own cases."""
+    invalid, runner_ends = "80070057", "ended unexpectedly"
+    reductions = ["max", "min", "prod", "log_sum", "log_sum_exp"]
+    return [
+        *(
+            _case("reduce-empty-set", f"test_reduce_{op}_empty_set", differs=_zero_for_the_empty_set)
+            for op in reductions
+        ),
+        _case("clip-min-above-max", "test_clip_min_greater_than_max", differs=_min_everywhere),
+        _case("matmul-1d-b", "test_matmul_1d_1d", differs=_first_element_of_b(0.0124)),
+        _case("matmul-1d-b", "test_matmul_4d_1d", differs=_first_element_of_b(1.25)),
+        *(
+            _case("qlinearmatmul-float16-scales", f"test_qlinearmatmul_{d}_{t}_float16", failure=invalid)
+            for d in ("2D", "3D")
+            for t in ("int8", "uint8")
+        ),
+        _case("resize-antialias", "test_resize_downsample_scales_linear_antialias", differs=_off(3, 0.208)),
+        _case("resize-antialias", "test_resize_downsample_sizes_linear_antialias", differs=_off(8, 0.53)),
+        _case(
+            "resize-pytorch-half-pixel", "test_resize_downsample_sizes_linear_pytorch_half_pixel", differs=_off(3, 1.5)
+        ),
+        *(
+            _case("resize-keep-aspect-ratio", f"test_resize_{way}_sizes_nearest_{policy}", failure=invalid)
+            for way in ("downsample", "upsample")
+            for policy in ("not_larger", "not_smaller")
+        ),
+        _case("resize-tf-crop-and-resize", "test_resize_tf_crop_and_resize", differs=_off(8, 2.0)),
+        *(
+            _case("resize-tf-crop-and-resize-axes", f"test_resize_tf_crop_and_resize_axes_{axes}", failure=runner_ends)
+            for axes in ("2_3", "3_2")
+        ),
+        _case("dynamicquantizelinear-rounding", "test_dynamicquantizelinear", differs=_quantized_one_below),
+        _case(
+            "averagepool-3d-dilations-ceil",
+            "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True",
+            differs=_off(216, 0.0637),
+        ),
+        _case("asin-accuracy", "test_asin_example", differs=_off(1, 6.76e-5)),
+        *(
+            _case("mod-fmod-0-infinity", f"test_mod_float_edge_cases_fmod_0_{t}", differs=_nan_mod_infinity)
+            for t in ("float32", "float16")
+        ),
+        _case("convtranspose-same-strided", "test_convtranspose_autopad_same", failure=invalid),
+        *(
+            _case("quantize-per-axis-21", name, failure=invalid)
+            for name in (
+                "test_quantizelinear_axis",
+                "test_dequantizelinear_axis",
+                "test_quantizelinear_int4",
+                "test_quantizelinear_uint4",
+            )
+        ),
+    ]
+
+
 def _repros() -> list[Repro]:
     shape = numpy_helper.from_array(np.array([-1], np.int64), "shape")
     weights_1d = numpy_helper.from_array(np.ones((1, 1, 3), np.float32), "w")
@@ -258,7 +383,7 @@ def _repros() -> list[Repro]:
     ]
 
 
-REPROS = _repros()
+REPROS = _repros() + _suite_repros()
 
 
 def test_every_rule_has_a_repro():
@@ -281,22 +406,24 @@ def test_real_directml_does_what_the_rule_says(repro, tmp_path):
     model = backends.Model(tmp_path / "repro.onnx", repro.model)
     dml = backends.create("dml")
     if repro.failure:
-        with pytest.raises(DirectMlError, match=repro.failure):
+        with pytest.raises((DirectMlError, RunnerError), match=repro.failure):
             dml.run(model, repro.feeds)
         SUMMARIES.append(f"known rule {repro.rule} ({repro.name}): DirectML fails with {repro.failure}")
         return
-    cpu = None
-    if repro.cpu_fails:
+    reference = None
+    if repro.expected is not None:
+        reference = dict(zip(model.output_names, repro.expected, strict=True))
+    elif repro.cpu_fails:
         with pytest.raises(Exception, match=repro.cpu_fails):
             backends.create("cpu").run(model, repro.feeds)
     else:
-        cpu = backends.create("cpu").run(model, repro.feeds).outputs
+        reference = backends.create("cpu").run(model, repro.feeds).outputs
     for attempt in range(1, repro.attempts + 1):
         outputs = dml.run(model, repro.feeds).outputs
         try:
             repro.differs(
                 [outputs[k] for k in model.output_names],
-                None if cpu is None else [cpu[k] for k in model.output_names],
+                None if reference is None else [reference[k] for k in model.output_names],
                 repro.feeds,
             )
             break

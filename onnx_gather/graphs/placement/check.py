@@ -157,7 +157,7 @@ def check(
             else:
                 verdict = _node(body, types, node, position, feature_level, where)
             if verdict.runs_on == "DirectML":
-                found = tuple(known.known(known.Node(node, types, graph, outputs)))
+                found = tuple(known.known(known.Node(node, types, graph, outputs, body.opset)))
                 failing = [k for k in found if k.kind == known.FAILS and k.certain]
                 status = "fails" if failing and verdict.status == "DirectML" else verdict.status
                 verdict = replace(verdict, status=status, known=found)

@@ -35,12 +35,21 @@ class Known:
 
 @dataclass(frozen=True)
 class Node:
-    """One node as the rules see it: the node, its graph's value types, and who makes and takes its values."""
+    """One node as the rules see it: the node, its graph's value types, who makes and takes its values, and the
+    opset."""
 
     node: onnx.NodeProto
     types: Mapping[str, ValueType]
     graph: DefUse
     graph_outputs: frozenset[str]
+    opset: int  # the default domain's version in force where the node is
+
+    def since(self) -> int | None:
+        """The since-version of the node's standard operator at its opset (which kernel the provider takes)."""
+        try:
+            return onnx.defs.get_schema(self.node.op_type, self.opset, "").since_version
+        except onnx.defs.SchemaError:
+            return None
 
     def attribute(self, name: str, default: object = None) -> object:
         for attribute in self.node.attribute:
@@ -288,3 +297,196 @@ def _scatter_indices_beyond(node: Node) -> str | None:
         f"more indices on its axis ({count}) than the data holds ({size}): DirectML refuses the DML_SCATTER and the "
         "session fails when it is created (AbiCustomRegistry.cpp(519) 80070057), CPU fallback or not"
     )
+
+
+_CASES = "(docs/node-suite.md)"
+
+
+_EMPTY_SET = (
+    "DirectML gives 0 for the empty set, where ONNX gives -inf (ReduceMax, ReduceLogSum, ReduceLogSumExp), inf "
+    f"(ReduceMin) or 1 (ReduceProd) {_CASES}"
+)
+
+
+@_rule("reduce-empty-set", DIFFERS, "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSum", "ReduceLogSumExp")
+def _reduce_empty_set(node: Node) -> str | None:
+    data = node.type_of(0)
+    if data is None or data.dims is None or node.elem_type(0) not in _FLOATS or 0 not in data.dims:
+        return None
+    empty = {k for k, dim in enumerate(data.dims) if dim == 0}
+    axes = node.attribute("axes")
+    if axes is None and len(node.node.input) > 1 and node.node.input[1]:
+        constant = node.constant(1)
+        if constant is None:
+            return f"if it reduces an axis of size 0 (axis {min(empty)}): {_EMPTY_SET}"
+        axes = constant.tolist()
+    if not axes:
+        if node.attribute("noop_with_empty_axes", 0):
+            return None
+        axes = range(data.rank)
+    if not {int(axis) % data.rank for axis in axes} & empty:
+        return None
+    return f"it reduces an axis of size 0: {_EMPTY_SET}"
+
+
+@_rule("clip-min-above-max", DIFFERS, "Clip")
+def _clip_min_above_max(node: Node) -> str | None:
+    if len(node.node.input) < 3 or not node.node.input[1] or not node.node.input[2]:
+        return None
+    low, high = node.constant(1), node.constant(2)
+    what = "DirectML gives min everywhere, where ONNX gives max (test_clip_min_greater_than_max: 2 where 1)"
+    if low is None or high is None:
+        return f"where min > max, {what}"
+    return f"min {low.item():g} > max {high.item():g}: {what}" if low.item() > high.item() else None
+
+
+@_rule("matmul-1d-b", DIFFERS, "MatMul")
+def _matmul_1d_b(node: Node) -> str | None:
+    b = node.type_of(1)
+    if b is None or b.rank != 1:
+        return None
+    return (
+        "its second input is 1-D: DirectML takes that vector's first element for every one of its elements (A @ "
+        f"[b0, b0, ...]): test_matmul_4d_1d is off by up to 1.25, test_matmul_1d_1d by 0.0124 {_CASES}"
+    )
+
+
+@_rule("qlinearmatmul-float16-scales", FAILS, "QLinearMatMul")
+def _qlinearmatmul_float16(node: Node) -> str | None:
+    if TensorProto.FLOAT16 not in (node.elem_type(1), node.elem_type(4), node.elem_type(6)):
+        return None
+    return (
+        "FLOAT16 scales: 80070057 (Invalid parameter, AbiCustomRegistry.cpp(519)) when the session is created, "
+        "int8 and uint8 alike; with FLOAT scales it runs"
+    )
+
+
+def _resize_mode(node: Node) -> tuple[str, str]:
+    mode = node.attribute("coordinate_transformation_mode", b"half_pixel")
+    return node.attribute("mode", b"nearest").decode(), mode.decode()
+
+
+@_rule("resize-antialias", DIFFERS, "Resize")
+def _resize_antialias(node: Node) -> str | None:
+    if node.attribute("antialias", 0) != 1 or _resize_mode(node)[0] != "linear":
+        return None
+    return (
+        "antialias=1 (linear): where it downsamples, DirectML's values are not ONNX's: 4x4 to 3x3 off by up to 0.53, "
+        f"to 2x2 by 0.208 {_CASES}"
+    )
+
+
+@_rule("resize-pytorch-half-pixel", DIFFERS, "Resize")
+def _resize_pytorch_half_pixel(node: Node) -> str | None:
+    if _resize_mode(node) != ("linear", "pytorch_half_pixel"):
+        return None
+    source, result = node.type_of(0), node.type_of(0, outputs=True)
+    if source is not None and result is not None and source.dims and result.dims:
+        sizes = list(zip(source.dims, result.dims, strict=False))
+        if all(isinstance(d, int) for pair in sizes for d in pair) and all(d == 1 or o != 1 for d, o in sizes):
+            return None
+    return (
+        "pytorch_half_pixel, linear: where an axis of more than one is resized to 1, DirectML samples its centre "
+        f"(as half_pixel) where ONNX takes its first element: 4x4 to 3x1 off by 1.5 {_CASES}"
+    )
+
+
+@_rule("resize-keep-aspect-ratio", FAILS, "Resize")
+def _resize_keep_aspect_ratio(node: Node) -> str | None:
+    policy = node.attribute("keep_aspect_ratio_policy", b"stretch").decode()
+    if policy == "stretch" or len(node.node.input) < 4 or not node.node.input[3]:
+        return None
+    return (
+        f"keep_aspect_ratio_policy={policy} with sizes: 80070057 (Invalid parameter, MLOperatorAuthorImpl.cpp(2853)) "
+        "when it runs, upsampling or downsampling"
+    )
+
+
+@_rule("resize-tf-crop-and-resize", DIFFERS, "Resize")
+def _resize_tf_crop_and_resize(node: Node) -> str | None:
+    if _resize_mode(node)[1] != "tf_crop_and_resize" or node.attribute("axes") is not None:
+        return None
+    return (
+        "tf_crop_and_resize: DirectML's points inside the crop box are not ONNX's (a 4x4 cropped to [0.4, 0.6] x [0.6,"
+        f" 0.8] and resized to 3x3: 8 of 9 off, by up to 2) {_CASES}"
+    )
+
+
+@_rule("resize-tf-crop-and-resize-axes", FAILS, "Resize")
+def _resize_tf_crop_and_resize_axes(node: Node) -> str | None:
+    if _resize_mode(node)[1] != "tf_crop_and_resize" or node.attribute("axes") is None:
+        return None
+    return (
+        "tf_crop_and_resize with axes: the process running ONNX Runtime ends when it runs (this project's DirectML "
+        "runner: exit code 3)"
+    )
+
+
+@_rule("dynamicquantizelinear-rounding", DIFFERS, "DynamicQuantizeLinear")
+def _dynamicquantizelinear_rounding(node: Node) -> str:
+    return (
+        "where x / y_scale comes within a float's rounding of a half, y can be 1 below ONNX's "
+        "(test_dynamicquantizelinear: -2.5 with y_scale 5/255 gives 25 where 26 is expected)"
+    )
+
+
+@_rule("averagepool-3d-dilations-ceil", DIFFERS, "AveragePool")
+def _averagepool_3d_dilations_ceil(node: Node) -> str | None:
+    kernel = node.attribute("kernel_shape", [])
+    if len(kernel) != 3 or not any(d > 1 for d in node.attribute("dilations", [])):
+        return None
+    if node.attribute("count_include_pad", 0) != 1 or node.attribute("ceil_mode", 0) != 1:
+        return None
+    return (
+        "3-D with dilations, count_include_pad=1 and ceil_mode=1: the windows ceil_mode adds at the ends are averaged "
+        "otherwise (32^3, kernel 5, dilations 2, strides 3: 216 of 729 off, by up to 0.0637)"
+    )
+
+
+@_rule("asin-accuracy", DIFFERS, "Asin")
+def _asin_accuracy(node: Node) -> str | None:
+    if node.elem_type(0) != TensorProto.FLOAT:
+        return None
+    return (
+        "up to 6.8e-5 from asin over [-1, 1], most near 0 (asin(0) gives 6.76e-5), where ONNX Runtime's CPU is exact "
+        "to FLOAT (measured on lavapipe; ONNX Runtime's DirectML CI lists test_asin_example failing on GPUs too)"
+    )
+
+
+@_rule("mod-fmod-0-infinity", DIFFERS, "Mod")
+def _mod_infinity(node: Node) -> str | None:
+    if node.attribute("fmod", 0) != 0 or node.elem_type(0) not in (TensorProto.FLOAT, TensorProto.FLOAT16):
+        return None
+    return (
+        "fmod=0: x mod +-inf gives NaN, where ONNX gives x (same signs) or +-inf (opposite signs; ONNX Runtime's CPU "
+        f"refuses fmod=0 for floats) {_CASES}"
+    )
+
+
+@_rule("convtranspose-same-strided", FAILS, "ConvTranspose")
+def _convtranspose_same_strided(node: Node) -> str | None:
+    auto_pad = node.attribute("auto_pad", b"NOTSET").decode()
+    weights, kernel = node.type_of(1), node.attribute("kernel_shape")
+    two_d = (weights is not None and weights.rank == 4) or (kernel is not None and len(kernel) == 2)
+    if not auto_pad.startswith("SAME") or not two_d or not any(s > 1 for s in node.attribute("strides", [])):
+        return None
+    return (
+        f"a 2-D ConvTranspose with auto_pad={auto_pad} and strides above 1: 80070057 (Invalid parameter, "
+        "MLOperatorAuthorImpl.cpp(2853)) when the session is created; with strides 1 it runs"
+    )
+
+
+@_rule("quantize-per-axis-21", FAILS, "QuantizeLinear", "DequantizeLinear")
+def _quantize_per_axis(node: Node) -> str | None:
+    if node.since() != 21 or node.attribute("block_size", 0):
+        return None
+    scale = node.type_of(1)
+    what = (
+        "80070057 (Invalid parameter, AbiCustomRegistry.cpp(519)) when the session is created, the provider's "
+        "version-21 kernel (opsets 21 and 22); versions 13 and 19 run it, as they run a scalar scale, INT4 too"
+    )
+    if scale is None or scale.dims is None or (scale.rank == 1 and not isinstance(scale.dims[0], int)):
+        return f"if its scale is 1-D of more than one value (per axis): {what}"
+    if scale.rank == 1 and scale.dims[0] > 1:
+        return f"a per-axis scale ({scale.dims[0]} values): {what}"
+    return None
