@@ -1,17 +1,22 @@
-"""The peers' gather tests as data (``cases.json`` beside this file), and ONNX models made of them.
+"""The peers' gather and scatter tests as data (``cases.json`` beside this file), and ONNX models made of them.
 
 The cases are transcribed from ONNX Runtime's kernel tests (``onnxruntime/test/providers/cpu/tensor/
-gather_op_test.cc``, ``gather_elements_op_test.cc``, ``gather_nd_op_test.cc``) and WebNN's conformance tests in the
-web-platform-tests (``webnn/conformance_tests/gather.https.any.js``, ``gatherElements...``, ``gatherND...``); the
-file's ``sources`` say which versions and what was left out. A case's name is ``<source file>:<test name>`` with, in
-brackets, the variant a test helper makes (indices as an input or an initializer, the opset of GatherND's RunTest).
+gather_op_test.cc``, ``gather_elements_op_test.cc``, ``gather_nd_op_test.cc``, ``scatter_op_test.cc``,
+``scatter_nd_op_test.cc``) and WebNN's conformance tests in the web-platform-tests
+(``webnn/conformance_tests/gather.https.any.js``, ``gatherElements...``, ``gatherND...``, ``scatterElements...``,
+``scatterND...``); the file's ``sources`` say which versions and what was left out. A case's name is ``<source
+file>:<test name>`` with, in brackets, the variant a test helper makes (indices as an input or an initializer, the
+opset of GatherND's RunTest, the op and opset of a scatter test's two testers, ``test1``... for a TEST's numbered
+testers).
 
 A case: the op, the opset (ORT's OpTester default, 7, where a test names none; 13 for WebNN, which has no opsets),
-the attributes as the test sets them, the data and indices (dtype, shape, values, and whether a graph input or an
-initializer, as the test declares them; ``dims`` names a WebNN dynamic dimension), the peer's expected output or
+the attributes as the test sets them (a scatter's ``reduction`` too: DirectML's provider leaves those to the CPU),
+the data, indices and, for a scatter, updates (dtype, shape, values, and whether a graph input or an initializer, as
+the test declares them; ``dims`` names a WebNN dynamic dimension), the peer's expected output or
 expected error, and ``directml``: the verdict real DirectML gave, measured with ``tools/peer_verdicts.py``:
 ``{"ran": true}`` (the output is the peer's expected output, bit for bit), ``{"ran": true, "output": [...]}`` (it is
-not: DirectML's own output) or ``{"failed": "creation" | "run", "message": ...}`` (a part of the error); ``"on"``
+not: DirectML's own output) or ``{"failed": "creation" | "run" | "crash", "message": ...}`` (a part of the error;
+``crash``: the process died, what Wine said ended it); ``"on"``
 names the provider that ran the case, or failed it as it ran, where it was not DirectML's (which did not take it).
 ``difference`` gives, where the peer's expectation and DirectML's verdict differ, the kind
 (``error expected``, ``output expected``, ``values``, ``tolerance``) and the reason.
@@ -19,8 +24,8 @@ names the provider that ran the case, or failed it as it ran, where it was not D
 Values: a list, ``{"ref": name, "count": n}`` (the first n of a shared tensor of ``tensors``), ``{"range": [start,
 step]}`` (ORT's ValueRange: start, start + step, ... accumulated in the tensor's type) or ``{"fill": v}``.
 ``"literal": "float32"``: the values are C float literals (``0.1f``) converted to the tensor's type, as ORT's tests
-write DOUBLE and FLOAT16 values. Index types ONNX does not take (WebNN's uint32; int32 for GatherND, which takes
-int64 only) are given to ONNX as int64, with the same values.
+write DOUBLE and FLOAT16 values. Index types ONNX does not take (WebNN's uint32; int32 for GatherND and ScatterND,
+which take int64 only) are given to ONNX as int64, with the same values.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ def dtype_of(name: str) -> np.dtype:
 
 @dataclass(frozen=True)
 class Tensor:
-    """A case's data or indices: its values as the peer gives them and how the graph declares it."""
+    """A case's data, indices or updates: its values as the peer gives them and how the graph declares it."""
 
     dtype: str  # the peer's type name (numpy's, and "string")
     array: np.ndarray
@@ -64,6 +69,7 @@ class Case:
     attributes: dict
     data: Tensor
     indices: Tensor
+    updates: Tensor | None  # a scatter's; None for a gather
     expected: np.ndarray | None  # None where the peer expects an error
     error: str | None  # the error the peer expects (a part of its message; "" where it names none)
     directml: dict
@@ -88,7 +94,7 @@ class Case:
     @property
     def onnx_index_dtype(self) -> np.dtype:
         dtype = self.indices.array.dtype
-        if self.op == "GatherND" or dtype not in (np.int32, np.int64):
+        if self.op in ("GatherND", "ScatterND") or dtype not in (np.int32, np.int64):
             return np.dtype(np.int64)
         return dtype
 
@@ -115,7 +121,7 @@ def _values(spec, dtype: np.dtype, shape: Sequence[int], tensors: dict | None = 
         return np.full(shape, spec["fill"], dtype)
     if isinstance(spec, dict):  # ValueRange: each value the previous plus step, rounded to the tensor's type
         start, step = spec["range"]
-        return np.add.accumulate(np.array([start] + [step] * (count - 1), dtype)).reshape(shape)
+        return np.add.accumulate(np.array([start] + [step] * (count - 1), dtype), dtype=dtype).reshape(shape)
     if literal:
         return np.array(spec, np.dtype(literal)).astype(dtype).reshape(shape)
     return np.array(spec, dtype).reshape(shape)
@@ -152,6 +158,7 @@ def load() -> tuple[Case, ...]:
     cases = []
     for spec in doc["cases"]:
         data, indices = _tensor(spec["data"], doc["tensors"]), _tensor(spec["indices"], doc["tensors"])
+        updates = _tensor(spec["updates"], doc["tensors"]) if "updates" in spec else None
         expected = spec["expected"]
         array = None
         if "error" not in expected:
@@ -166,6 +173,7 @@ def load() -> tuple[Case, ...]:
                 spec.get("attributes", {}),
                 data,
                 indices,
+                updates,
                 array,
                 expected.get("error"),
                 spec.get("directml", {}),
@@ -181,19 +189,28 @@ def _value_info(name: str, dtype: np.dtype, dims: Sequence, case: int) -> onnx.V
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(dtype), shape)
 
 
+def _inputs(case: Case) -> list[tuple[str, Tensor, np.dtype]]:
+    """The node's inputs: name, tensor and the type ONNX is given it in."""
+    inputs = [("data", case.data, case.data.array.dtype), ("indices", case.indices, case.onnx_index_dtype)]
+    if case.updates is not None:
+        inputs.append(("updates", case.updates, case.updates.array.dtype))
+    return inputs
+
+
 def model(cases: Sequence[Case]) -> onnx.ModelProto:
-    """One model holding every case (all of one opset): inputs or initializers ``data_k`` and ``indices_k`` as the
-    case declares them, node ``case_k``, output ``output_k`` (its type; its shape left to inference)."""
+    """One model holding every case (all of one opset): inputs or initializers ``data_k``, ``indices_k`` and (a
+    scatter) ``updates_k`` as the case declares them, node ``case_k``, output ``output_k`` (its type; its shape left
+    to inference)."""
     (opset,) = {case.opset for case in cases}
     nodes, inputs, initializers, outputs = [], [], [], []
     for k, case in enumerate(cases):
+        tensors = _inputs(case)
         nodes.append(
-            helper.make_node(case.op, [f"data_{k}", f"indices_{k}"], [f"output_{k}"], f"case_{k}", **case.attributes)
+            helper.make_node(
+                case.op, [f"{name}_{k}" for name, _, _ in tensors], [f"output_{k}"], f"case_{k}", **case.attributes
+            )
         )
-        for name, tensor, dtype in (
-            ("data", case.data, case.data.array.dtype),
-            ("indices", case.indices, case.onnx_index_dtype),
-        ):
+        for name, tensor, dtype in tensors:
             if tensor.initializer:
                 initializers.append(numpy_helper.from_array(tensor.array.astype(dtype), f"{name}_{k}"))
             else:
@@ -208,10 +225,9 @@ def feeds(cases: Sequence[Case]) -> dict[str, np.ndarray]:
     """The graph inputs of ``model(cases)``."""
     values = {}
     for k, case in enumerate(cases):
-        if not case.data.initializer:
-            values[f"data_{k}"] = case.data.array
-        if not case.indices.initializer:
-            values[f"indices_{k}"] = case.indices.array.astype(case.onnx_index_dtype)
+        for name, tensor, dtype in _inputs(case):
+            if not tensor.initializer:
+                values[f"{name}_{k}"] = tensor.array.astype(dtype)
     return values
 
 

@@ -3,7 +3,8 @@
 
 The verdicts are those cases.json records (the ``directml`` entries, ``peers``' docstring); ``"on"`` names the provider
 that ran a case, or failed it as it ran, where it was not DirectML's (which did not take the node). A message is the
-part of ONNX Runtime's after its last ") ": without the model's path, addresses and thread ids.
+part of ONNX Runtime's after its last ") ": without the model's path, addresses and thread ids; where the process
+running ONNX Runtime died (``"failed": "crash"``), what Wine said ended it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import re
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +22,7 @@ import numpy as np
 import onnx
 
 from onnx_gather.directml import worker
-from onnx_gather.directml.process import DirectMlError, SessionCreationError
+from onnx_gather.directml.process import DirectMlError, RunnerError, SessionCreationError
 from onnx_gather.directml.worker import FallbackFailure
 from onnx_gather.runtime import backends
 from peers import Case, feeds, identical, model
@@ -33,6 +35,12 @@ def fragment(message: str) -> str:
     return str(message).rsplit(") ", 1)[-1].splitlines()[0]
 
 
+def crash(message: str) -> str:
+    """What ended the runner, as Wine said it (``Unhandled division by zero``), without addresses."""
+    found = re.search(r"wine: (.*?)(?: at address|$)", str(message))
+    return found.group(1) if found else fragment(message)
+
+
 class Run:
     """What the ``dml`` backend made of some cases packed into one model: outputs by case, or the error."""
 
@@ -42,7 +50,7 @@ class Run:
         self.outputs: list[np.ndarray] = []
         self.placement: dict[str, int] = {}
         self.error: Exception | None = None
-        self.stage = ""  # where a DirectMlError came: "creation" or "run"
+        self.stage = ""  # where a DirectMlError came: "creation" or "run"; "crash": the runner died
         self.on = ""  # the provider that failed it where not DirectML's
         proto = model(self.cases)
         handle, name = tempfile.mkstemp(".onnx", "peers", folder)  # a name of its own, also beside other threads
@@ -59,6 +67,9 @@ class Run:
         except DirectMlError as error:  # ONNX Runtime's error, in full
             self.error, self.stage = error, "creation" if isinstance(error, SessionCreationError) else "run"
             return
+        except RunnerError as error:  # the process ended (ONNX Runtime or DirectML crashed); a new one starts
+            self.error, self.stage = error, "crash"
+            return
         self.outputs = [outcome.outputs[f"output_{k}"] for k in range(len(self.cases))]
         self.placement = {provider: entry["nodes"] for provider, entry in outcome.placement.items()}
 
@@ -66,7 +77,8 @@ class Run:
         """The verdict every case of a failed run shares (None if it ran)."""
         if self.error is None:
             return None
-        return {"failed": self.stage, **({"on": self.on} if self.on else {}), "message": fragment(self.error)}
+        message = crash(self.error) if self.stage == "crash" else fragment(self.error)
+        return {"failed": self.stage, **({"on": self.on} if self.on else {}), "message": message}
 
     def verdict(self) -> dict:
         """The verdict of the one case run, as cases.json records it."""
