@@ -276,6 +276,10 @@ def _suite_repros() -> list[Repro]:
     ]
 
 
+def _unwritten_output(dml, cpu, feeds):
+    assert cpu[0].tolist() == feeds["data"].tolist() and not dml[0].any()
+
+
 def _repros() -> list[Repro]:
     shape = numpy_helper.from_array(np.array([-1], np.int64), "shape")
     weights_1d = numpy_helper.from_array(np.ones((1, 1, 3), np.float32), "w")
@@ -283,6 +287,11 @@ def _repros() -> list[Repro]:
     many = 1 << 20
     duplicates = (np.zeros(many, np.float32), np.zeros(many, np.int64), np.arange(1, many + 1, dtype=np.float32))
     beyond = (np.zeros(4, np.float32), np.zeros(5, np.int64), np.ones(5, np.float32))
+    empty_nd = (
+        np.arange(1, 7, dtype=np.float32).reshape(2, 3),
+        np.zeros((0, 1), np.int64),
+        np.zeros((0, 3), np.float32),
+    )
     past = (np.zeros((3, 6), np.float32), np.array([[0], [7], [0]]), np.array([[1], [2], [3]], np.float32))
     padded = {"strides": [2], "output_padding": [1]}
     return [
@@ -374,7 +383,14 @@ def _repros() -> list[Repro]:
             attempts=12,
         ),
         Repro(
-            "scatter-elements-indices-beyond",
+            "scatter-nd-empty-indices",
+            "indices [0, 1]",
+            *_scatter("ScatterND", *empty_nd),
+            "node",
+            differs=_unwritten_output,
+        ),
+        Repro(
+            "scatter-elements-shapes",
             "5 into 4",
             *_scatter("ScatterElements", *beyond),
             "node",

@@ -11,6 +11,8 @@ end of an inner axis writes into the next row. Which of several writes to one el
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from onnx_gather.core.contract import DATA_DTYPES, INDEX_DTYPES
@@ -108,6 +110,24 @@ def _write(op: str, input: np.ndarray, offsets: np.ndarray, updates: np.ndarray,
     return output.reshape(input.shape)
 
 
+def scatter_elements_refusal(input: Sequence, indices: Sequence, updates: Sequence | None, axis: int) -> str:
+    """Why DirectML refuses a DML_SCATTER of these dims (its CreateOperator and ONNX Runtime's session creation:
+    80070057), "" where it takes them: indices larger than the input along ``axis`` or other than its sizes off it,
+    updates of other dims than the indices. A dim that is not a number (unknown, a symbol) passes."""
+
+    def known(a: object, b: object) -> bool:
+        return isinstance(a, int) and isinstance(b, int)
+
+    for d, (size, count) in enumerate(zip(input, indices, strict=True)):
+        if d == axis and known(size, count) and count > size:
+            return f"indices of {count} on axis {axis}, more than the input's {size}"
+        if d != axis and known(size, count) and count != size:
+            return f"indices of {count} on dimension {d}, not the input's {size}"
+    if updates is not None and any(known(u, i) and u != i for u, i in zip(updates, indices, strict=True)):
+        return f"updates of dims {tuple(updates)}, not the indices' {tuple(indices)}"
+    return ""
+
+
 def dml_scatter_elements(
     input: np.ndarray,
     indices: np.ndarray,
@@ -127,12 +147,11 @@ def dml_scatter_elements(
     _check(op, input, indices, updates, out_of_bounds, duplicates)
     if not 0 <= axis < input.ndim:
         raise ScatterError(f"{op}: axis {axis} outside [0, {input.ndim})")
-    off_axis = [d for d in range(input.ndim) if d != axis and indices.shape[d] != input.shape[d]]
-    if indices.shape != updates.shape or off_axis or indices.shape[axis] > input.shape[axis]:
-        raise ScatterError(
-            f"{op}: indices {indices.shape} and updates {updates.shape} must be one shape, the input's {input.shape} "
-            f"but along axis {axis}, where it may be smaller (DirectML refuses the rest)"
-        )
+    if indices.ndim != input.ndim or updates.ndim != input.ndim:
+        raise ScatterError(f"{op}: input, indices and updates must have one rank ({input.ndim})")
+    refusal = scatter_elements_refusal(input.shape, indices.shape, updates.shape, axis)
+    if refusal:
+        raise ScatterError(f"{op}: {refusal}: DirectML refuses it")
     if out_of_bounds != "directml":
         indices = _fixed(op, indices, input.shape[axis], out_of_bounds)
     return _write(op, input, scatter_elements_offsets(input.shape, indices, axis), updates, duplicates)

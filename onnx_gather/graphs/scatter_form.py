@@ -9,7 +9,8 @@ nodes that stand for it (``emit_scatter``); ``convert`` calls both.
    ``dimension_count``); the output loses them again. ``DmlScatterNd`` counts the input's and the indices' own ranks.
 3. FLOAT16 data and updates travel as FLOAT32, BOOL as UINT8, as the gathers' (exact: where a write lands does not
    depend on the element size, and DirectML drops a write past the output's elements whatever their type).
-4. A ``ScatterElements`` whose indices are not the data's sizes off the axis, or larger on it, fails on DirectML
+4. A ``ScatterElements`` DirectML refuses (``core.scatter.scatter_elements_refusal``: indices not the data's sizes
+   off the axis, or larger on it; updates not the indices' dims) fails on DirectML
    (the session, at creation): ``convert`` raises ``ProviderFailure`` or, asked for ONNX's values, leaves it.
 """
 
@@ -22,7 +23,7 @@ from onnx import helper
 
 from onnx_gather.core import contract
 from onnx_gather.core.contract import DOMAIN
-from onnx_gather.core.scatter import SCATTER_MODES
+from onnx_gather.core.scatter import SCATTER_MODES, scatter_elements_refusal
 from onnx_gather.core.sizes import MAX_DIMENSION_COUNT
 from onnx_gather.graphs.analysis import Left
 from onnx_gather.graphs.emit import Emitter
@@ -50,18 +51,6 @@ class ScatterPlan:
     def ones(self, value: ValueType) -> int:
         """The leading ones ``value`` gets to N dimensions."""
         return self.dimension_count - len(value.dims)
-
-
-def _scatter_elements_failure(data: ValueType, indices: ValueType, axis: int) -> str:
-    """Why DirectML refuses these sizes, where static sizes tell ("" otherwise)."""
-    for d, (size, index_size) in enumerate(zip(data.dims, indices.dims, strict=True)):
-        if not (isinstance(size, int) and isinstance(index_size, int)):
-            continue
-        if d == axis and index_size > size:
-            return f"indices of {index_size} on axis {axis}, more than the data's {size} (0x80070057)"
-        if d != axis and index_size != size:
-            return f"indices of {index_size} on dimension {d}, not the data's {size} (0x80070057)"
-    return ""
 
 
 def plan_scatter(
@@ -99,7 +88,8 @@ def plan_scatter(
         attributes = {"input_dimension_count": data.rank, "indices_dimension_count": indices.rank}
     else:
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % data.rank
-        least, fails = data.rank, _scatter_elements_failure(data, indices, axis)
+        refusal = scatter_elements_refusal(data.dims, indices.dims, updates.dims, axis)
+        least, fails = data.rank, f"{refusal} (0x80070057)" if refusal else ""
         attributes = {"axis": axis}
     n = dimension_count or least
     if not least <= n <= MAX_DIMENSION_COUNT:

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from onnx_gather.core.scatter import scatter_elements_refusal
 from onnx_gather.graphs.plumbing import DefUse
 from onnx_gather.graphs.types import ValueType
 
@@ -284,18 +285,31 @@ def _scatter_duplicates(node: Node) -> str:
     )
 
 
-@_rule("scatter-elements-indices-beyond", FAILS, "ScatterElements", "Scatter")
-def _scatter_indices_beyond(node: Node) -> str | None:
-    data, indices = node.type_of(0), node.type_of(1)
-    if data is None or indices is None or data.rank is None or data.rank != indices.rank:
-        return None
-    axis = int(node.attribute("axis", 0)) % data.rank
-    size, count = data.dims[axis], indices.dims[axis]
-    if not (isinstance(size, int) and isinstance(count, int) and count > size):
+@_rule("scatter-nd-empty-indices", DIFFERS, "ScatterND")
+def _scatter_nd_empty_indices(node: Node) -> str | None:
+    indices = node.type_of(1)
+    if indices is None or indices.dims is None or 0 not in indices.dims:
         return None
     return (
-        f"more indices on its axis ({count}) than the data holds ({size}): DirectML refuses the DML_SCATTER and the "
-        "session fails when it is created (AbiCustomRegistry.cpp(519) 80070057), CPU fallback or not"
+        "empty indices (a dimension of 0): the provider leaves its output unwritten (zeros, measured on a [2, 3] "
+        "FLOAT, ONNX Runtime's test ScatterND_empty_indices), where ONNX gives the data"
+    )
+
+
+@_rule("scatter-elements-shapes", FAILS, "ScatterElements", "Scatter")
+def _scatter_elements_shapes(node: Node) -> str | None:
+    data, indices, updates = node.type_of(0), node.type_of(1), node.type_of(2)
+    if data is None or indices is None or data.rank is None or data.rank != indices.rank:
+        return None
+    same_rank = updates is not None and updates.rank == indices.rank
+    refusal = scatter_elements_refusal(
+        data.dims, indices.dims, updates.dims if same_rank else None, int(node.attribute("axis", 0)) % data.rank
+    )
+    if not refusal:
+        return None
+    return (
+        f"{refusal}: DirectML refuses the DML_SCATTER and the session fails when it is created "
+        "(AbiCustomRegistry.cpp(519) 80070057), CPU fallback or not"
     )
 
 
