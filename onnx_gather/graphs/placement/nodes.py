@@ -317,7 +317,7 @@ def place_nodes(model: onnx.ModelProto) -> dict[str, list[Placed]]:
                 )
             elif position in preferred:
                 verdicts.append(Placed("CPU", CPU_PREFERRED))
-            elif refusal := queries.refusal(node, kernels[position].since, graph.types):
+            elif refusal := queries.query_refusal(node, kernels[position].since, graph.types):
                 verdicts.append(Placed("CPU", UNSUPPORTED, refusal))
             else:
                 verdicts.append(Placed("DirectML", DIRECTML, found[position][1]))
@@ -330,7 +330,7 @@ def provider_refusal(node: onnx.NodeProto, opset: int, types: dict[str, ValueTyp
     """Why the provider leaves ``node`` to the CPU provider whatever feeds it: no kernel for its version or types, or
     its support query refuses it ("" where it takes it)."""
     kernel, why = _kernel(node, opset, types)
-    return why if kernel is None else queries.refusal(node, kernel.since, types)
+    return why if kernel is None else queries.query_refusal(node, kernel.since, types)
 
 
 def _expanded(node: onnx.NodeProto, opset: int, types: dict[str, ValueType]) -> Placed | None:

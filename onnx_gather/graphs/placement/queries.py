@@ -125,7 +125,7 @@ QUERIES: dict[tuple[str, str], tuple[int, Query]] = {
 }
 
 
-def refusal(node: onnx.NodeProto, since: int, types: dict[str, ValueType]) -> str:
+def query_refusal(node: onnx.NodeProto, since: int, types: dict[str, ValueType]) -> str:
     """Why the support query of the provider's kernel (of since-version ``since``) refuses ``node``; "" where it
     takes it or no query is attached."""
     domain = "" if node.domain == "ai.onnx" else node.domain
