@@ -39,7 +39,7 @@ def _present(names: list[str] | tuple[str, ...], index: int) -> bool:
 
 def _max_pool(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
     """DmlOperatorPooling.cpp, QueryMaxPool: ``storage_order`` other than 0 is refused."""
-    return "a storage_order other than 0" if _attribute(node, "storage_order", 0) != 0 else ""
+    return "storage_order other than 0" if _attribute(node, "storage_order", 0) != 0 else ""
 
 
 def _slice(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
@@ -53,16 +53,16 @@ def _resize(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
     if _attribute(node, "mode", "nearest") == "cubic":
         return 'mode "cubic"'
     if _attribute(node, "exclude_outside", 0) != 0:
-        return "an exclude_outside other than 0"
+        return "exclude_outside other than 0"
     if _attribute(node, "extrapolation_value", 0.0) != 0.0:
-        return "an extrapolation_value other than 0"
+        return "extrapolation_value other than 0"
     return ""
 
 
 def _scatter(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
     """DmlOperatorScatter.cpp, QueryScatter: a ``reduction`` other than "none" is refused."""
     reduction = _attribute(node, "reduction", "none")
-    return f"a reduction ({reduction!r})" if reduction != "none" else ""
+    return f"reduction ({reduction!r})" if reduction != "none" else ""
 
 
 def _batch_normalization(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
@@ -71,7 +71,7 @@ def _batch_normalization(node: onnx.NodeProto, types: dict[str, ValueType]) -> s
     if _attribute(node, "training_mode", 0) != 0:
         return "training_mode"
     if len(node.input) < 5:
-        return "fewer than 5 inputs"
+        return "node of fewer than 5 inputs"
     elements = [types[name].elem_type if name in types else None for name in node.input[:5]]
     if None not in elements and len(set(elements)) > 1:
         names = sorted({TensorProto.DataType.Name(e) for e in elements if e is not None})
@@ -82,27 +82,27 @@ def _batch_normalization(node: onnx.NodeProto, types: dict[str, ValueType]) -> s
 def _layer_normalization(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
     """DmlOperatorLayerNormalization.cpp, QueryLayerNormalization: supported only with one output (Mean and
     InvStdDev refused)."""
-    return "its Mean or InvStdDev output" if len(node.output) != 1 else ""
+    return "Mean or InvStdDev output" if len(node.output) != 1 else ""
 
 
 def _skip_layer_normalization(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
     """DmlOperatorSkipLayerNormalization.cpp, QuerySkipLayerNormalization: outputs 1 (mean) and 2 (inv_std_var)
     are refused."""
-    return "its mean or inv_std_var output" if _present(node.output, 1) or _present(node.output, 2) else ""
+    return "mean or inv_std_var output" if _present(node.output, 1) or _present(node.output, 2) else ""
 
 
 def _qlinear_sigmoid(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
     """DmlOperatorQLinearSigmoid.cpp, QueryQLinearSigmoid: fewer than 5 inputs (a zero point left out) refused."""
-    return "a zero point left out" if len(node.input) < 5 else ""
+    return "node with a zero point left out" if len(node.input) < 5 else ""
 
 
 def _attention(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
     """DmlOperatorAttention.cpp, QueryAttention: inputs 4 (past) and 6 (past_sequence_length), output 1 (present),
     and ``unidirectional``, ``do_rotary`` or ``past_present_share_buffer`` other than 0 are refused."""
     if _present(node.input, 4) or _present(node.input, 6):
-        return "its past or past_sequence_length input"
+        return "past or past_sequence_length input"
     if _present(node.output, 1):
-        return "its present output"
+        return "present output"
     for name in ("unidirectional", "do_rotary", "past_present_share_buffer"):
         if _attribute(node, name, 0) != 0:
             return f"{name} other than 0"
