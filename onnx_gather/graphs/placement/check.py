@@ -28,6 +28,7 @@ from onnx_gather.graphs.placement.gather import (
 from onnx_gather.graphs.placement.nodes import (
     CONSTANT,
     CPU_PREFERRED,
+    EXPANDED,
     FOLDED,
     NO_KERNEL,
     REASONS,
@@ -51,6 +52,7 @@ _CAUSES = {  # how the summary counts nodes on the CPU provider
     CPU_PREFERRED: "shape computations",
     NO_KERNEL: "without a DirectML kernel",
     UNSUPPORTED: "refused by the provider's support query",
+    EXPANDED: "expanded into function bodies whose nodes run there",
     DEVICE_TYPES: "of a type the device lacks",
 }
 

@@ -35,6 +35,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from onnx_gather.graphs.placement import functions, queries
 from onnx_gather.graphs.plumbing import RANDOM_OPS, Body, bodies, inner_bodies, subgraphs
 from onnx_gather.graphs.types import ValueType, value_types, without_weights
 
@@ -70,6 +71,7 @@ _TYPE_CODES = {
 # Why a node goes where it goes.
 FOLDED, CPU_PREFERRED, NO_KERNEL, CONSTANT = "folded", "shape computation", "no kernel", "constant"
 UNSUPPORTED, DIRECTML = "refused by the provider's support query", "DirectML"
+EXPANDED = "expanded into its ONNX function body"
 REASONS = {
     CONSTANT: "a Constant: ONNX Runtime makes its value an initializer as it loads the model; no provider runs it",
     FOLDED: "its inputs are constants: ONNX Runtime computes it once, with its CPU kernel, when the session is "
@@ -121,7 +123,7 @@ class Placed:
 
     provider: str
     why: str
-    detail: str = field(default="", compare=False)  # for NO_KERNEL, DIRECTML and UNSUPPORTED: which kernel, or why none
+    detail: str = field(default="", compare=False)  # for NO_KERNEL, DIRECTML, UNSUPPORTED, EXPANDED: which kernel, why
 
 
 def _schema(node: onnx.NodeProto, opset: int) -> onnx.defs.OpSchema | None:
@@ -310,10 +312,12 @@ def place_nodes(model: onnx.ModelProto) -> dict[str, list[Placed]]:
             elif position in folded:
                 verdicts.append(Placed("CPU", FOLDED))
             elif kernels[position] is None:
-                verdicts.append(Placed("CPU", NO_KERNEL, found[position][1]))
+                verdicts.append(
+                    _expanded(node, body.opset, graph.types) or Placed("CPU", NO_KERNEL, found[position][1])
+                )
             elif position in preferred:
                 verdicts.append(Placed("CPU", CPU_PREFERRED))
-            elif refusal := _refusal(node):
+            elif refusal := queries.query_refusal(node, kernels[position].since, graph.types):
                 verdicts.append(Placed("CPU", UNSUPPORTED, refusal))
             else:
                 verdicts.append(Placed("DirectML", DIRECTML, found[position][1]))
@@ -326,18 +330,32 @@ def provider_refusal(node: onnx.NodeProto, opset: int, types: dict[str, ValueTyp
     """Why the provider leaves ``node`` to the CPU provider whatever feeds it: no kernel for its version or types, or
     its support query refuses it ("" where it takes it)."""
     kernel, why = _kernel(node, opset, types)
-    return why if kernel is None else _refusal(node)
+    return why if kernel is None else queries.query_refusal(node, kernel.since, types)
 
 
-def _refusal(node: onnx.NodeProto) -> str:
-    """Why the provider's support query refuses the node ("" where it takes it), where one is mirrored: its scatters
-    take no reduction (QueryScatter). The others (pooling, normalizations, Slice, Pad, Resize, recurrent and
-    attention operators) are not mirrored."""
-    if node.op_type in ("ScatterElements", "ScatterND"):
-        reduction = next((a.s.decode() for a in node.attribute if a.name == "reduction"), "none")
-        if reduction != "none":
-            return f"the provider's {node.op_type} takes no reduction ({reduction!r}): its support query refuses it"
-    return ""
+def _expanded(node: onnx.NodeProto, opset: int, types: dict[str, ValueType]) -> Placed | None:
+    """Where the nodes of ``node``'s ONNX function body go, where ONNX Runtime expands it (neither provider has a
+    kernel for its version, ``functions``); None where it does not. The body is placed as a graph of its own whose
+    inputs are graph inputs: where they are computed by other nodes, ONNX Runtime's shape-computation walk may differ.
+    """
+    schema = _schema(node, opset) if node.domain in ("", "ai.onnx") else None
+    if schema is None or functions.cpu_has_kernel(node.domain, node.op_type, schema.since_version):
+        return None
+    expanded = functions.body(node, schema, opset, types)
+    if expanded is None:
+        return None
+    placed = [p for verdicts in place_nodes(expanded).values() for p in verdicts]
+    where = [p.provider for p in placed if p.why != CONSTANT]
+    counts = ", ".join(
+        f"{where.count(p)} on {name}"
+        for p, name in (("DirectML", "DirectML"), ("CPU", "the CPU provider"))
+        if p in where
+    )
+    detail = (
+        f"neither provider has a kernel for {node.op_type}-{schema.since_version}: ONNX Runtime expands it into its "
+        f"ONNX function body, whose nodes run {counts or 'nowhere (all constants)'}"
+    )
+    return Placed("DirectML" if "DirectML" in where else "CPU", EXPANDED, detail)
 
 
 MATERIALIZED = 4096  # elements: the folded values shape inference is given, as ONNX Runtime has them
