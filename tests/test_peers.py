@@ -48,7 +48,6 @@ CPU_DIFFERS_FROM_THE_PEER = {
 # Where the routes do not give DirectML's verdict (they give the peer's expectation): what the DirectML build's ONNX
 # Runtime did there, which neither core.scatter nor the host's ONNX Runtime does (the cases' "difference" says more).
 ROUTES_DIFFER_FROM_DIRECTML = {
-    "ort/scatter_nd_op_test.cc:ScatterNDOpTest.ScatterND_empty_indices": "the provider left the output unwritten",
     **{
         f"ort/scatter_nd_op_test.cc:ScatterNDOpTest.ScatterND_zero_index_depth_{name}": "ONNX Runtime 1.24.4's CPU "
         "kernel divides by zero; the host's computes it"

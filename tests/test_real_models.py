@@ -215,9 +215,10 @@ def test_the_lowered_piper_voice_is_compact_and_loads_without_a_warning(tmp_path
     # 2,755 nodes; lowered with DirectML's reading beside each gather that may be out of bounds (81 of the 204; the
     # others read shape entries at constant indices, or a mask's coordinates), 5,701 (21,401 before they were
     # counted apart); with its 30 ScatterND lowered too (26 nodes each: their sizes are known only at run time),
-    # 6,493; with their duplicates checked (duplicates=error, 21 nodes each), 7,123. Session creation follows the
-    # node count: tools/lowering_cost.py measures it (0.91 s, 2.9 times the original's, before the check).
-    assert nodes <= 2.6 * sum(len(body.nodes) for body in bodies(model)), nodes
+    # 6,493; with their duplicates checked (duplicates=error, 21 nodes each), 7,123; with the zeros of empty indices
+    # (11 nodes each: their tuple counts are known only at run time), 7,453. Session creation follows the node
+    # count: tools/lowering_cost.py measures it (0.91 s, 2.9 times the original's, before the last two).
+    assert nodes <= 2.75 * sum(len(body.nodes) for body in bodies(model)), nodes
     model_io.save(lowered, tmp_path / "lowered.onnx", path)
     assert _session_warnings(tmp_path / "lowered.onnx") == []
 

@@ -129,3 +129,11 @@ def test_what_directml_refuses(indices, updates, axis):
 def test_what_directml_refuses_nd(indices, updates, counts):
     with pytest.raises(ScatterError):
         dml_scatter_nd(np.zeros((2, 3), np.float32), indices.astype(np.int64), updates.astype(np.float32), *counts)
+
+
+def test_a_scatter_nd_of_empty_indices_gives_zeros_as_directmls_provider_leaves_it_unwritten():
+    data = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
+    out = dml_scatter_nd(data, np.zeros((0, 1), np.int64), np.zeros((0, 3), np.float32), 2, 2)
+    assert out.tolist() == [[0, 0, 0], [0, 0, 0]] and data[0, 0] == 1
+    elements = dml_scatter_elements(data, np.zeros((0, 3), np.int64), np.zeros((0, 3), np.float32), 0)
+    assert elements.tolist() == data.tolist()  # measured: a ScatterElements of empty indices gives the input

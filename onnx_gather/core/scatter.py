@@ -171,7 +171,9 @@ def dml_scatter_nd(
     Of the N sizes only the last ``input_dimension_count`` X of the input and ``indices_dimension_count`` Q of the
     indices count (the others are 1); the indices' last size k (1 to X) is the tuple length, and the updates' sizes
     are exactly ``indices[:-1] + input[k:]`` (meaningful sizes) with leading 1s. ``out_of_bounds`` as in
-    ``dml_scatter_elements``, per coordinate (``scatter_nd_offsets``).
+    ``dml_scatter_elements``, per coordinate (``scatter_nd_offsets``). Empty indices (no tuple): ONNX Runtime's
+    provider leaves the output unwritten (measured: zeros, where ONNX gives the input), and so zeros here, as for
+    the gathers' unwritten outputs.
     """
     op = "DmlScatterNd"
     input, indices, updates = np.asarray(input), np.asarray(indices), np.asarray(updates)
@@ -194,6 +196,8 @@ def dml_scatter_nd(
             "(DirectML refuses the rest)"
         )
     tuples = indices.reshape(-1, k)
+    if not len(tuples):
+        return np.zeros_like(input)
     if out_of_bounds != "directml":
         tuples = np.stack([_fixed(op, tuples[:, j], data[j], out_of_bounds) for j in range(k)], axis=-1)
     return _write(op, input, scatter_nd_offsets(data, tuples), updates, duplicates)

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from onnx_gather.graphs.emit import Emitter
 from onnx_gather.graphs.lowering.directml_reading import MIN_OPSET, outside_bounds
@@ -61,6 +61,7 @@ class NativeScatter:
     tuple_length: int = 0  # ScatterND's coordinates per index tuple
     duplicates: str = "last"  # or error: updates of different values to one element fail
     data_type: int = TensorProto.FLOAT  # the data's element type, as the DML node takes it
+    may_be_empty: bool = True  # ScatterND: whether the indices may hold no tuple (a dim not known to be above 0)
 
 
 def scatter_opset(mode: str, index_type: int) -> tuple[int, str]:
@@ -103,6 +104,23 @@ def lower_scatter(emit: Emitter, scatter: NativeScatter) -> None:
         past = emit.node("Mul", [any_differ, count], "race_past_end")
         offsets = emit.node("Add", [offsets, past], "race_checked_offsets")
         written = emit.node("ScatterElements", [written, offsets, values], "race_checked", axis=0)
+    if (
+        nd and scatter.may_be_empty
+    ):  # no tuple: the provider leaves the output unwritten, zeros as core.scatter gives them (bits moved only)
+        tuples = emit.node("Size", [scatter.indices], "tuples_size")
+        none = emit.node(
+            "Cast",
+            [emit.node("Equal", [tuples, emit.constant(0, np.int64, "no")], "no_tuples")],
+            "no_tuples_int",
+            to=TensorProto.INT64,
+        )
+        zero = helper.make_tensor("zero", scatter.data_type, [1], [0])
+        zeros = emit.node("ConstantOfShape", [emit.node("Shape", [flat], "flat_shape")], "zeros", value=zero)
+        length = emit.unsqueeze(count, [0], "length")
+        start = emit.node("Mul", [emit.unsqueeze(none, [0], "no_tuples_1d"), length], "start")
+        both = emit.node("Concat", [written, zeros], "written_or_zeros", axis=0)
+        ends = emit.node("Add", [start, length], "end")
+        written = emit.node("Slice", [both, start, ends, emit.constant([0], np.int64, "axis_0")], "unwritten")
     emit.node("Reshape", [written, data.sizes(emit, 0, data.rank, "shape")], "output", scatter.output)
 
 

@@ -362,6 +362,7 @@ class _Lowering:
             k,
             duplicates,
             types[around.data].elem_type if around.data in types else input_type.elem_type,
+            not all(isinstance(d, int) and d > 0 for d in indices_type.dims[:-1]),
         )
         lower_scatter(emit, scatter)
         self._report(work, node, name, mode)
