@@ -3,12 +3,14 @@ ONNX's own backend cases, placement by opset and reduction, carried types, failu
 
 from __future__ import annotations
 
+import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_all_identical, assert_identical, run_model
+from conftest import assert_all_identical, assert_identical, require_directml, run_model
 from onnx import TensorProto
 from onnx import helper as h
 
@@ -204,3 +206,52 @@ def test_check_says_a_dml_scatter_tells_no_placement():
     (verdict,) = check(converted, "4.1")
     assert (verdict.node, verdict.status, verdict.gather) == ("the_scatter", "DML", False)
     assert verdict.reason.startswith("DML_SCATTER_ND; onnx-gather's op: check the original model")
+
+
+def _chained_scatter(tmp_path) -> tuple[Path, Path]:
+    """Neg, a ScatterElements whose row 1 writes index 7 of 6 (DirectML: into row 2; the CPU: an error), Neg."""
+    nodes = [
+        h.make_node("Neg", ["x"], ["data"], name="before"),
+        h.make_node("ScatterElements", ["data", "indices", "updates"], ["scattered"], name="the_scatter", axis=1),
+        h.make_node("Neg", ["scattered"], ["y"], name="after"),
+    ]
+    inputs = [
+        h.make_tensor_value_info("x", TensorProto.FLOAT, [3, 6]),
+        h.make_tensor_value_info("indices", TensorProto.INT64, [3, 1]),
+        h.make_tensor_value_info("updates", TensorProto.FLOAT, [3, 1]),
+    ]
+    graph = h.make_graph(nodes, "chain", inputs, [h.make_tensor_value_info("y", TensorProto.FLOAT, [3, 6])])
+    path, given = tmp_path / "chain.onnx", tmp_path / "in.npz"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 16)], ir_version=10), path)
+    feeds = {"x": np.arange(18, dtype=np.float32).reshape(3, 6), "indices": np.array([[0], [7], [0]])}
+    np.savez(given, **feeds, updates=np.full((3, 1), 100, np.float32))
+    return path, given
+
+
+def test_reduce_cuts_a_model_down_to_the_scatter_the_cpu_fails(tmp_path, capsys):
+    path, given = _chained_scatter(tmp_path)
+    out = tmp_path / "small.onnx"
+    assert main(["reduce", str(path), "--backend", "cpu", "--inputs", str(given), "-o", str(out)]) == 0
+    assert [node.name for node in onnx.load(out).graph.node] == ["the_scatter"]
+    assert "indices element out of data bounds" in capsys.readouterr().out
+
+
+@pytest.mark.directml
+def test_parity_of_a_scatter_out_of_bounds_routes_agree_with_real_directml(tmp_path, capsys):
+    require_directml(wine=True)
+    path, given = _chained_scatter(tmp_path)
+    report = tmp_path / "report.json"
+    arguments = ["parity", str(path), "--inputs", str(given), "--backends", "lowered,dml,reference", "--report"]
+    assert main([*arguments, str(report)]) == 0
+    assert "PASSED" in capsys.readouterr().out
+    outputs = json.loads(report.read_text())["outputs"]["y"]
+    assert {backend: row["equal"] for backend, row in outputs.items()} == dict.fromkeys(
+        ("lowered", "dml", "reference"), True
+    )
+
+
+def test_parity_counts_the_out_of_bounds_indices_a_scatter_meets(tmp_path, capsys):
+    path, given = _chained_scatter(tmp_path)
+    assert main(["parity", str(path), "--inputs", str(given), "--backends", "lowered,cpu"]) == 1
+    printed = capsys.readouterr().out
+    assert "per DML node: the_scatter 1." in printed and "a scatter's writes, section 10" in printed

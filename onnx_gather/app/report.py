@@ -181,9 +181,10 @@ def _summary(parity: Parity) -> str:
 
 
 PREDICTIONS = {
-    "directml": "DirectML's measured reading (`onnx-gather docs semantics`, section 4.3)",
-    "clamp": "a stand-in, clamped per axis as WebNN does, not what DirectML reads",
-    "zero": "a stand-in, zeros as OpenVINO's Gather gives, not what DirectML reads",
+    "directml": "what DirectML was measured to do (`onnx-gather docs semantics`: a gather's reads, section 4.3; a "
+    "scatter's writes, section 10)",
+    "clamp": "a stand-in, clamped per axis as WebNN does, not what DirectML does",
+    "zero": "a stand-in, zeros as OpenVINO's Gather gives, not what DirectML does",
     "error": "an error, as ONNX Runtime's CPU kernels give",
 }
 

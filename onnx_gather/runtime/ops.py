@@ -70,28 +70,34 @@ class _Operator:
 
 
 def _count(input: np.ndarray, indices: np.ndarray, attributes: dict) -> int:
-    """How many out-of-bounds index values (coordinates, for GatherND) a DML node meets; 0 where its shapes are
-    invalid (the op itself says why)."""
-    if "batch_dimension_count" not in attributes:
+    """How many out-of-bounds index values (coordinates, for GatherND and ScatterND: the scatters' tuples are
+    GatherND's without batch dimensions) a DML node meets; 0 where its shapes are invalid (the op itself says why)."""
+    if "axis" in attributes:
         axis = attributes["axis"]
         return semantics.count_out_of_bounds(indices, input.shape[axis]) if 0 <= axis < input.ndim else 0
     counts = (attributes["input_dimension_count"], attributes["indices_dimension_count"])
+    batch = attributes.get("batch_dimension_count", 0)
     try:
-        semantics.gather_nd_output_sizes(input.shape, indices.shape, *counts, attributes["batch_dimension_count"])
+        semantics.gather_nd_output_sizes(input.shape, indices.shape, *counts, batch)
     except semantics.GatherError:
         return 0
-    return semantics.count_out_of_bounds_nd(input, indices, *counts, attributes["batch_dimension_count"])
+    return semantics.count_out_of_bounds_nd(input, indices, *counts, batch)
 
 
 def _traced(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """``function`` that also counts, under the node's name, the out-of-bounds indices it meets."""
 
     def traced(
-        input: np.ndarray, indices: np.ndarray, node: str, *, max_output_elements: int, **attributes: object
+        input: np.ndarray,
+        indices: np.ndarray,
+        *updates: np.ndarray,
+        node: str,
+        max_output_elements: int,
+        **attributes: object,
     ) -> np.ndarray:
         if _state.out_of_bounds is not None:
             _state.out_of_bounds[node] += _count(input, indices, attributes)
-        return function(input, indices, max_output_elements=max_output_elements, **attributes)
+        return function(input, indices, *updates, max_output_elements=max_output_elements, **attributes)
 
     return traced
 
@@ -111,13 +117,15 @@ def _operator(op: contract.DmlOp) -> _Operator:
 
 
 _BASE_OPERATORS = tuple(_operator(op) for op in contract.OPS)
-# The same ops with a ``node`` attribute naming the DML node they stand for, for counting out-of-bounds
+_SCATTER_OPERATORS = tuple(_operator(op) for op in contract.SCATTER_OPS)
+# Every op again with a ``node`` attribute naming the DML node it stands for, for counting out-of-bounds
 # indices per node (the bridge does not tell an op which node it runs).
-TRACED = {operator.op_type: f"{operator.op_type}Traced" for operator in _BASE_OPERATORS}
-_UNTABLED = _BASE_OPERATORS + tuple(
-    _Operator(TRACED[o.op_type], _traced(o.function), {**o.attributes, "node": PyCustomOpDef.dt_string})
-    for o in _BASE_OPERATORS
+TRACED = {o.op_type: f"{o.op_type}Traced" for o in (*_BASE_OPERATORS, *_SCATTER_OPERATORS)}
+_TRACED_OPERATORS = tuple(
+    _Operator(TRACED[o.op_type], _traced(o.function), {**o.attributes, "node": PyCustomOpDef.dt_string}, o.inputs)
+    for o in (*_BASE_OPERATORS, *_SCATTER_OPERATORS)
 )
+_UNTABLED = _BASE_OPERATORS + _TRACED_OPERATORS[: len(_BASE_OPERATORS)]
 
 
 def traced(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -126,7 +134,7 @@ def traced(model: onnx.ModelProto) -> onnx.ModelProto:
     result.CopyFrom(model)
     for body in bodies(result):
         for node in body.nodes:
-            if contract.is_dml(node):
+            if contract.is_dml(node) or contract.is_dml_scatter(node):
                 node.op_type = TRACED[node.op_type]
                 node.attribute.append(onnx.helper.make_attribute("node", node.name))
     return result
@@ -143,8 +151,7 @@ def _tabled(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 
 
 # Each gather again with its constant data held on this side (tables.detach makes them, for InferenceSession); the
-# scatters, once.
-_SCATTER_OPERATORS = tuple(_operator(op) for op in contract.SCATTER_OPS)
+# scatters and their traced twins, once.
 _OPERATORS = (
     _UNTABLED
     + tuple(
@@ -154,6 +161,7 @@ _OPERATORS = (
         for o in _UNTABLED
     )
     + _SCATTER_OPERATORS
+    + _TRACED_OPERATORS[len(_BASE_OPERATORS) :]
 )
 
 
