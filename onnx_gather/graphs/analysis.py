@@ -9,7 +9,7 @@ import functools
 from dataclasses import dataclass
 
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
@@ -18,7 +18,7 @@ from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, gather_c, gather_nd_c, o
 from onnx_gather.graphs.changes import NodeChange
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, FeatureLevel, cpu_reason, place_gather
 from onnx_gather.graphs.placement.nodes import REASONS, place_nodes
-from onnx_gather.graphs.plumbing import Body, Names, bodies, node_label, referenced_attribute
+from onnx_gather.graphs.plumbing import Body, Names, attribute, bodies, node_label, referenced_attribute
 from onnx_gather.graphs.ranks import Observer, branch_dependence, symbolic_types
 from onnx_gather.graphs.types import ValueType, value_types
 
@@ -36,11 +36,6 @@ def parse_dimension_count(value: str | int) -> int | None:
     if not 1 <= count <= MAX_DIMENSION_COUNT:
         raise UserError(f"dimension_count must be 'auto' or 1 to {MAX_DIMENSION_COUNT}, got {value!r}")
     return count
-
-
-def _attribute(node: onnx.NodeProto, name: str, default: object) -> object:
-    found = next((a for a in node.attribute if a.name == name), None)
-    return default if found is None else helper.get_attribute_value(found)
 
 
 def _type_name(elem_type: int) -> str:
@@ -247,9 +242,9 @@ def _left_change(body: Body, types: dict[str, ValueType], node: onnx.NodeProto, 
     referenced = referenced_attribute(node)
     known = data is not None and data.rank is not None and indices is not None and indices.rank is not None
     known = known and not referenced
-    axis = _attribute(node, "axis", 0) % data.rank if known and data.rank else None
+    axis = attribute(node, "axis", 0) % data.rank if known and data.rank else None
     data, indices = (data, indices) if known else (None, None)
-    batch = _attribute(node, "batch_dims", 0) if not referenced else 0
+    batch = attribute(node, "batch_dims", 0) if not referenced else 0
     return NodeChange(
         where=body.where,
         node=node_label(node, index),
@@ -317,7 +312,7 @@ def _examine(
         return Left(f"{_type_name(data.elem_type)} data cannot be expressed for DirectML")
     if body.opset < 6 and data.elem_type in carriers:
         return Left(f"carrying {_type_name(data.elem_type)} needs Cast-6 (opset {body.opset})")
-    axis, batch = _attribute(node, "axis", 0), _attribute(node, "batch_dims", 0)
+    axis, batch = attribute(node, "axis", 0), attribute(node, "batch_dims", 0)
     k = indices.dims[-1] if node.op_type == "GatherND" and indices.dims else 0
     if not isinstance(k, int):
         return Left(f"the length of its index tuples (the last dim of indices, {k or '?'}) is unknown")

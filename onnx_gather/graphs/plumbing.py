@@ -60,6 +60,15 @@ def node_label(node: onnx.NodeProto, position: int) -> str:
     return node.name or f"{node.op_type} #{position}"
 
 
+def attribute(node: onnx.NodeProto, name: str, default: object = None) -> object:
+    """The value of ``node``'s attribute ``name`` (a string attribute as ``str``), or ``default`` where it has none."""
+    found = next((a for a in node.attribute if a.name == name), None)
+    if found is None:
+        return default
+    value = onnx.helper.get_attribute_value(found)
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def referenced_attribute(node: onnx.NodeProto) -> str:
     """Why ``node`` (in a model-local function) cannot be judged alone: an attribute of it that refers to the
     function's (its value comes with each call); "" where none does."""

@@ -27,7 +27,7 @@ from onnx_gather.core.scatter import SCATTER_MODES, scatter_elements_refusal
 from onnx_gather.core.sizes import MAX_DIMENSION_COUNT
 from onnx_gather.graphs.analysis import Left
 from onnx_gather.graphs.emit import Emitter
-from onnx_gather.graphs.plumbing import Body, referenced_attribute
+from onnx_gather.graphs.plumbing import Body, attribute, referenced_attribute
 from onnx_gather.graphs.types import ValueType
 
 _ROLES = ("input", "indices", "updates")
@@ -87,7 +87,7 @@ def plan_scatter(
         least, fails = max(data.rank, indices.rank, updates.rank), ""
         attributes = {"input_dimension_count": data.rank, "indices_dimension_count": indices.rank}
     else:
-        axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % data.rank
+        axis = attribute(node, "axis", 0) % data.rank
         refusal = scatter_elements_refusal(data.dims, indices.dims, updates.dims, axis)
         least, fails = data.rank, f"{refusal} (0x80070057)" if refusal else ""
         attributes = {"axis": axis}

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from onnx_gather.graphs.plumbing import Names, implicit_inputs, node_label
+from onnx_gather.graphs.plumbing import Names, attribute, implicit_inputs, node_label
 from onnx_gather.graphs.types import value_types
 from onnx_gather.runtime import divergence
 from onnx_gather.runtime.backends import Backend, Outcome
@@ -31,11 +31,6 @@ KEYS = {"TopK": 0, "ArgMax": 0, "ArgMin": 0, "NonMaxSuppression": 1}
 
 def _sorts(node: onnx.NodeProto) -> bool:
     return node.domain in ("", "ai.onnx") and node.op_type in INDICES
-
-
-def _attribute(node: onnx.NodeProto, name: str, default: int) -> int:
-    found = [helper.get_attribute_value(a) for a in node.attribute if a.name == name]
-    return int(found[0]) if found else default
 
 
 def _upstream(graph: onnx.GraphProto) -> dict[str, frozenset[int]]:
@@ -57,8 +52,8 @@ def _gathered(node: onnx.NodeProto, keys: np.ndarray, indices: np.ndarray) -> np
         if ((rows < 0) | (rows >= np.array(keys.shape)[[0, 1, 2]])).any():
             return None
         return keys[rows[:, 0], rows[:, 1], rows[:, 2]]
-    axis = _attribute(node, "axis", -1 if node.op_type == "TopK" else 0) % keys.ndim
-    if node.op_type != "TopK" and not _attribute(node, "keepdims", 1):
+    axis = attribute(node, "axis", -1 if node.op_type == "TopK" else 0) % keys.ndim
+    if node.op_type != "TopK" and not attribute(node, "keepdims", 1):
         indices = np.expand_dims(indices, axis)
     if indices.ndim != keys.ndim or ((indices < 0) | (indices >= keys.shape[axis])).any():
         return None
@@ -72,7 +67,7 @@ def _rows(node: onnx.NodeProto, differ: np.ndarray) -> tuple[int, ...]:
     if node.op_type == "NonMaxSuppression":
         return tuple(int(row) for row in np.flatnonzero(differ.reshape(len(differ), -1).any(axis=1)))
     if node.op_type == "TopK":
-        axis = _attribute(node, "axis", -1) % differ.ndim
+        axis = attribute(node, "axis", -1) % differ.ndim
         return tuple(int(row) for row in np.unique(np.nonzero(differ)[axis]))
     return tuple(int(position) for position in np.flatnonzero(differ))
 
@@ -128,7 +123,7 @@ def _reordered(
                 [node.input[0], index],
                 [node.output[0]],
                 names.fresh(f"{label}_values"),
-                axis=_attribute(node, "axis", -1),
+                axis=attribute(node, "axis", -1),
             )
             after[position].append(gather)
             node.output[0] = names.fresh(f"{node.output[0]}_reference_order")

@@ -36,7 +36,16 @@ from onnx_gather.graphs.placement.nodes import (
     Placed,
     place_nodes,
 )
-from onnx_gather.graphs.plumbing import Body, DefUse, bodies, node_label, orders, sort_topologically, use_counts
+from onnx_gather.graphs.plumbing import (
+    Body,
+    DefUse,
+    attribute,
+    bodies,
+    node_label,
+    orders,
+    sort_topologically,
+    use_counts,
+)
 from onnx_gather.graphs.ranks import Observer
 from onnx_gather.graphs.types import ValueType
 
@@ -207,7 +216,7 @@ def _dml_form(body: Body, types: dict[str, ValueType], node: onnx.NodeProto, pos
         return Verdict(
             body.where, name, node.op_type, "unknown", "its input types are unknown", provider="CPU", gather=True
         )
-    batch = next((a.i for a in node.attribute if a.name == "batch_dimension_count"), 0)
+    batch = attribute(node, "batch_dimension_count", 0)
     dml = (node.op_type, data.rank, data.elem_type, indices.elem_type, batch)
     refusal = judge(FEATURE_LEVELS[level_name], *dml)
     if refusal:

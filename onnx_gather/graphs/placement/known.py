@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto
 
 from onnx_gather.core.scatter import scatter_elements_refusal
-from onnx_gather.graphs.plumbing import DefUse
+from onnx_gather.graphs.plumbing import DefUse, attribute
 from onnx_gather.graphs.types import ValueType
 
 FAILS, DIFFERS = "fails", "differs"
@@ -53,10 +53,7 @@ class Node:
             return None
 
     def attribute(self, name: str, default: object = None) -> object:
-        for attribute in self.node.attribute:
-            if attribute.name == name:
-                return onnx.helper.get_attribute_value(attribute)
-        return default
+        return attribute(self.node, name, default)
 
     def type_of(self, position: int, outputs: bool = False) -> ValueType | None:
         names = self.node.output if outputs else self.node.input
@@ -376,8 +373,7 @@ def _qlinearmatmul_float16(node: Node) -> str | None:
 
 
 def _resize_mode(node: Node) -> tuple[str, str]:
-    mode = node.attribute("coordinate_transformation_mode", b"half_pixel")
-    return node.attribute("mode", b"nearest").decode(), mode.decode()
+    return node.attribute("mode", "nearest"), node.attribute("coordinate_transformation_mode", "half_pixel")
 
 
 @_rule("resize-antialias", DIFFERS, "Resize")
@@ -407,7 +403,7 @@ def _resize_pytorch_half_pixel(node: Node) -> str | None:
 
 @_rule("resize-keep-aspect-ratio", FAILS, "Resize")
 def _resize_keep_aspect_ratio(node: Node) -> str | None:
-    policy = node.attribute("keep_aspect_ratio_policy", b"stretch").decode()
+    policy = node.attribute("keep_aspect_ratio_policy", "stretch")
     if policy == "stretch" or len(node.node.input) < 4 or not node.node.input[3]:
         return None
     return (
@@ -479,7 +475,7 @@ def _mod_infinity(node: Node) -> str | None:
 
 @_rule("convtranspose-same-strided", FAILS, "ConvTranspose")
 def _convtranspose_same_strided(node: Node) -> str | None:
-    auto_pad = node.attribute("auto_pad", b"NOTSET").decode()
+    auto_pad = node.attribute("auto_pad", "NOTSET")
     weights, kernel = node.type_of(1), node.attribute("kernel_shape")
     two_d = (weights is not None and weights.rank == 4) or (kernel is not None and len(kernel) == 2)
     if not auto_pad.startswith("SAME") or not two_d or not any(s > 1 for s in node.attribute("strides", [])):

@@ -36,7 +36,7 @@ from onnx import TensorProto, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from onnx_gather.graphs.placement import functions, queries
-from onnx_gather.graphs.plumbing import RANDOM_OPS, Body, bodies, inner_bodies, subgraphs
+from onnx_gather.graphs.plumbing import RANDOM_OPS, Body, attribute, bodies, inner_bodies, subgraphs
 from onnx_gather.graphs.types import ValueType, value_types, without_weights
 
 SMALL_INITIALIZER = 100  # kSmallInitializerThreshold: elements
@@ -207,11 +207,11 @@ class _Graph:
 
 
 def _constant_elements(node: onnx.NodeProto) -> int:
-    for attribute in node.attribute:
-        if attribute.type == onnx.AttributeProto.TENSOR:
-            return math.prod(attribute.t.dims)
-        if attribute.type in (onnx.AttributeProto.FLOATS, onnx.AttributeProto.INTS, onnx.AttributeProto.STRINGS):
-            return len(attribute.floats) + len(attribute.ints) + len(attribute.strings)
+    for given in node.attribute:
+        if given.type == onnx.AttributeProto.TENSOR:
+            return math.prod(given.t.dims)
+        if given.type in (onnx.AttributeProto.FLOATS, onnx.AttributeProto.INTS, onnx.AttributeProto.STRINGS):
+            return len(given.floats) + len(given.ints) + len(given.strings)
     return 1
 
 
@@ -421,8 +421,8 @@ def _computed(
         if not _static_shape(types, node.input[0]):
             return None
         dims = types[node.input[0]].dims
-        start = next((a.i for a in node.attribute if a.name == "start"), 0)
-        end = next((a.i for a in node.attribute if a.name == "end"), len(dims))
+        start = attribute(node, "start", 0)
+        end = attribute(node, "end", len(dims))
         return [np.array(dims[start:end], np.int64)]
     inputs = [name for name in node.input if name]
     if any(name not in values for name in inputs):

@@ -21,15 +21,8 @@ from collections.abc import Callable
 import onnx
 from onnx import TensorProto
 
+from onnx_gather.graphs.plumbing import attribute
 from onnx_gather.graphs.types import ValueType
-
-
-def _attribute(node: onnx.NodeProto, name: str, default: int | float | str) -> int | float | str:
-    for attribute in node.attribute:
-        if attribute.name == name:
-            value = onnx.helper.get_attribute_value(attribute)
-            return value.decode() if isinstance(value, bytes) else value
-    return default
 
 
 def _present(names: list[str] | tuple[str, ...], index: int) -> bool:
@@ -39,7 +32,7 @@ def _present(names: list[str] | tuple[str, ...], index: int) -> bool:
 
 def _max_pool(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
     """DmlOperatorPooling.cpp, QueryMaxPool: ``storage_order`` other than 0 is refused."""
-    return "storage_order other than 0" if _attribute(node, "storage_order", 0) != 0 else ""
+    return "storage_order other than 0" if attribute(node, "storage_order", 0) != 0 else ""
 
 
 def _slice(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
@@ -50,25 +43,25 @@ def _slice(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
 def _resize(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
     """DmlOperatorResize.cpp, QueryResize: ``mode`` "cubic", ``exclude_outside`` other than 0 and an
     ``extrapolation_value`` other than 0 are refused."""
-    if _attribute(node, "mode", "nearest") == "cubic":
+    if attribute(node, "mode", "nearest") == "cubic":
         return 'mode "cubic"'
-    if _attribute(node, "exclude_outside", 0) != 0:
+    if attribute(node, "exclude_outside", 0) != 0:
         return "exclude_outside other than 0"
-    if _attribute(node, "extrapolation_value", 0.0) != 0.0:
+    if attribute(node, "extrapolation_value", 0.0) != 0.0:
         return "extrapolation_value other than 0"
     return ""
 
 
 def _scatter(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
     """DmlOperatorScatter.cpp, QueryScatter: a ``reduction`` other than "none" is refused."""
-    reduction = _attribute(node, "reduction", "none")
+    reduction = attribute(node, "reduction", "none")
     return f"reduction ({reduction!r})" if reduction != "none" else ""
 
 
 def _batch_normalization(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
     """DmlOperatorBatchNormalization.cpp, QueryBatchNormalization: ``training_mode`` other than 0, fewer than 5
     inputs, and inputs whose element types differ from X's are refused."""
-    if _attribute(node, "training_mode", 0) != 0:
+    if attribute(node, "training_mode", 0) != 0:
         return "training_mode"
     if len(node.input) < 5:
         return "node of fewer than 5 inputs"
@@ -104,7 +97,7 @@ def _attention(node: onnx.NodeProto, types: dict[str, ValueType]) -> str:
     if _present(node.output, 1):
         return "present output"
     for name in ("unidirectional", "do_rotary", "past_present_share_buffer"):
-        if _attribute(node, name, 0) != 0:
+        if attribute(node, name, 0) != 0:
             return f"{name} other than 0"
     return ""
 
