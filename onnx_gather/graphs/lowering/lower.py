@@ -53,6 +53,7 @@ from onnx_gather.graphs.plumbing import (
     Body,
     DefUse,
     Names,
+    attribute,
     bodies,
     node_label,
     referenced_attribute,
@@ -333,8 +334,7 @@ class _Lowering:
         nd = node.op_type == "DmlScatterNd"
         first = n - attributes.get("input_dimension_count", 0) if nd else attributes.get("axis", -1)
         k = indices_type.dims[-1] if reason is None and nd and indices_type.rank else 0
-        duplicates = attributes.get("duplicates", b"")
-        duplicates = duplicates.decode() if isinstance(duplicates, bytes) else duplicates
+        duplicates = attributes.get("duplicates", "")
         if reason is None and (mode not in SCATTER_MODES or duplicates not in DUPLICATE_MODES or not 0 <= first < n):
             reason = f"its attributes are invalid for rank {n}: {attributes}"
         elif reason is None and nd and not (isinstance(k, int) and 1 <= k <= n - first):
@@ -452,9 +452,8 @@ def _read_attributes(types: dict[str, ValueType], node: onnx.NodeProto) -> tuple
     """A DML node's attributes and its ``out_of_bounds`` mode, and why it cannot be lowered where one of
     ``required`` is missing or its input's rank is unknown (None where it can)."""
     referenced = referenced_attribute(node)
-    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute if not a.ref_attr_name}
+    attributes = {a.name: attribute(node, a.name) for a in node.attribute if not a.ref_attr_name}
     mode = attributes.get("out_of_bounds", "")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
     op = contract.BY_TYPE.get(node.op_type) or contract.SCATTER_BY_TYPE[node.op_type]
     missing = [name for name in op.attribute_types() if name not in attributes]
     input_type, indices_type = types.get(node.input[0]), types.get(node.input[1])
