@@ -121,11 +121,14 @@ _SCATTER_OPERATORS = tuple(_operator(op) for op in contract.SCATTER_OPS)
 # Every op again with a ``node`` attribute naming the DML node it stands for, for counting out-of-bounds
 # indices per node (the bridge does not tell an op which node it runs).
 TRACED = {o.op_type: f"{o.op_type}Traced" for o in (*_BASE_OPERATORS, *_SCATTER_OPERATORS)}
-_TRACED_OPERATORS = tuple(
-    _Operator(TRACED[o.op_type], _traced(o.function), {**o.attributes, "node": PyCustomOpDef.dt_string}, o.inputs)
-    for o in (*_BASE_OPERATORS, *_SCATTER_OPERATORS)
-)
-_UNTABLED = _BASE_OPERATORS + _TRACED_OPERATORS[: len(_BASE_OPERATORS)]
+
+
+def _traced_twin(operator: _Operator) -> _Operator:
+    attributes = {**operator.attributes, "node": PyCustomOpDef.dt_string}
+    return _Operator(TRACED[operator.op_type], _traced(operator.function), attributes, operator.inputs)
+
+
+_UNTABLED = _BASE_OPERATORS + tuple(_traced_twin(o) for o in _BASE_OPERATORS)
 
 
 def traced(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -161,7 +164,7 @@ _OPERATORS = (
         for o in _UNTABLED
     )
     + _SCATTER_OPERATORS
-    + _TRACED_OPERATORS[len(_BASE_OPERATORS) :]
+    + tuple(_traced_twin(o) for o in _SCATTER_OPERATORS)
 )
 
 
