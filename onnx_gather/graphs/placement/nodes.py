@@ -220,13 +220,17 @@ def _static_shape(types: dict[str, ValueType], name: str) -> bool:
     return known is not None and known.dims is not None and all(isinstance(d, int) for d in known.dims)
 
 
+def _folds(node: onnx.NodeProto) -> bool:
+    """Whether ONNX Runtime's constant folding computes ``node`` where its inputs are constants: it is deterministic,
+    holds no subgraph, and is no DequantizeLinear (which ONNX Runtime excepts by default)."""
+    return node.op_type not in ("DequantizeLinear", *RANDOM_OPS) and not any(True for _ in subgraphs(node))
+
+
 def _fold(graph: _Graph) -> set[int]:
     """The positions of the nodes ONNX Runtime's constant folding computes before placement."""
     folded: set[int] = set()
     for position, node in enumerate(graph.body.nodes):
-        if node.op_type == "Constant" or any(True for _ in subgraphs(node)):
-            continue
-        if node.op_type == "DequantizeLinear" or node.op_type in RANDOM_OPS:
+        if node.op_type == "Constant" or not _folds(node):
             continue
         if node.op_type == "Shape" and node.domain in ("", "ai.onnx"):
             foldable = _static_shape(graph.types, node.input[0])
@@ -382,7 +386,8 @@ def _materialize(model: onnx.ModelProto, types: dict[str, ValueType]) -> bool:
     values = {t.name: t for t in graph.initializer if t.name not in overridable and _has_data(t)}
     kept, folded = [], False
     for node in graph.node:
-        computed = _computed(model, node, values, types) if _foldable_op(node) else None
+        standard = node.domain in ("", "ai.onnx")  # what ONNX's reference evaluator computes
+        computed = _computed(model, node, values, types) if standard and _folds(node) else None
         if computed is None:
             kept.append(node)
             continue
@@ -403,14 +408,6 @@ def _has_data(tensor: onnx.TensorProto) -> bool:
     """Whether ``tensor`` holds its values (``without_weights`` keeps only the types and dims of large ones)."""
     fields = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
     return math.prod(tensor.dims) == 0 or any(len(getattr(tensor, name)) for name in fields)
-
-
-def _foldable_op(node: onnx.NodeProto) -> bool:
-    return (
-        node.domain in ("", "ai.onnx")
-        and node.op_type not in ("DequantizeLinear", *RANDOM_OPS)
-        and not any(True for _ in subgraphs(node))
-    )
 
 
 def _computed(
