@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from onnx_gather.core.words import counted, listed
-from onnx_gather.runtime import divergence
+from onnx_gather.runtime import divergence, exact
 from onnx_gather.runtime.comparison import Comparison
 from onnx_gather.runtime.divergence import Divergence
 from onnx_gather.runtime.inputs import dims_text
@@ -27,6 +27,12 @@ def comparison_entry(comparison: Comparison) -> dict:
         del report["note"]  # else it says what differs: types, shapes
     if not comparison.ties:
         del report["ties"]  # else the sort-like nodes that ordered tied keys otherwise
+    if comparison.exact is None:
+        del report["exact"]  # else its distance from the exact value beside the reference's
+    else:
+        report["exact"]["within_float_error"] = comparison.within_float_error
+        report["exact"]["reference_less_accurate"] = comparison.exact.reference_less_accurate
+    report["excess"] = None if comparison.excess == float("inf") else comparison.excess  # JSON has no infinity
     return report
 
 
@@ -38,6 +44,8 @@ def verdict(comparison: Comparison) -> str:
         return "bit-identical"
     if comparison.within_tolerance:
         return "within tolerance"
+    if comparison.within_float_error:
+        return "within float error"
     if comparison.ties:
         return "TIED: " + "; ".join(
             f"{'row' if len(tie.rows) == 1 else 'rows'} {listed(map(str, tie.rows), quoted=False)} of {tie.op_type} "
@@ -45,6 +53,80 @@ def verdict(comparison: Comparison) -> str:
             for tie in comparison.ties
         )
     return "DIFFERENT"
+
+
+def from_exact(comparison: Comparison) -> str:
+    """The table's "from exact": the backend's max abs distance from the exact value; "" where not judged."""
+    return figure(comparison.exact.from_exact) if comparison.exact is not None else ""
+
+
+def exact_lines(parity: Parity) -> list[str]:
+    """What the exact yardstick says beyond the table: outputs where the reference is the less accurate, outputs
+    where the yardstick is taken to be wrong, and that it could not run."""
+    run = parity.exact
+    if run is None:
+        return []
+    if run.status != "ok":
+        return [f"The exact yardstick could not run ({run.reason}): float outputs are judged by tolerance only."]
+    lines = []
+    for output, by_backend in parity.outputs.items():
+        judged = {name: c.exact for name, c in by_backend.items() if c.exact is not None}
+        if not judged:
+            continue
+        first = next(iter(judged.values()))
+        if first.fault:
+            lines.append(
+                f"Output {output!r}: every backend is {figure(min(e.from_exact for e in judged.values()))} or more "
+                f"from the exact value (the reference {figure(first.reference_from_exact)}) while near each other: "
+                "the yardstick is taken to be wrong there, and the output judged by tolerance only."
+            )
+            continue
+        nearer = [name for name, found in judged.items() if found.reference_less_accurate]
+        if nearer:
+            figures = ", ".join(f"{name} {figure(judged[name].from_exact)}" for name in nearer)
+            lines.append(
+                f"Output {output!r}: the reference {parity.reference} is the less accurate, "
+                f"{figure(first.reference_from_exact)} from the exact value (max abs) where {figures}."
+            )
+    return lines
+
+
+def exact_entry(parity: Parity) -> dict | None:
+    """The exact yardstick's run, as the JSON report's ``exact``: its status, time and routes."""
+    run = parity.exact
+    if run is None:
+        return None
+    entry: dict = {"status": run.status, "reason": run.reason, "seconds": run.seconds}
+    routes = run.outcome.routes if run.outcome is not None else None
+    if routes is not None:
+        entry["routes"] = {route: dict(ops) for route, ops in routes.ops.items()}
+        entry["kept"] = routes.kept
+        entry["stretches"] = routes.stretches
+    return entry
+
+
+def routes_said(parity: Parity) -> str:
+    """How the exact yardstick computed the model, for the backends table."""
+    run = parity.exact
+    routes = run.outcome.routes if run is not None and run.outcome is not None else None
+    if routes is None:
+        return run.reason or "" if run is not None else ""
+    parts = []
+    for route, ops in routes.ops.items():
+        if ops:
+            kinds = listed([f"{op} {count}" for op, count in ops.most_common()], 4, quoted=False)
+            parts.append(f"{counted(ops.total(), 'node')} by {ROUTE_WORDS[route]} ({kinds})")
+    kept = f", {counted(len(routes.kept), 'node')} in their own type (no float64 form)" if routes.kept else ""
+    return f"yardstick, float64: {'; '.join(parts)}{kept}"
+
+
+ROUTE_WORDS = {exact.ONNXRUNTIME: "ONNX Runtime's CPU kernels", exact.EVALUATOR: "onnx's reference evaluator"}
+
+
+def float_error_backends(parity: Parity) -> list[str]:
+    """The backends with an output outside tolerance but within float error."""
+    found = {name for by in parity.outputs.values() for name, c in by.items() if c.within_float_error}
+    return [name for name in parity.backends if name in found]
 
 
 def tied_backends(parity: Parity) -> list[str]:

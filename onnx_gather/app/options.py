@@ -188,9 +188,26 @@ def add_tolerance_options(parser: argparse.ArgumentParser) -> None:
             f"type: {by_type}, others {OTHER_TOLERANCE[position]:g})",
         )
 
+    parser.add_argument(
+        "--no-exact",
+        action="store_true",
+        help="judge float outputs by the tolerances alone, without the exact (float64) yardstick, which otherwise "
+        "passes an output outside tolerance that is no farther from the float64 value than the reference's "
+        "float error (docs/cli.md, Verdicts)",
+    )
+
 
 def tolerance(args: argparse.Namespace) -> Tolerance:
     return Tolerance(args.atol, args.rtol)
+
+
+def yardstick(args: argparse.Namespace) -> backends.Backend | None:
+    """The exact (float64) yardstick float outputs are judged against, unless ``--no-exact``."""
+    return None if args.no_exact else build_backend(args, backends.YARDSTICK)
+
+
+# The backends a command compares, or compares with: all but the yardstick, which judges them.
+COMPARED = tuple(name for name in backends.BACKENDS if name != backends.YARDSTICK)
 
 
 def add_model_argument(parser: argparse.ArgumentParser, what: str) -> None:

@@ -25,10 +25,15 @@ def _backend_names(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:
         raise argparse.ArgumentTypeError(f"{text!r}: name at least one backend ({', '.join(backends.BACKENDS)})")
-    unknown = [name for name in names if name not in backends.BACKENDS]
+    if backends.YARDSTICK in names:
+        raise argparse.ArgumentTypeError(
+            f"{backends.YARDSTICK} is the float64 yardstick parity runs beside the backends to judge them, not one "
+            "to compare (--no-exact leaves it out)"
+        )
+    unknown = [name for name in names if name not in options.COMPARED]
     if unknown:
         raise argparse.ArgumentTypeError(
-            f"unknown backend {unknown[0]!r} (expected one of: {', '.join(backends.BACKENDS)})"
+            f"unknown backend {unknown[0]!r} (expected one of: {', '.join(options.COMPARED)})"
         )
     return names
 
@@ -79,7 +84,7 @@ class ParityCommand(Command):
         parser.add_argument(
             "--backends",
             type=_backend_names,
-            help=f"comma-separated, of: {', '.join(backends.BACKENDS)}; each must run, or the run is incomplete "
+            help=f"comma-separated, of: {', '.join(options.COMPARED)}; each must run, or the run is incomplete "
             "(exit 4) (default: all but reference, those that cannot run here listed as skipped)",
         )
         parser.add_argument(
@@ -91,7 +96,7 @@ class ParityCommand(Command):
         parser.add_argument(
             "--reference",
             default="pyop",
-            choices=backends.BACKENDS,
+            choices=options.COMPARED,
             help="the backend the others are compared with (default pyop: DirectML's semantics)",
         )
         options.add_tolerance_options(parser)
@@ -146,6 +151,7 @@ class ParityCommand(Command):
         """Each model on the ``chosen`` backends; a model whose inputs cannot be made is refused (raised if
         ``single``)."""
         asked, required, built = chosen
+        yardstick = options.yardstick(args)
         max_elements = args.max_elements
         runs = []
         progress = Progress(len(models), sys.stderr)
@@ -171,6 +177,7 @@ class ParityCommand(Command):
                 all_tensors=args.all_tensors,
                 required=required,
                 strict_ties=args.strict_ties,
+                exact=yardstick,
             )
             model.conversions.clear()  # the DML forms its backends shared: not kept while the next model runs
             runs.append(Reported(parity, parity_hint(parity, model.proto, choice)))

@@ -34,11 +34,11 @@ class ReduceCommand(Command):
 
     def declare(self, parser: argparse.ArgumentParser) -> None:
         options.add_model_argument(parser, "that differs or fails")
-        parser.add_argument("--backend", required=True, choices=backends.BACKENDS, help="where it differs or fails")
+        parser.add_argument("--backend", required=True, choices=options.COMPARED, help="where it differs or fails")
         parser.add_argument(
             "--reference",
             default="pyop",
-            choices=backends.BACKENDS,
+            choices=options.COMPARED,
             help="the backend it is compared with, which must run the model (default pyop: DirectML's semantics)",
         )
         options.add_tolerance_options(parser)
@@ -76,7 +76,15 @@ class ReduceCommand(Command):
 
         tolerance = options.tolerance(args)
         try:
-            reducer = Reducer(model, feeds.arrays, built[args.backend], built[args.reference], tolerance, progress)
+            reducer = Reducer(
+                model,
+                feeds.arrays,
+                built[args.backend],
+                built[args.reference],
+                tolerance,
+                progress,
+                options.yardstick(args),
+            )
         except ReferenceFailure as failure:  # the reference must run the whole model: its values feed every window
             raise UsageError(
                 f"the reference {args.reference} fails on {args.model} (every value marked as an output): "
@@ -84,11 +92,8 @@ class ReduceCommand(Command):
             ) from failure
         try:
             reduction = reducer.reduce(Budget(args.max_runs, args.max_minutes * 60))
-        except NoDifference:
-            print(
-                f"{args.model}: {args.backend} agrees with {args.reference} on every output ({tolerance.describe()})"
-                ": nothing to reduce."
-            )
+        except NoDifference as agreed:
+            print(f"{args.model}: {agreed} ({tolerance.describe()}): nothing to reduce.")
             return 1
         with options.writing("-o", args.output):
             model_io.inline_small_data(reduction.model, model.path)  # not a copy of every data file of the model
@@ -110,6 +115,14 @@ class ReduceCommand(Command):
         if reduction.note:
             print(f"  Note: {reduction.note}.")
         print(f"Written: {output} and its inputs {feeds_file} (the values {args.reference} computed there).")
+        # The repro is offered only as the printed command judges it: the files as written, read back.
+        again, _ = reducer.judge(backends.Model.read(output), inputs.load_npz(feeds_file))
+        if again is None or not again.same_as(reduction.whole):
+            print(
+                f"  Note: it does not reproduce with the command below "
+                f"({again.detail if again else 'no difference there'}): {args.backend} may not be deterministic "
+                "on it, or it depends on what the whole model fuses."
+            )
         print("Show it with:\n  " + shlex.join(_parity_command(args, output, feeds_file)))
         return 0
 
@@ -131,4 +144,6 @@ def _parity_command(args: argparse.Namespace, output: Path, feeds_file: Path) ->
     for flag, value in (("--atol", args.atol), ("--rtol", args.rtol)):
         if value is not None:
             command += [flag, f"{value:g}"]
+    if args.no_exact:
+        command.append("--no-exact")
     return command

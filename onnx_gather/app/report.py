@@ -92,6 +92,9 @@ def document(reported: Reported) -> dict:
         report["declared_shapes"] = findings.declared_entry(parity)
     if parity.strict_ties:
         report["strict_ties"] = True
+    exact = findings.exact_entry(parity)
+    if exact is not None:
+        report["exact"] = exact
     report.update(findings.marked_entries(parity))
     return report
 
@@ -103,8 +106,15 @@ def _rows(parity: Parity) -> tuple[list[list[str]], list[list[str]]]:
         seconds = "" if run.seconds is None else f"{run.seconds:.3f}"
         detail = "reference" if name == parity.reference and run.status == "ok" else run.reason or ""
         backend_rows.append([name, run.status, seconds, detail])
+    if parity.exact is not None:
+        seconds = "" if parity.exact.seconds is None else f"{parity.exact.seconds:.3f}"
+        backend_rows.append([parity.exact.name, parity.exact.status, seconds, findings.routes_said(parity)])
     output_rows = []
     for output, by_backend in parity.outputs.items():
+        judged = [c.exact for c in by_backend.values() if c.exact is not None]
+        if judged:  # the reference's own distance from the exact value
+            distance = figure(judged[0].reference_from_exact)
+            output_rows.append([output, parity.reference, "reference", "", "", "", "", "", distance])
         for name, comparison in by_backend.items():
             first = comparison.first_mismatch
             output_rows.append(
@@ -117,9 +127,23 @@ def _rows(parity: Parity) -> tuple[list[list[str]], list[list[str]]]:
                     str(comparison.mismatches),
                     "" if first is None else str(tuple(first)),
                     f"{comparison.atol:g} / {comparison.rtol:g}",
+                    findings.from_exact(comparison),
                 ]
             )
     return backend_rows, output_rows
+
+
+OUTPUT_HEADER = [
+    "output",
+    "backend",
+    "verdict",
+    "max abs",
+    "max rel",
+    "mismatches",
+    "first mismatch",
+    "atol / rtol",
+    "from exact",
+]
 
 
 def _in_order(parity: Parity, names: Iterable[str]) -> str:
@@ -141,7 +165,9 @@ def _failed(parity: Parity, not_run: str) -> str:
         problems.append(f"the reference {parity.reference} failed")
     if rejected:
         strict = f" (on {', '.join(tied)} only by the order of tied keys: --strict-ties)" if tied else ""
-        problems.append(f"outputs outside tolerance on {_in_order(parity, rejected)}{strict}")
+        exactly = any(parity.outputs[v][name].judged_exactly for name, values in rejected.items() for v in values)
+        beyond = " and beyond float error" if exactly else ""
+        problems.append(f"outputs outside tolerance{beyond} on {_in_order(parity, rejected)}{strict}")
     if marked:
         problems.append(
             f"with every value marked (--all-tensors), values outside tolerance on {_in_order(parity, marked)}"
@@ -159,6 +185,12 @@ def _summary(parity: Parity) -> str:
     compared, skipped = parity.complete, list(parity.skipped)
     values = "every output and intermediate value" if parity.marked is not None else "every output"
     within = f"{values} of {', '.join(compared)} is within tolerance of the reference {parity.reference}"
+    floating = findings.float_error_backends(parity)
+    if floating:
+        within += (
+            f", or within float error of it (no farther from the exact float64 value than float error allows: "
+            f"{', '.join(floating)})"
+        )
     tied = findings.tied_backends(parity)
     if tied and not parity.strict_ties:
         within += f", or apart only by the order of tied keys (TIED above, on {', '.join(tied)})"
@@ -258,8 +290,7 @@ def text(reported: Reported) -> str:
     lines = [f"{parity.model}  (reference {parity.reference}, {parity.tolerance.describe()})"]
     lines += ["  " + line for line in _table(backend_rows, ["backend", "status", "seconds", ""])]
     if output_rows:
-        header = ["output", "backend", "verdict", "max abs", "max rel", "mismatches", "first mismatch", "atol / rtol"]
-        lines += [""] + ["  " + line for line in _table(output_rows, header)]
+        lines += [""] + ["  " + line for line in _table(output_rows, OUTPUT_HEADER)]
     lines += [
         "",
         *inputs_lines(parity.feeds),
@@ -267,6 +298,7 @@ def text(reported: Reported) -> str:
         *_placement(parity),
         *_notes(parity),
         *findings.declared_lines(parity),
+        *findings.exact_lines(parity),
         *findings.marked_lines(parity),
         _out_of_bounds(parity),
         _summary(parity),
@@ -301,19 +333,10 @@ def markdown(runs: Sequence[Reported], refused: Mapping[Path, str] | None = None
         section = [f"## {_escape(str(parity.model))}", "", f"Reference **{parity.reference}**, {tolerance}.", ""]
         section += _markdown_table(backend_rows, ["backend", "status", "seconds", "reason"])
         if output_rows:
-            header = [
-                "output",
-                "backend",
-                "verdict",
-                "max abs",
-                "max rel",
-                "mismatches",
-                "first mismatch",
-                "atol / rtol",
-            ]
-            section += ["", *_markdown_table(output_rows, header)]
+            section += ["", *_markdown_table(output_rows, OUTPUT_HEADER)]
         divergence = findings.marked_lines(parity)
-        section += ["", *map(_escape, [*_placement(parity), *_notes(parity), *findings.declared_lines(parity)])]
+        notes = [*_placement(parity), *_notes(parity), *findings.declared_lines(parity), *findings.exact_lines(parity)]
+        section += ["", *map(_escape, notes)]
         section += ["", *map(_escape, divergence)] if divergence else []
         section += ["", _escape(_out_of_bounds(parity)), "", f"**{_escape(_summary(parity))}**"]
         if reported.hint:

@@ -27,7 +27,7 @@ from onnx_gather.directml.process import DirectMlError
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.lowering.lower import to_onnx
 from onnx_gather.graphs.plumbing import bodies, node_label
-from onnx_gather.runtime import inputs, ops, reference
+from onnx_gather.runtime import exact, inputs, ops, reference
 from onnx_gather.runtime.model import Model, with_defaults_fed, with_outputs
 from onnx_gather.runtime.sessions import quiet_options
 
@@ -42,6 +42,7 @@ class Outcome:
     placement: dict[str, dict] = field(default_factory=dict)
     absent: dict[str, str] = field(default_factory=dict)  # marked values it could not return, with why
     notes: list[str] = field(default_factory=list)  # what makes some of its outputs unreliable, in words
+    routes: exact.Routes | None = None  # for the exact yardstick: how it computed each node
 
 
 def _named(model: Model, outputs: list) -> dict[str, np.ndarray]:
@@ -331,9 +332,33 @@ class Reference(Backend):
         return {"onnx": importlib.metadata.version("onnx")}
 
 
-_CLASSES = {backend.name: backend for backend in (PyOp, Cpu, Lowered, OpenVino, Cuda, DirectMl, Reference)}
+class Exact(Backend):
+    name = "exact"
+    runs_dml_ops = True
+    description = (
+        "the model in float64 (runtime.exact): ONNX Runtime's CPU kernels where they take DOUBLE, else onnx's "
+        "reference evaluator; the yardstick parity and reduce judge float results by"
+    )
+
+    def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
+        proto = model.proto
+        if any(contract.is_dml(n) or contract.is_dml_scatter(n) for body in bodies(proto) for n in body.nodes):
+            proto = to_onnx(proto)  # the DML ops in standard ONNX, which widens as the rest does
+        try:
+            outputs, routes = exact.evaluate(proto, feeds, model.folder)
+        except exact.Unsupported as lacking:
+            raise CannotRun(str(lacking)) from lacking
+        return Outcome(outputs, routes=routes)
+
+    def versions(self) -> dict[str, str]:
+        return {**super().versions(), "onnx": importlib.metadata.version("onnx")}
+
+
+_CLASSES = {backend.name: backend for backend in (PyOp, Cpu, Lowered, OpenVino, Cuda, DirectMl, Reference, Exact)}
 BACKENDS = tuple(_CLASSES)
-DEFAULT_BACKENDS = BACKENDS[:-1]  # parity's and the demo's: the reference evaluator only when named
+# parity's and the demo's: the reference evaluator only when named; the exact yardstick is parity's own
+DEFAULT_BACKENDS = BACKENDS[:-2]
+YARDSTICK = Exact.name
 
 
 def create(

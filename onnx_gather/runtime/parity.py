@@ -16,7 +16,7 @@ from onnx_gather.graphs.plumbing import random_nodes
 from onnx_gather.graphs.types import ValueType
 from onnx_gather.runtime import divergence
 from onnx_gather.runtime.backends import Backend, CannotRun, Outcome
-from onnx_gather.runtime.comparison import Comparison, Tolerance, compare
+from onnx_gather.runtime.comparison import Comparison, Tolerance, compare, exactness, faulty, is_float
 from onnx_gather.runtime.divergence import Divergence
 from onnx_gather.runtime.inputs import Feeds
 from onnx_gather.runtime.model import Model
@@ -114,6 +114,9 @@ class Parity:
     marked_runs: dict[str, BackendRun] | None = None
     marked: dict[str, dict[str, Comparison]] | None = None
     divergence: dict[str, list[Divergence]] | None = None
+    # The exact yardstick's run (None: not asked for, or no float output), and with ``all_tensors`` its marked run
+    exact: BackendRun | None = None
+    marked_exact: BackendRun | None = None
 
     @property
     def reference_ran(self) -> bool:
@@ -201,11 +204,32 @@ class Parity:
         return self.verdict in ("passed", "partial")
 
 
+def _judged(
+    tensors: dict[str, dict[str, Comparison]],
+    runs: Mapping[str, BackendRun],
+    reference: str,
+    exact: Outcome,
+    tolerance: Tolerance,
+) -> None:
+    """Each float output's comparisons of ``tensors`` given their distance from the ``exact`` value, beside the
+    reference's (``Comparison.exact``), where the yardstick is not taken to be wrong (``faulty``)."""
+    computed = {name: run.outcome.outputs for name, run in runs.items() if run.outcome is not None}
+    for output, by_backend in tensors.items():
+        wide, ref = exact.outputs.get(output), computed.get(reference, {}).get(output)
+        if wide is None or ref is None or not is_float(ref) or not by_backend:
+            continue
+        fault = faulty([ref, *(computed[name][output] for name in by_backend)], wide, tolerance)
+        for name, comparison in by_backend.items():
+            found = exactness(ref, computed[name][output], wide, tolerance, fault)
+            by_backend[name] = dataclasses.replace(comparison, exact=found)
+
+
 def _compared(
-    model: Model, feeds: Feeds, order: Sequence[Backend], tolerance: Tolerance
-) -> tuple[dict[str, BackendRun], dict[str, dict[str, Comparison]]]:
+    model: Model, feeds: Feeds, order: Sequence[Backend], tolerance: Tolerance, exact: Backend | None
+) -> tuple[dict[str, BackendRun], dict[str, dict[str, Comparison]], BackendRun | None]:
     """Each backend of ``order`` (the reference first) run on ``model``, and every output of it compared with the
-    reference's; those apart only by the order of tied keys say so (``Comparison.ties``)."""
+    reference's, float outputs judged against ``exact``'s too (run where the reference gave a float output); those
+    apart only by the order of tied keys say so (``Comparison.ties``)."""
     runs = {backend.name: _run(backend, model, feeds) for backend in order}
     expected = runs[order[0].name].outcome
     tensors: dict[str, dict[str, Comparison]] = {name: {} for name in model.output_names}
@@ -216,14 +240,19 @@ def _compared(
         for output in model.output_names:
             if output in expected.outputs and output in outcome.outputs:  # else a marked value it did not return
                 tensors[output][backend.name] = compare(expected.outputs[output], outcome.outputs[output], tolerance)
-        differing = [
-            name for name, by in tensors.items() if backend.name in by and not by[backend.name].within_tolerance
-        ]
-        if differing:
+    yardstick = None
+    if exact is not None and expected is not None and any(map(is_float, expected.outputs.values())):
+        yardstick = _run(exact, model, feeds)
+        if yardstick.outcome is not None:
+            _judged(tensors, runs, order[0].name, yardstick.outcome, tolerance)
+    for backend in order[1:]:
+        outcome = runs[backend.name].outcome
+        differing = [name for name, by in tensors.items() if backend.name in by and not by[backend.name].accepted(True)]
+        if differing and outcome is not None:
             ties = find_ties(model, feeds.arrays, order[0], backend, outcome, differing, tolerance)
             for name, found in ties.items():
                 tensors[name][backend.name] = dataclasses.replace(tensors[name][backend.name], ties=found)
-    return runs, tensors
+    return runs, tensors, yardstick
 
 
 def run_parity(
@@ -236,6 +265,7 @@ def run_parity(
     all_tensors: bool = False,
     required: frozenset[str] = frozenset(),
     strict_ties: bool = False,
+    exact: Backend | None = None,
 ) -> Parity:
     """Run ``model`` on ``reference`` and then each of ``backends`` (built once by the caller; one named as the
     reference is not run twice), and compare every output with the reference's. ``all_tensors``: each is run again
@@ -243,9 +273,10 @@ def run_parity(
     backend, the first nodes whose outputs differ while their inputs agree (the unmarked run's outputs are judged
     all the same: marking can change what a backend fuses). ``required``: the backends whose skipping leaves the run
     incomplete (those the user named); the others may be skipped as long as one besides the reference compares every
-    output. ``strict_ties``: an output apart only by the order of tied keys fails."""
+    output. ``strict_ties``: an output apart only by the order of tied keys fails. ``exact``: the yardstick float
+    outputs are judged against too (``Comparison.exact``), never itself judged."""
     order = [reference, *(backend for backend in backends if backend.name != reference.name)]
-    runs, outputs = _compared(model, feeds, order, tolerance)
+    runs, outputs, yardstick = _compared(model, feeds, order, tolerance, exact)
     parity = Parity(
         model.path,
         reference.name,
@@ -258,9 +289,11 @@ def run_parity(
         required,
         strict_ties,
         contradicted(model.proto, runs),
+        exact=yardstick,
     )
     if all_tensors:
-        parity.marked_runs, parity.marked = _compared(divergence.marked(model), feeds, order, tolerance)
+        marked = divergence.marked(model)
+        parity.marked_runs, parity.marked, parity.marked_exact = _compared(marked, feeds, order, tolerance, exact)
         parity.divergence = {
             name: divergence.first_divergences(model.proto, parity.marked, name, run.outcome, strict_ties)
             for name, run in parity.marked_runs.items()

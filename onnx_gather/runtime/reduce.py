@@ -2,14 +2,19 @@
 1-minimal window of its main graph that still differs, or fails, the same way (in the spirit of Polygraphy's
 ``debug reduce``).
 
-1. The backend runs the model itself, unchanged: what it shows there is the symptom looked for.
-2. The reference runs once, on the whole model with every value marked as an output; every window
+1. Every model is judged as ``onnx-gather parity MODEL --inputs IN --backends B --reference R`` judges it
+   (``Reducer.judge``: ``run_parity``, the same fusions, tolerances, exact yardstick and ties): B shows the symptom
+   where that run fails on B's account, an error of B's or an output outside tolerance and beyond float error.
+2. The whole model first, unchanged: what B shows there is the symptom looked for; a model whose outputs differ by
+   float error alone has none.
+3. The reference runs once more, on the whole model with every value marked as an output; every window
    (``graphs.extract.window``: the model's own declarations, symbolic dims and all) is fed what it computed.
-3. Delta debugging (``runtime.minimize``) over the nodes' positions: chunks, then single nodes, until leaving out
+4. Delta debugging (``runtime.minimize``) over the nodes' positions: chunks, then single nodes, until leaving out
    any one node of the window loses the symptom, or the budget (runs, time) is spent.
-4. The same symptom: a failure of the same type at a node of the same op type, with the same HRESULT or ONNX
-   Runtime status; a difference of the size first seen (within a factor ``SIZE_FACTOR`` of how many times its
-   tolerance the whole model's worst output is off), not a smaller drift that happens to pass the tolerance.
+5. The same symptom: a failure of the same type at a node of the same op type, with the same HRESULT or ONNX
+   Runtime status; a difference of the size first seen (within a factor ``SIZE_FACTOR`` of how far the whole
+   model's worst output is off: in allowances of float error where the yardstick judges it, else in tolerances),
+   not a smaller drift.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ from onnx_gather.graphs.extract import main_graph_types, window
 from onnx_gather.graphs.plumbing import node_label, sort_topologically
 from onnx_gather.runtime import divergence
 from onnx_gather.runtime.backends import Backend
-from onnx_gather.runtime.comparison import Tolerance, compare, excess
+from onnx_gather.runtime.comparison import Comparison, Tolerance
+from onnx_gather.runtime.inputs import Feeds
 from onnx_gather.runtime.minimize import Step, ddmin
 from onnx_gather.runtime.model import Model
+from onnx_gather.runtime.parity import Parity, run_parity
 
 SIZE_FACTOR = 10  # a window's difference is the model's when at least a tenth of its size (in tolerances)
 _HRESULT = re.compile(r"\b(8[0-9A-F]{7})\b")  # DirectML's and Direct3D's failure codes: 80070057, 8007000E, ...
@@ -82,7 +89,8 @@ class Reduction:
 
 
 class NoDifference(Exception):
-    """The backend agrees with the reference on the whole model."""
+    """The backend agrees with the reference on the whole model: within tolerance, or within float error (the
+    message says which outputs are apart by float error alone, with their figures)."""
 
 
 class ReferenceFailure(Exception):
@@ -99,8 +107,46 @@ class Budget:
     seconds: float = 1800.0
 
 
+def _figures(name: str, comparison: Comparison, reference: str) -> str:
+    said = f"max abs {comparison.max_abs:.3g}, " if comparison.max_abs is not None else ""
+    found = comparison.exact
+    exactly = (
+        f"; {found.from_exact:.3g} from exact where {reference} is {found.reference_from_exact:.3g}"
+        if found is not None and not found.fault
+        else ""
+    )
+    return f"{name} ({said}{comparison.mismatches} mismatches{_note(comparison.note)}{exactly})"
+
+
+def symptom_of(parity: Parity, backend: str) -> Symptom | None:
+    """What ``parity`` says ``backend`` does where it parts from the reference: its failure, or its outputs outside
+    tolerance and beyond float error; None where it does not (or the reference failed: not the backend's doing)."""
+    run = parity.backends[backend]
+    if run.error is not None:
+        return Symptom.failure(run.error)
+    if not parity.reference_ran:
+        return None
+    rejected = parity.rejected(parity.outputs).get(backend, [])
+    if not rejected:
+        return None
+    figures = [_figures(name, parity.outputs[name][backend], parity.reference) for name in rejected]
+    size = max(parity.outputs[name][backend].size for name in rejected)
+    return Symptom(None, "outputs outside tolerance: " + ", ".join(figures), size=size)
+
+
+def float_error_only(parity: Parity, backend: str) -> str:
+    """The outputs of ``backend`` outside tolerance but within float error, with their figures ("" for none)."""
+    floating = [
+        _figures(name, by[backend], parity.reference)
+        for name, by in parity.outputs.items()
+        if backend in by and by[backend].within_float_error
+    ]
+    return ", ".join(floating)
+
+
 class Reducer:
-    """Runs windows of ``model`` on ``backend`` and tells whether each shows the whole model's symptom."""
+    """Runs windows of ``model`` on ``backend`` and tells whether each shows the whole model's symptom, judged as
+    ``parity`` judges them: against ``reference`` and, where given, the ``exact`` yardstick."""
 
     def __init__(
         self,
@@ -110,6 +156,7 @@ class Reducer:
         reference: Backend,
         tolerance: Tolerance,
         progress: Callable[[str], object],
+        exact: Backend | None = None,
     ) -> None:
         self.original = model
         proto = onnx.ModelProto()
@@ -117,39 +164,26 @@ class Reducer:
         sort_topologically(proto)
         self.model = Model(model.path, proto)
         self.types = main_graph_types(proto)
-        self.backend, self.tolerance, self.progress = backend, tolerance, progress
+        self.backend, self.reference, self.exact = backend, reference, exact
+        self.tolerance, self.progress = tolerance, progress
+        self.feeds = dict(feeds)
         marked = divergence.marked(self.model)  # onnx-gather's own work: its failure is not the reference's
         try:
             computed = reference.run(marked, feeds).outputs
-            # The whole model is held to the reference's outputs unmarked, as parity holds it: marking every value
-            # can change what the reference fuses too.
-            self.plain = {**feeds, **reference.run(model, feeds).outputs}
         except Exception as error:  # what the reference fails with, as parity reports a backend's failure
             raise ReferenceFailure(one_line(error)) from error
         self.values = {**feeds, **computed}
         self.runs = 0
 
-    def symptom(self, model: Model, reference: Mapping[str, np.ndarray] | None = None) -> Symptom | None:
-        """What the backend does on ``model`` (fed from the reference's values) where it parts from the reference's
-        values (``reference``: others than the marked run's)."""
-        expected_values = self.values if reference is None else reference
-        feeds = {value.name: self.values[value.name] for value in model.proto.graph.input}
+    def judge(self, model: Model, feeds: Mapping[str, np.ndarray]) -> tuple[Symptom | None, Parity]:
+        """What ``parity`` says of the backend on ``model`` and ``feeds`` (rule 1): its symptom, and the run."""
         self.runs += 1
-        try:
-            outputs = self.backend.run(model, feeds).outputs
-        except Exception as error:  # what the backend fails with is the symptom looked for
-            return Symptom.failure(error)
-        sizes, figures = {}, []
-        for name, value in outputs.items():
-            expected, actual = np.asarray(expected_values[name]), np.asarray(value)
-            comparison = compare(expected, actual, self.tolerance)
-            if not comparison.within_tolerance:
-                sizes[name] = excess(expected, actual, comparison)
-                said = f"max abs {comparison.max_abs:.3g}, " if comparison.max_abs is not None else ""
-                figures.append(f"{name} ({said}{comparison.mismatches} mismatches{_note(comparison.note)})")
-        if not sizes:
-            return None
-        return Symptom(None, "outputs outside tolerance: " + ", ".join(figures), size=max(sizes.values()))
+        parity = run_parity(model, Feeds(feeds), [self.backend], self.reference, self.tolerance, exact=self.exact)
+        return symptom_of(parity, self.backend.name), parity
+
+    def symptom(self, model: Model) -> Symptom | None:
+        """What the backend shows on a window ``model``, fed from the reference's values."""
+        return self.judge(model, {value.name: self.values[value.name] for value in model.proto.graph.input})[0]
 
     def _window(self, kept: tuple[int, ...]) -> Model:
         return Model(self.model.path, window(self.model.proto, set(kept), self.values, self.types))
@@ -160,9 +194,11 @@ class Reducer:
 
     def reduce(self, budget: Budget = Budget()) -> Reduction:
         count = len(self.model.proto.graph.node)
-        whole = self.symptom(self.original, self.plain)  # the model itself, as the user has it
+        whole, parity = self.judge(self.original, self.feeds)  # the model itself, as the user has it
         if whole is None:
-            raise NoDifference(f"{self.backend.name} agrees with the reference on every output")
+            floating = float_error_only(parity, self.backend.name)
+            said = f"; outside tolerance by float error alone: {floating}" if floating else ""
+            raise NoDifference(f"{self.backend.name} agrees with the reference on every output{said}")
         self.progress(f"the whole model ({count} nodes): {whole.detail}")
         seen: dict[tuple[int, ...], Symptom] = {tuple(range(count)): whole}
         start = time.monotonic()
