@@ -127,7 +127,15 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
     ]
     assert main(arguments) == 0
     report = json.loads((tmp_path / "r.json").read_text())
-    assert list(report) == KEYS
+    assert list(report) == [*KEYS, "exact"]  # float outputs: the yardstick ran
+    assert report["exact"] == {
+        "status": "ok",
+        "reason": None,
+        "seconds": report["exact"]["seconds"],
+        "routes": {"onnxruntime": {"Gather": 1, "Flatten": 1, "GatherElements": 1}, "evaluator": {}},
+        "kept": {},
+        "stretches": 1,
+    }
     assert (report["model"], report["reference"], report["atol"], report["rtol"]) == (str(model), "pyop", 0.0, 0.0)
     assert report["inputs"] == {
         "ids": {"dtype": "INT64", "shape": [3], "source": "given"},
@@ -151,7 +159,7 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
         status = report["backends"][name]
         assert (status["status"], status["seconds"]) == ("skipped", None) and reason in status["reason"]
     assert list(report["outputs"]) == ["rows", "picked"]
-    for by_backend in report["outputs"].values():
+    for output, by_backend in report["outputs"].items():
         assert list(by_backend) == ["cpu", "lowered", "openvino"]
         for comparison in by_backend.values():
             assert comparison == {
@@ -163,6 +171,16 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
                 "first_mismatch": None,
                 "atol": 0.0,
                 "rtol": 0.0,
+                "excess": 0.0,
+                "exact": {  # a gather moves values: every one of them exact
+                    "from_exact": 0.0,
+                    "reference_from_exact": 0.0,
+                    "scale": {"rows": 11.0, "picked": 5.0}[output],  # max |exact|
+                    "rtol": 0.0,
+                    "fault": False,
+                    "within_float_error": False,
+                    "reference_less_accurate": False,
+                },
             }
     assert report["out_of_bounds"] == {"lookup": 0, "pick": 0}
     assert report["verdict"] == "partial" and report["passed"] is True  # defaulted: cuda and dml could not run
@@ -225,6 +243,7 @@ def test_a_mismatch_exits_1_with_its_position(tmp_path, capsys):
         "first_mismatch": [1, 0],
         "atol": 1e-5,
         "rtol": 1e-5,
+        "excess": pytest.approx(11 / (1e-5 + 1e-5 * 11)),  # how many times its tolerance it is off
     }
     assert "rows    openvino  DIFFERENT      11       1        2           (1, 0)          1e-05 / 1e-05" in (
         capsys.readouterr().out
@@ -270,7 +289,7 @@ def test_saved_inputs_replay_the_same_report(tmp_path):
     drawn = {name: a["inputs"][name].pop("drawn") for name in a["inputs"]}  # said of generated inputs only
     assert drawn == {"ids": "integers in [0, 6)", "picks": "integers in [0, 6)"}
     for report in (a, b):
-        for status in report["backends"].values():
+        for status in [*report["backends"].values(), report["exact"]]:
             status["seconds"] = None
     assert a == b
 
@@ -670,7 +689,10 @@ def test_all_tensors_on_real_directml_names_the_first_node_where_directml_parts_
         "--report",
         str(report),
     ]
-    assert main(arguments) == 1
+    # Exp's last place: within float error of the float64 values (as far from them as the CPU's), so it passes;
+    # judged by a tolerance of 0 alone, the Exp is the first node that differs.
+    assert main(arguments) == 0
+    assert main([*arguments, "--no-exact"]) == 1
     (first,) = json.loads(report.read_text())["divergence"]["dml"][:1]
     assert (first["node"], first["op_type"], first["placement"]) == ("grow", "Exp", "DirectML")
     assert first["mismatches"] > 0 and first["max_abs"] > 0
@@ -906,4 +928,4 @@ def test_parity_builds_each_backend_once_for_a_folder(tmp_path, monkeypatch):
     assert (
         main(["parity", str(folder), "--backends", "pyop,cpu,lowered", "--reference", "cpu", "--shape", "ids:2"]) == 0
     )
-    assert sorted(built) == ["cpu", "lowered", "pyop"]
+    assert sorted(built) == ["cpu", "exact", "lowered", "pyop"]  # and the yardstick

@@ -345,7 +345,7 @@ class Exact(Backend):
         if any(contract.is_dml(n) or contract.is_dml_scatter(n) for body in bodies(proto) for n in body.nodes):
             proto = to_onnx(proto)  # the DML ops in standard ONNX, which widens as the rest does
         try:
-            outputs, routes = exact.evaluate(proto, feeds, model.folder)
+            outputs, routes = exact.float64_outputs(proto, feeds, model.folder)
         except exact.Unsupported as lacking:
             raise CannotRun(str(lacking)) from lacking
         return Outcome(outputs, routes=routes)

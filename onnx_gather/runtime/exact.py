@@ -218,7 +218,7 @@ def _is_wide(array: np.ndarray) -> bool:
     return array.dtype.name in ("float32", "float16", "bfloat16")
 
 
-def evaluate(
+def float64_outputs(
     model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], folder: Path | None = None
 ) -> tuple[dict[str, np.ndarray], Routes]:
     """Every output of ``model`` (standard ONNX; its external data in ``folder``) computed in float64 by the module's

@@ -198,7 +198,7 @@ class Reducer:
         if whole is None:
             floating = float_error_only(parity, self.backend.name)
             said = f"; outside tolerance by float error alone: {floating}" if floating else ""
-            raise NoDifference(f"{self.backend.name} agrees with the reference on every output{said}")
+            raise NoDifference(f"{self.backend.name} agrees with {self.reference.name} on every output{said}")
         self.progress(f"the whole model ({count} nodes): {whole.detail}")
         seen: dict[tuple[int, ...], Symptom] = {tuple(range(count)): whole}
         start = time.monotonic()
