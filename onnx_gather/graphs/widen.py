@@ -94,18 +94,17 @@ def _parameters(params: list, count: int) -> list:
 
 
 _FLOATS = frozenset(map(type_text, WIDE))
-_Narrowed = dict[int, int | None]  # operand position -> the type it keeps where its value's type is unknown
+# operand position -> its formal parameter's name, and the type it keeps where its value's type is unknown
+_Narrowed = dict[int, tuple[str, int | None]]
 
 
-def _narrow(schema: onnx.defs.OpSchema | None, node: onnx.NodeProto) -> tuple[_Narrowed, _Narrowed, str]:
-    """Which inputs and outputs of ``node`` keep their own type (rule 2), each with the type it keeps where the
-    model's inference cannot tell its value's (FLOAT where the operand takes floats only, FLOAT among them), and why
-    in words."""
+def _narrow(schema: onnx.defs.OpSchema | None, node: onnx.NodeProto) -> tuple[_Narrowed, _Narrowed]:
+    """Which inputs and outputs of ``node`` keep their own type (rule 2), each with its parameter's name and the
+    type it keeps where the model's inference cannot tell its value's (FLOAT where the operand takes floats only,
+    FLOAT among them)."""
     if schema is None:
-        why = f"no schema for domain {node.domain!r}"
-        return dict.fromkeys(range(len(node.input))), dict.fromkeys(range(len(node.output))), why
+        return {i: ("", None) for i in range(len(node.input))}, {i: ("", None) for i in range(len(node.output))}
     allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
-    said: list[str] = []
 
     def narrowed(params: list, count: int) -> _Narrowed:
         found: _Narrowed = {}
@@ -113,24 +112,23 @@ def _narrow(schema: onnx.defs.OpSchema | None, node: onnx.NodeProto) -> tuple[_N
             takes = allowed.get(param.type_str, {param.type_str})
             if _DOUBLE in takes or not any(kind.startswith("tensor(") for kind in takes):  # or a sequence
                 continue
-            found[position] = TensorProto.FLOAT if type_text(TensorProto.FLOAT) in takes <= _FLOATS else None
-            said.append(param.name)
+            fallback = TensorProto.FLOAT if type_text(TensorProto.FLOAT) in takes <= _FLOATS else None
+            found[position] = (param.name, fallback)
         return found
 
-    inputs, outputs = narrowed(schema.inputs, len(node.input)), narrowed(schema.outputs, len(node.output))
-    return inputs, outputs, f"{node.op_type} takes no float64 {', '.join(dict.fromkeys(said))}"
+    return narrowed(schema.inputs, len(node.input)), narrowed(schema.outputs, len(node.output))
 
 
-def _own(names: Sequence[str], narrowed: _Narrowed, types: Mapping[str, ValueType]) -> dict[int, int]:
-    """The operands of ``narrowed`` that are floats, each with the type it keeps: its own, or where inference cannot
-    tell it, the type ``narrowed`` gives."""
+def _own(names: Sequence[str], narrowed: _Narrowed, types: Mapping[str, ValueType]) -> dict[int, tuple[str, int]]:
+    """The operands of ``narrowed`` that are floats, each with its parameter's name and the type it keeps: its own,
+    or where inference cannot tell it, the type ``narrowed`` gives."""
     own = {}
-    for position, fallback in narrowed.items():
+    for position, (param, fallback) in narrowed.items():
         name = names[position] if position < len(names) else ""
         known = types.get(name)
         elem_type = known.elem_type if known is not None and known.elem_type else fallback
         if name and elem_type in WIDE:
-            own[position] = elem_type
+            own[position] = (param, elem_type)
     return own
 
 
@@ -149,13 +147,16 @@ def _keep_types(
         if (node.domain, node.op_type) in functions:  # a model-local function is widened itself
             rewritten.append(node)
             continue
-        inputs, outputs, why = _narrow(_schema(node, opsets), node)
+        schema = _schema(node, opsets)
+        inputs, outputs = _narrow(schema, node)
         own, made = _own(node.input, inputs, types), _own(node.output, outputs, types)
         if not own and not made:
             rewritten.append(node)
             continue
+        params = ", ".join(dict.fromkeys(param for param, _ in (*own.values(), *made.values())))
+        why = f"{node.op_type} takes no float64 {params}" if schema else f"no schema for domain {node.domain!r}"
         kept[node_label(node, position)] = why
-        for i, elem_type in own.items():
+        for i, (_, elem_type) in own.items():
             narrowed = names.fresh(f"{node.input[i]}_own")
             rewritten.append(
                 helper.make_node("Cast", [node.input[i]], [narrowed], names.fresh("Cast_own"), to=elem_type)

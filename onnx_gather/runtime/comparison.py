@@ -114,7 +114,9 @@ def _finite(arrays: list[np.ndarray]) -> np.ndarray:
 
 
 def _farthest(array: np.ndarray, exact: np.ndarray, where: np.ndarray) -> float:
-    return float(np.abs(array - exact, where=where, out=np.zeros_like(exact)).max()) if where.any() else 0.0
+    if not where.any():
+        return 0.0
+    return float(np.abs(np.subtract(array, exact, where=where, out=np.zeros(exact.shape))).max())
 
 
 def exactness(
