@@ -11,7 +11,9 @@ The rules:
 2. An operand whose operator takes no DOUBLE there (by ONNX's schema: ``Resize``'s ``scales``, ``QuantizeLinear``'s
    input and scale, ``DequantizeLinear``'s scale and output, ``DynamicQuantizeLinear``) keeps its own type: a
    ``Cast`` back to it before the node, and the node's output in its own type cast to DOUBLE after it. An operator
-   of a domain ONNX has no schema for (``com.microsoft``'s) is kept in its own type the same way, whole.
+   of a domain ONNX has no schema for (``com.microsoft``'s) is kept in its own type the same way, whole. Where ONNX's
+   inference cannot type an operand, it is taken to be FLOAT where the parameter takes floats only, and an output of
+   an operator without a schema to be of its first float input's type.
 3. Nothing else changes: the nodes, their order and names, the opsets.
 """
 
@@ -149,7 +151,10 @@ def _keep_types(
             continue
         schema = _schema(node, opsets)
         inputs, outputs = _narrow(schema, node)
-        own, made = _own(node.input, inputs, types), _own(node.output, outputs, types)
+        own = _own(node.input, inputs, types)
+        if schema is None and own:  # an output inference cannot type is taken to be of its first float input's type
+            outputs = {i: ("", next(iter(own.values()))[1]) for i in outputs}
+        made = _own(node.output, outputs, types)
         if not own and not made:
             rewritten.append(node)
             continue
