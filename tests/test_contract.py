@@ -62,6 +62,13 @@ def _inferred(model: onnx.ModelProto) -> str:
             {"input_dimension_count": 2, "indices_dimension_count": 2, "batch_dimension_count": 0},
             "FLOAT",
         ),
+        (
+            "DmlGatherNd",
+            [4, 5],
+            [6, -1],  # a dynamic tuple length, as paddle2onnx writes one
+            {"input_dimension_count": 2, "indices_dimension_count": 2, "batch_dimension_count": 0},
+            "FLOAT",
+        ),
     ],
 )
 def test_onnx_shape_inference_types_dml_nodes(op_type, input, indices, attributes, expected):

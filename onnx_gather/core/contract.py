@@ -232,10 +232,10 @@ def _output_dims(operator: str, input: Sequence, indices: Sequence, attributes: 
     the ranks and attributes state them, DirectML taking them or not; None where they do not, or where GatherND's
     tuple length, the indices' last dim, is not a number."""
     if operator.startswith("GATHER_ND"):
-        last = indices[-1] if indices else None
-        if last is None or not last.HasField("dim_value"):
+        tuple_length = sizes.dim_size(indices[-1]) if indices else None
+        if not isinstance(tuple_length, int):
             return None
-        indices = [*indices[:-1], last.dim_value]
+        indices = [*indices[:-1], tuple_length]
     result = sizes.output_sizes(operator, input, indices, attributes, _ONE)
     return result.stated if isinstance(result, sizes.Refusal) else result
 

@@ -10,7 +10,8 @@ ops (``contract``), the numpy semantics' validation (``semantics``), the predict
 and ``output_rank``.
 
 A size is an integer where it is known, anything else where it is not (None, a symbol, onnx's dim): the rules on
-sizes' values apply to the known ones. A missing attribute counts as 0 (DML_GATHER_ND has no batch dimensions).
+sizes' values apply to the known ones; ``dim_size`` says what an onnx dim states (a negative size is dynamic). A
+missing attribute counts as 0 (DML_GATHER_ND has no batch dimensions).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from __future__ import annotations
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import onnx
 
 MAX_DIMENSION_COUNT = 8
 
@@ -29,6 +32,15 @@ class Refusal:
     reason: str  # one line, as the numpy semantics says it after the op's name
     stated: tuple | None = None  # the output sizes all the same, where the ranks and attributes state them
     unsafe: bool = False  # no refusal either: DirectML takes some such descs, then corrupts or ends its process
+
+
+def dim_size(dim: onnx.TensorShapeProto.Dimension) -> int | str | None:
+    """What a dim of an ONNX shape, declared or inferred, says: its size where it states one of 0 or more, else its
+    symbol, else None (unknown). A negative size is dynamic, as ONNX Runtime takes it: paddle2onnx and tf2onnx write
+    a dynamic dim as -1."""
+    if dim.HasField("dim_value"):
+        return dim.dim_value if dim.dim_value >= 0 else None
+    return dim.dim_param or None
 
 
 def _known(size: object) -> bool:

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnx_gather.core.sizes import dim_size
 from onnx_gather.graphs.plumbing import bodies, graphs
 
 
@@ -41,8 +42,7 @@ class ValueType:
         tensor = value.type.tensor_type
         if not tensor.HasField("shape"):
             return ValueType(tensor.elem_type, None)
-        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
-        return ValueType(tensor.elem_type, dims)
+        return ValueType(tensor.elem_type, tuple(dim_size(d) for d in tensor.shape.dim))
 
     def value_info(self, name: str) -> onnx.ValueInfoProto:
         return helper.make_tensor_value_info(name, self.elem_type, self.dims)
@@ -92,7 +92,10 @@ def value_types(model: onnx.ModelProto, propagate: bool = False) -> dict[int, di
 
 def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy to infer types on, without the main graph's large initializer data (inference needs only the
-    types and dims of weights): converting a large model must not hold its weights twice."""
+    types and dims of weights): converting a large model must not hold its weights twice. A dim written as a negative
+    size (-1: dynamic, ``core.sizes.dim_size``) is an unknown dim there, for ONNX's shape inference computes with it
+    as a size (a Conv of stride 2 over it gives 0, data propagation a Shape holding -1) and ONNX Runtime's symbolic
+    inference fails on it."""
     graph = model.graph
     light_graph = helper.make_graph(
         list(graph.node), graph.name, list(graph.input), list(graph.output), value_info=list(graph.value_info)
@@ -104,6 +107,11 @@ def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
             light_graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
     light = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
     light.graph.CopyFrom(light_graph)
+    for graph in graphs(light):
+        for value in (*graph.input, *graph.output, *graph.value_info):
+            for dim in value.type.tensor_type.shape.dim:
+                if dim_size(dim) is None:
+                    dim.Clear()
     return light
 
 

@@ -152,14 +152,18 @@ class OpenVino(Backend):
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         import openvino
 
-        try:  # OpenVINO takes every initializer as a constant: those fed are left out
-            with _openvino_file(with_defaults_fed(model, feeds)) as path:
-                compiled = openvino.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-        except RuntimeError as error:
-            lacking = _NO_CONVERSION.search(str(error))
-            if lacking is None:
-                raise
-            raise CannotRun(f"OpenVINO has no conversion for {lacking['ops'].strip()}") from error
+        core = openvino.Core()
+        # OpenVINO takes every initializer as a constant: those fed are left out. What fails before inference is
+        # OpenVINO not taking the model (CannotRun); what fails in it, an error.
+        with _openvino_file(with_defaults_fed(model, feeds)) as path:
+            try:
+                read = core.read_model(str(path))
+            except RuntimeError as error:
+                raise _not_taken("convert", error) from error
+            try:
+                compiled = core.compile_model(read, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+            except RuntimeError as error:
+                raise _not_taken("compile", error) from error
         results = compiled(dict(feeds))
         # An output port can carry several names (an output that is also a value inside): every one of them.
         by_name = {name: np.asarray(results[port]) for port in compiled.outputs for name in port.get_names()}
@@ -169,8 +173,28 @@ class OpenVino(Backend):
         return {"openvino": importlib.metadata.version("openvino")}
 
 
-# OpenVINO's ONNX front end on operators it lacks (2026.4): "No conversion rule found for operations: com.x.Op, ..."
+# OpenVINO's ONNX front end (2026.4) on operators it lacks: "No conversion rule found for operations: com.x.Op, ...";
+# on a node it cannot convert (an If or Loop whose condition is of rank 2): "-- If-17 with a message:", then the node's
+# validation log, whose last line says why ("Rank of If condition input must be equal to 0 or 1"), and an empty line.
 _NO_CONVERSION = re.compile(r"No conversion rule found for operations: (?P<ops>[^\n]+)")
+_NOT_CONVERTED = re.compile(r"^-- (?P<op>\S+) with a message:\n(?P<log>.*?)\n\n", re.MULTILINE | re.DOTALL)
+# The lines of an OpenVINO message that say where in its sources it was raised, before what it says.
+_RAISED_AT = re.compile(r"^(Exception from |Check '.*' failed at )\S+:\d+:$")
+
+
+def _not_taken(step: str, error: RuntimeError) -> CannotRun:
+    """OpenVINO could not ``step`` (convert, compile) the model: why, in one line of its own words (the operators it
+    has no conversion for; the node it could not convert and the last line of its log; else its message's first line
+    after where it was raised: the CPU plugin's "doesn't support Parameter operation with dynamic rank")."""
+    message = str(error)
+    if lacking := _NO_CONVERSION.search(message):
+        return CannotRun(f"OpenVINO has no conversion for {lacking['ops'].strip()}")
+    if failed := _NOT_CONVERTED.search(message):
+        said = f"{failed['op']}: {failed['log'].strip().splitlines()[-1]}"
+    else:
+        lines = [line for line in message.splitlines() if line.strip() and not _RAISED_AT.match(line)]
+        said = lines[0].strip() if lines else type(error).__name__
+    return CannotRun(f"OpenVINO cannot {step} the model: {said}")
 
 
 @contextlib.contextmanager

@@ -86,7 +86,7 @@ def contradicted(model: onnx.ModelProto, runs: Mapping[str, BackendRun]) -> list
             continue
         name, shape = ran[0][0], ran[0][1].shape
         if len(shape) != len(declared.dims) or any(
-            isinstance(dim, int) and 0 <= dim != size for dim, size in zip(declared.dims, shape, strict=True)
+            isinstance(dim, int) and dim != size for dim, size in zip(declared.dims, shape, strict=True)
         ):
             found.append(Declared(value.name, declared.dims, tuple(shape), name))
     return found
