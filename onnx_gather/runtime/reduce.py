@@ -32,7 +32,7 @@ from onnx_gather.core.words import counted, listed, one_line
 from onnx_gather.graphs.extract import main_graph_types, window
 from onnx_gather.graphs.plumbing import node_label, sort_topologically
 from onnx_gather.runtime import divergence
-from onnx_gather.runtime.backends import Backend
+from onnx_gather.runtime.backends import Backend, CannotRun
 from onnx_gather.runtime.comparison import Comparison, Tolerance
 from onnx_gather.runtime.inputs import Feeds
 from onnx_gather.runtime.minimize import Step, ddmin
@@ -195,6 +195,9 @@ class Reducer:
     def reduce(self, budget: Budget = Budget()) -> Reduction:
         count = len(self.model.proto.graph.node)
         whole, parity = self.judge(self.original, self.feeds)  # the model itself, as the user has it
+        for name, run in parity.backends.items():  # it cannot take the model (OpenVINO cannot convert it): exit 4
+            if run.status == "skipped":
+                raise CannotRun(f"backend {name} cannot take {self.original.path}: {run.reason}")
         if whole is None:
             floating = float_error_only(parity, self.backend.name)
             said = f"; outside tolerance by float error alone: {floating}" if floating else ""
