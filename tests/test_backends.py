@@ -188,6 +188,9 @@ def test_a_model_openvino_cannot_convert_or_compile_is_one_it_could_not_run(tmp_
     assert main(["parity", str(model.path), *shape, "--backends", "cpu,openvino"]) == 4  # named: incomplete
     assert main(["run", str(model.path), *shape, "--backend", "openvino"]) == 4
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"onnx-gather: cannot run: OpenVINO cannot {reason}"
+    out = tmp_path / "small.onnx"
+    assert main(["reduce", str(model.path), *shape, "--backend", "openvino", "-o", str(out)]) == 4  # not a symptom
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f"OpenVINO cannot {reason}") and not out.exists()
 
 
 @pytest.mark.parametrize("model", [0, 1], ids=["Gather", "GatherElements"])
