@@ -204,3 +204,43 @@ def test_the_exact_backend_runs_alone_and_says_what_it_cannot_compute(tmp_path, 
     assert np.array_equal(outcome.outputs["y"], np.array([1, -2, 3], np.float32) * np.float32(0.1))
     assert main(["parity", str(path), "--backends", "exact"]) == 2
     assert "exact is the float64 yardstick parity runs beside the backends" in capsys.readouterr().err
+
+
+def _mel_then_pow(tmp_path) -> tuple[Path, Path]:
+    """The log-mel front end (its outputs part by rounding alone), then Pow(z, 0) added: z 0 in one element, where
+    DirectML gives 0 ** 0 = 0 and the CPU 1."""
+    model, feeds = rounding_models.mel_frontend()
+    graph = model.graph
+    (output,) = graph.output
+    zero = numpy_helper.from_array(np.array(0, np.float32), "zero")
+    graph.initializer.append(zero)
+    graph.input.append(h.make_tensor_value_info("z", T.FLOAT, [1]))
+    graph.node.extend(
+        [
+            h.make_node("Pow", ["z", "zero"], ["ones"], name="zero_power"),
+            h.make_node("Add", [output.name, "ones"], ["y"], name="shift"),
+        ]
+    )
+    del graph.output[:]
+    graph.output.append(h.make_tensor_value_info("y", T.FLOAT, None))
+    path = tmp_path / "mel_pow.onnx"
+    onnx.save(model, path)
+    np.savez(tmp_path / "mel_pow.npz", **feeds, z=np.zeros(1, np.float32))
+    return path, tmp_path / "mel_pow.npz"
+
+
+@pytest.mark.directml
+def test_all_tensors_names_the_node_that_leaves_float_error_not_the_drift_before_it(tmp_path):
+    # Judged by tolerance alone, the STFT's Conv is named first (its float32 sums part from the CPU's); against the
+    # exact values it is within float error, and the first node that leaves it is the Pow.
+    require_directml()
+    path, inputs = _mel_then_pow(tmp_path)
+    report = tmp_path / "r.json"
+    arguments = ["parity", str(path), "--inputs", str(inputs), "--backends", "dml", "--reference", "cpu"]
+    assert main([*arguments, "--all-tensors", "--report", str(report)]) == 1
+    document = json.loads(report.read_text())
+    assert [(d["node"], d["op_type"]) for d in document["divergence"]["dml"]] == [("zero_power", "Pow")]
+    assert document["all_tensors"]["rejected"] == {"dml": ["ones"]}  # the Pow's output; the drift before it passes
+    assert main([*arguments, "--all-tensors", "--no-exact", "--report", str(report)]) == 1
+    first = json.loads(report.read_text())["divergence"]["dml"][0]
+    assert first["op_type"] == "Conv"  # what tolerance alone blames
