@@ -67,7 +67,9 @@ def exact_lines(parity: Parity) -> list[str]:
     if run is None:
         return []
     if run.status != "ok":
-        return [f"The exact yardstick could not run ({run.reason}): float outputs are judged by tolerance only."]
+        return [
+            "The exact yardstick could not run (see its row above): float outputs are judged by tolerance only."
+        ]
     lines = []
     for output, by_backend in parity.outputs.items():
         judged = {name: c.exact for name, c in by_backend.items() if c.exact is not None}
