@@ -11,9 +11,8 @@ Run by hand: python tools/bench_exact.py [--runs N] [NAME ...]
 from __future__ import annotations
 
 import argparse
-import statistics
+import functools
 import tempfile
-import time
 from pathlib import Path
 
 import bench_models
@@ -46,15 +45,9 @@ def measure(path: Path, feeds: dict[str, np.ndarray], runs: int) -> tuple[dict[s
     """Median seconds of the cpu and exact backends on the model, the exact outcome and the cpu's outputs."""
     model = backends.Model.read(path)
     built = {name: backends.create(name) for name in ("cpu", "exact")}
-    outcomes = {name: backend.run(model, feeds) for name, backend in built.items()}  # warm-up
-    samples: dict[str, list[float]] = {name: [] for name in built}
-    order = np.random.default_rng(1)
-    for _ in range(runs):
-        for name in order.permutation(list(built)):
-            start = time.perf_counter()
-            built[name].run(model, feeds)
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(s) for name, s in samples.items()}, outcomes["exact"], outcomes["cpu"].outputs
+    outcomes = {name: backend.run(model, feeds) for name, backend in built.items()}
+    calls = {name: functools.partial(backend.run, model, feeds) for name, backend in built.items()}
+    return bench_models.take_turns(calls, runs), outcomes["exact"], outcomes["cpu"].outputs
 
 
 def _drift(cpu: dict[str, np.ndarray], exact: dict[str, np.ndarray]) -> str:

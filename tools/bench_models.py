@@ -13,8 +13,10 @@ Run by hand: python tools/bench_models.py [--runs N] [NAME ...]
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -110,19 +112,25 @@ def _sessions(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, onnxruntime
     }
 
 
+def take_turns(calls: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
+    """Median seconds of each of ``calls``, after one warm-up call each (first-run allocations and caches), the
+    calls taking turns in a new order each round."""
+    for call in calls.values():
+        call()
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    order = np.random.default_rng(1)
+    for _ in range(runs):
+        for name in order.permutation(list(calls)):
+            start = time.perf_counter()
+            calls[name]()
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 def measure(path: Path, feeds: dict[str, np.ndarray], runs: int) -> dict[str, float]:
     """Median seconds of one run per route."""
     sessions = _sessions(path, feeds)
-    for session in sessions.values():  # warm-up: first-run allocations and caches
-        session.run(None, feeds)
-    samples: dict[str, list[float]] = {name: [] for name in sessions}
-    order = np.random.default_rng(1)
-    for _ in range(runs):
-        for name in order.permutation(list(sessions)):
-            start = time.perf_counter()
-            sessions[name].run(None, feeds)
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return take_turns({name: functools.partial(s.run, None, feeds) for name, s in sessions.items()}, runs)
 
 
 def _decoder_feeds(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
