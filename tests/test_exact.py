@@ -202,6 +202,10 @@ def test_the_exact_backend_runs_alone_and_says_what_it_cannot_compute(tmp_path, 
     assert outcome.routes.kept == {"dq": "DequantizeLinear takes no float64 x_scale, y"}
     assert outcome.outputs["y"].dtype == np.float64
     assert np.array_equal(outcome.outputs["y"], np.array([1, -2, 3], np.float32) * np.float32(0.1))
+    saved = tmp_path / "y.npz"
+    assert main(["run", str(path), "--backend", "exact", "--shape", "q:3", "--outputs", str(saved)]) == 0
+    assert np.load(saved)["y"].dtype == np.float64  # run takes the yardstick as a backend of its own
+    capsys.readouterr()
     assert main(["parity", str(path), "--backends", "exact"]) == 2
     assert "exact is the float64 yardstick parity runs beside the backends" in capsys.readouterr().err
 
