@@ -176,7 +176,10 @@ def test_directmls_pow_of_zero_to_the_zero_deep_in_a_chain_is_found_on_real_dire
     printed = capsys.readouterr().out
     assert [node.name for node in onnx.load(out).graph.node] == ["power"]
     assert "41 nodes cut down to 1 that still show it on dml" in printed
-    assert "  this window on dml:  outputs outside tolerance: p (max abs 1, 1 mismatches; 1 from exact where cpu is 0)" in printed
+    assert (
+        "  this window on dml:  outputs outside tolerance: p (max abs 1, 1 mismatches; 1 from exact where cpu is 0)"
+        in printed
+    )
     assert "does not reproduce" not in printed  # re-run as the printed command runs it, before it was offered
     command = printed.splitlines()[-1].split()
     assert main(command[1:]) == 1  # the command printed shows it on real DirectML

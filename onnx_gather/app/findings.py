@@ -67,9 +67,7 @@ def exact_lines(parity: Parity) -> list[str]:
     if run is None:
         return []
     if run.status != "ok":
-        return [
-            "The exact yardstick could not run (see its row above): float outputs are judged by tolerance only."
-        ]
+        return ["The exact yardstick could not run (see its row above): float outputs are judged by tolerance only."]
     lines = []
     for output, by_backend in parity.outputs.items():
         judged = {name: c.exact for name, c in by_backend.items() if c.exact is not None}
