@@ -16,6 +16,8 @@ from onnx import numpy_helper
 from test_fast_gelu import APART, X, _tanh_gelu
 
 from onnx_gather.app.cli import main
+from onnx_gather.runtime.divergence import marked
+from onnx_gather.runtime.model import Model
 
 
 def _positive_model(tmp_path) -> tuple[str, str]:
@@ -65,6 +67,22 @@ def test_an_intermediate_value_outside_tolerance_fails_the_run_though_the_output
     assert "reference: 2 intermediate values outside tolerance: 'grown', 'root'." in lines
     assert lines[-1] == "FAILED: with every value marked (--all-tensors), values outside tolerance on reference."
     _nothing_outside_tolerance_under_passed(lines)
+
+
+def test_constants_are_not_marked_for_they_cannot_differ(tmp_path):
+    nodes = [
+        h.make_node("Constant", [], ["one"], name="one", value_float=1.0),
+        h.make_node("Constant", [], ["two"], name="two", value=numpy_helper.from_array(np.array(2, np.float32))),
+        h.make_node("Add", ["one", "two"], ["three"], name="fold"),  # constant too, but computed: it may differ
+        h.make_node("Add", ["x", "three"], ["sum"], name="add"),
+        h.make_node("Neg", ["sum"], ["y"], name="neg"),
+    ]
+    graph = h.make_graph(
+        nodes, "constants", [h.make_tensor_value_info("x", T.FLOAT, [2])], [h.make_tensor_value_info("y", T.FLOAT, [2])]
+    )
+    model = Model(tmp_path / "m.onnx", h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10))
+    every = marked(model)
+    assert every.marked == {"three", "sum"} and every.output_names == ["y", "three", "sum"]
 
 
 @pytest.mark.directml
