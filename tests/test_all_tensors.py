@@ -16,6 +16,7 @@ from onnx import numpy_helper
 from test_fast_gelu import APART, X, _tanh_gelu
 
 from onnx_gather.app.cli import main
+from onnx_gather.directml import worker
 from onnx_gather.runtime.divergence import marked
 from onnx_gather.runtime.model import Model
 
@@ -111,3 +112,56 @@ def test_real_directml_fuses_tanh_gelu_unmarked_only_and_the_unmarked_difference
         f"parity --all-tensors of the tanh-GELU on real DirectML: unmarked (fused into FastGelu) max abs "
         f"{unmarked['max_abs']:.3g}, with every value marked {changed['marked']['max_abs']:.3g}"
     )
+
+
+def _constants_model(tmp_path, count: int) -> tuple[str, str]:
+    """x + 2 c_1, relu'd, + 2 c_2, relu'd, ...: each c_k a Constant, 2 c_k folded by ONNX Runtime (a constant the
+    DirectML provider takes into its graph), each Add fused by the DirectML provider into the Relu after it."""
+    nodes = []
+    value = "x"
+    for k in range(count):
+        constant = numpy_helper.from_array(np.full(4, k % 7 - 3, np.float32))
+        nodes += [
+            h.make_node("Constant", [], [f"c{k}"], name=f"constant{k}", value=constant),
+            h.make_node("Mul", [f"c{k}", "two"], [f"doubled{k}"], name=f"double{k}"),
+            h.make_node("Add", [value, f"doubled{k}"], [f"sum{k}"], name=f"add{k}"),
+            h.make_node("Relu", [f"sum{k}"], [f"relu{k}"], name=f"relu{k}"),
+        ]
+        value = f"relu{k}"
+    nodes.append(h.make_node("Neg", [value], ["y"], name="neg"))
+    graph = h.make_graph(
+        nodes,
+        "constants",
+        [h.make_tensor_value_info("x", T.FLOAT, [3, 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, [3, 4])],
+        [numpy_helper.from_array(np.array(2, np.float32), "two")],
+    )
+    path = tmp_path / "constants.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), path)
+    np.savez(tmp_path / "x.npz", x=np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32))
+    return str(path), str(tmp_path / "x.npz")
+
+
+@pytest.mark.directml
+def test_real_directml_names_the_constants_it_holds_apart_from_the_values_it_fuses(tmp_path, capsys):
+    require_directml()
+    model, inputs = _constants_model(tmp_path, 3)
+    code, document, _ = _parity(
+        tmp_path, capsys, model, "--inputs", inputs, "--backends", "cpu,dml", "--reference", "cpu"
+    )
+    assert code == 0 and document["verdict"] == "passed"
+    assert document["all_tensors"]["compared"] == 9  # doubled, sum and relu of each: no Constant's output
+    absent = document["all_tensors"]["absent"]["dml"]
+    assert absent == {
+        **{f"doubled{k}": worker.ABSENT_CONSTANT for k in range(3)},
+        **{f"sum{k}": worker.ABSENT for k in range(3)},
+    }
+    # a constant that is an output of the model, also used on DirectML, fails the run: said as a constant
+    proto = onnx.load(model)
+    proto.graph.output.append(h.make_tensor_value_info("doubled1", T.FLOAT, [4]))
+    onnx.save(proto, model)
+    code, document, _ = _parity(
+        tmp_path, capsys, model, "--inputs", inputs, "--backends", "cpu,dml", "--reference", "cpu"
+    )
+    assert code == 1
+    assert document["backends"]["dml"]["reason"] == f"DirectMlError: output 'doubled1': {worker.ABSENT_CONSTANT}"
