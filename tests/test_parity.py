@@ -186,6 +186,24 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
     assert report["verdict"] == "partial" and report["passed"] is True  # defaulted: cuda and dml could not run
 
 
+def test_out_of_bounds_counts_of_many_nodes_are_cut_to_a_line_and_all_in_the_json(tmp_path, capsys):
+    table = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(6, 2), "table")
+    graph = h.make_graph(
+        [h.make_node("Gather", ["table", "ids"], [f"rows{k}"], name=f"lookup{k}", axis=0) for k in range(8)],
+        "lookups",
+        [h.make_tensor_value_info("ids", T.INT64, [2])],
+        [h.make_tensor_value_info(f"rows{k}", T.FLOAT, [2, 2]) for k in range(8)],
+        [table],
+    )
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10), tmp_path / "m.onnx")
+    np.savez(tmp_path / "ids.npz", ids=np.array([0, 9]))
+    arguments = ["parity", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "ids.npz"), "--backends", "lowered"]
+    assert main([*arguments, "--report", str(tmp_path / "r.json")]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["out_of_bounds"] == {f"lookup{k}": 1 for k in range(8)}
+    said = "per DML node: lookup0 1, lookup1 1, lookup2 1, lookup3 1, lookup4 1 and 3 more, all in --report."
+    assert said in capsys.readouterr().out
+
+
 @pytest.mark.openvino
 def test_out_of_bounds_indices_are_counted_and_backends_differ_there(tmp_path, capsys, no_directml):
     model = _ids_model(tmp_path)

@@ -94,6 +94,30 @@ def test_a_weight_the_inputs_override_comes_with_the_value_fed():
     assert numpy_helper.to_array(weight).tolist() == [0, 0]
 
 
+def test_a_window_takes_a_constants_value_from_the_constant_and_gives_none_out():
+    # parity --all-tensors and reduce do not mark Constants: the reference's values lack them
+    graph = h.make_graph(
+        [
+            h.make_node("Constant", [], ["two"], name="two", value_floats=[2, 2]),
+            h.make_node("Constant", [], ["three"], name="three", value=numpy_helper.from_array(np.full(2, 3.0))),
+            h.make_node("Mul", ["x", "two"], ["y"], name="mul"),
+            h.make_node("Cast", ["three"], ["z"], name="cast", to=T.FLOAT),
+            h.make_node("Add", ["y", "z"], ["out"], name="add"),
+        ],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info("out", T.FLOAT, [2])],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    values = {"x": np.ones(2, np.float32), "y": np.full(2, 2, np.float32), "z": np.full(2, 3, np.float32)}
+    reduced = window(model, {1, 2}, values)
+    assert [n.name for n in reduced.graph.node] == ["three", "mul"]
+    (weight,) = reduced.graph.initializer
+    assert weight.name == "two" and numpy_helper.to_array(weight).tolist() == [2, 2]
+    assert [o.name for o in reduced.graph.output] == ["y"]  # not "three", which "cast" uses: it cannot differ
+    onnx.checker.check_model(reduced, full_check=True)
+
+
 def test_a_node_holding_a_subgraph_takes_what_the_subgraph_reads_from_outside():
     branch = h.make_graph([h.make_node("Neg", ["y"], ["b"])], "then", [], [h.make_tensor_value_info("b", T.FLOAT, [2])])
     other = h.make_graph(
@@ -150,6 +174,28 @@ def test_an_out_of_bounds_gather_deep_in_a_chain_is_found_on_the_lowered_graph(t
     assert found.nodes == ["Gather 'lookup'"]
     assert found.symptom.detail.startswith("outputs outside tolerance: g (max abs ") and found.minimal
     assert [i.name for i in found.model.graph.input] == ["i"] and found.feeds["i"].tolist() == [26, 27, 28, 31]
+
+
+def test_a_gather_of_a_constant_deep_in_a_chain_of_constants_is_cut_down_to_itself(tmp_path):
+    # every Add takes a Constant, and so does the Gather: the reference's values hold none of them
+    table = np.arange(60, dtype=np.float32).reshape(30, 2)
+    lookup = h.make_node("Gather", ["table", "i"], ["g"], name="lookup", axis=0)
+    cast = h.make_node("Cast", ["v"], ["i"], name="cast", to=T.INT64)
+    model = _chain(40, cast, 25)
+    model.graph.node.insert(27, lookup)
+    model.graph.node[28].input[0] = "g"
+    constants = [h.make_node("Constant", [], ["table"], name="table", value=numpy_helper.from_array(table))]
+    for position, node in enumerate(model.graph.node):
+        if node.op_type == "Add":
+            node.input[1] = f"one{position}"
+            constants.append(h.make_node("Constant", [], [f"one{position}"], value_float=1.0))
+    nodes = [*constants, *model.graph.node]
+    del model.graph.initializer[:], model.graph.node[:]
+    model.graph.node.extend(nodes)
+    found = _reduce(tmp_path, model, {"x": np.array([0, 1, 2, 5], np.float32)}, "lowered", "pyop", "clamp")
+    assert found.nodes == ["Gather 'lookup'"] and found.minimal
+    (weight,) = found.model.graph.initializer
+    assert weight.name == "table" and numpy_helper.to_array(weight).tolist() == table.tolist()
 
 
 @pytest.mark.directml

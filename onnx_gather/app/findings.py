@@ -3,6 +3,7 @@ of another shape than the model declares, and the run with every value marked (`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 
 from onnx_gather.core.words import counted, listed
@@ -11,6 +12,15 @@ from onnx_gather.runtime.comparison import Comparison
 from onnx_gather.runtime.divergence import Divergence
 from onnx_gather.runtime.inputs import dims_text
 from onnx_gather.runtime.parity import Declared, Parity
+
+SHOWN = 5  # the names a line of the report shows of a list: the JSON report (--report) holds them all
+
+
+def shown(names: Sequence[str], quoted: bool = True) -> str:
+    """A list of names as a line of the report holds it: the first ``SHOWN``, and where it cuts the rest, where they
+    all are, so that a list of thousands stays a line people read."""
+    text = listed(names, SHOWN, quoted)
+    return f"{text}, all in --report" if len(names) > SHOWN else text
 
 
 def figure(value: float | None) -> str:
@@ -174,13 +184,17 @@ def marked_lines(parity: Parity) -> list[str]:
         return []
     lines = [f"All tensors: {parity.compared} intermediate values compared too ({divergence.NOTE})."]
     for backend, absent in parity.absent.items():
-        reasons = "; ".join(sorted(set(absent.values())))
-        lines.append(f"{backend} could not return {len(absent)} of them, left out: {', '.join(absent)} ({reasons})")
+        lines.append(f"{backend} could not return {len(absent)} of them, left out:")
+        by_reason: dict[str, list[str]] = {}
+        for name, reason in absent.items():
+            by_reason.setdefault(reason, []).append(name)
+        for reason, names in sorted(by_reason.items()):
+            lines.append(f"  {counted(len(names), 'value')} ({shown(names)}): {reason}")
     for backend, run in parity.marked_runs.items():
         if run.status == "error" and parity.backends[backend].status != "error":
             lines.append(f"{backend} failed with every value marked: {run.reason}")
     for backend, values in parity.intermediates_rejected.items():
-        lines.append(f"{backend}: {counted(len(values), 'intermediate value')} outside tolerance: {listed(values)}.")
+        lines.append(f"{backend}: {counted(len(values), 'intermediate value')} outside tolerance: {shown(values)}.")
     for output, backend, unmarked, marked in parity.marking_changed:
         lines.append(
             f"Output {output!r} on {backend}: {_state(unmarked, parity.strict_ties)} as the model runs, "

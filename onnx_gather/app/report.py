@@ -228,7 +228,7 @@ def _out_of_bounds(parity: Parity) -> str:
     if not counts:
         return "No out-of-bounds indices met by the reference run."
     mode = parity.out_of_bounds_mode
-    listed = ", ".join(f"{node} {count}" for node, count in counts.items())
+    listed = findings.shown([f"{node} {count}" for node, count in counts.items()], quoted=False)
     return (
         f"Out-of-bounds index values met by the reference run, per DML node: {listed}. The prediction there is "
         f"out_of_bounds={mode}: {PREDICTIONS[mode]}. ONNX Runtime's CPU kernels refuse such indices and OpenVINO "
@@ -247,7 +247,7 @@ def _placement(parity: Parity) -> list[str]:
         lines.append(f"{name}: nodes placed by ONNX Runtime: {counts}.")
         for provider, value in placed.items():
             if provider != "DmlExecutionProvider" and value["names"]:
-                lines.append(f"  on {provider}: {', '.join(value['names'])}")
+                lines.append(f"  on {provider}: {findings.shown(value['names'], quoted=False)}")
     return lines
 
 
@@ -256,7 +256,7 @@ def _random(parity: Parity) -> list[str]:
     drawing = parity.random_nodes
     if not drawing:
         return []
-    listed = ", ".join(drawing[:5]) + (f" and {len(drawing) - 5} more" if len(drawing) > 5 else "")
+    listed = findings.shown(drawing, quoted=False)
     draws = "draws" if len(drawing) == 1 else "draw"
     return [
         f"The model is not deterministic: {listed} {draws} new values on every run, so backends can differ "

@@ -37,6 +37,13 @@ ABSENT = (
     "ONNX Runtime returned no tensor for it: the DirectML provider fused the node that makes it into the "
     "activation after it"
 )
+# And for a constant: ONNX Runtime holds a Constant, and what it folds when it creates the session, as initializers, and
+# the DirectML provider takes an initializer that one of its partitions alone uses into that partition, out of the
+# session's values (DmlGraphFusionTransformer).
+ABSENT_CONSTANT = (
+    "ONNX Runtime returned no tensor for it: a constant (an initializer: a Constant's value, or one ONNX Runtime "
+    "folds when it creates the session), which the DirectML provider took into its own graph"
+)
 
 
 class FallbackFailure(DirectMlError):

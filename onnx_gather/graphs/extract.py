@@ -11,9 +11,10 @@ The rules, in order:
 3. Any other value a kept node uses and no kept node makes comes from ``values`` (what the reference computed on
    the whole model): a weight where the whole model computed it from weights alone (so that a runtime sees the same
    constants as in the whole model: the DirectML provider places some nodes by whether an input is constant), a
-   graph input otherwise.
-4. The outputs are the values kept nodes make that the whole model outputs or the rest of it uses; where there are
-   none, the last kept node's outputs.
+   graph input otherwise. A Constant's output is a weight of the Constant's own value (``parity --all-tensors`` and
+   ``reduce`` do not mark Constants, which cannot differ).
+4. The outputs are the values kept nodes but Constants make that the whole model outputs or the rest of it uses;
+   where there are none, the last kept node's outputs.
 5. Inputs and outputs are declared as the model declares or ONNX's inference types them (``types``): symbolic
    dims stay symbolic, an unknown dim stays unknown, so that a runtime sees the same dynamic shapes as in the whole
    model (DirectML's provider fails on some nodes only then); only a value of unknown rank is declared with the
@@ -30,8 +31,9 @@ import numpy as np
 import onnx
 from google.protobuf.message import Message
 from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
-from onnx_gather.graphs.plumbing import RANDOM_OPS, implicit_inputs
+from onnx_gather.graphs.plumbing import RANDOM_OPS, implicit_inputs, is_constant
 from onnx_gather.graphs.types import ValueType, value_types
 
 
@@ -89,17 +91,22 @@ def window(
     weights = {tensor.name: tensor for tensor in graph.initializer if tensor.name not in values}
     declared = {value.name: value for value in (*graph.input, *graph.output, *graph.value_info)}
     constant = constant_values(graph)
+    constants = {node.output[0]: node for node in rest if is_constant(node)}
 
     result = helper.make_graph(kept, graph.name, [], [], doc_string=graph.doc_string)
     for name in needed:
         if name in weights:
             result.initializer.append(weights[name])
+        elif name in constants:
+            (value,) = ReferenceEvaluator(constants[name]).run(None, {})
+            result.initializer.append(numpy_helper.from_array(np.asarray(value), name))
         elif name in constant:
             result.initializer.append(numpy_helper.from_array(np.asarray(values[name]), name))
         else:
             result.input.append(_declared(name, values[name], types, declared))
     wanted = {output.name for output in graph.output}.union(*(_uses(node) for node in rest))
-    outputs = [name for node in kept for name in node.output if name in wanted] or [n for n in kept[-1].output if n]
+    given = [name for node in kept if not is_constant(node) for name in node.output if name in wanted]
+    outputs = given or [name for name in kept[-1].output if name]
     for name in outputs:
         result.output.append(_declared(name, values[name], types, declared) if name in values else declared[name])
     result.value_info.extend(value for value in graph.value_info if value.name in made and value.name not in outputs)

@@ -55,6 +55,12 @@ def random_nodes(model: onnx.ModelProto) -> list[str]:
     ]
 
 
+def is_constant(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` is ONNX's Constant: a value every runtime holds as it is (ONNX Runtime makes it an
+    initializer as it loads the model)."""
+    return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+
+
 def node_label(node: onnx.NodeProto, position: int) -> str:
     """What reports call a node: its name, or where it has none its op type and position in its graph."""
     return node.name or f"{node.op_type} #{position}"
@@ -312,9 +318,7 @@ class DefUse:
         if value in self.initializers:
             return numpy_helper.to_array(self.initializers[value])
         node = self.made_by(value)
-        if node is None:
-            return None
-        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+        if node is None or not is_constant(node) or len(node.attribute) != 1:
             return None
         attribute = node.attribute[0]
         if attribute.name == "value":

@@ -26,6 +26,7 @@ from onnx_gather.directml import worker
 from onnx_gather.directml.process import DirectMlError
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.lowering.lower import to_onnx
+from onnx_gather.graphs.placement.nodes import CONSTANT, FOLDED, place_nodes
 from onnx_gather.graphs.plumbing import bodies, node_label
 from onnx_gather.runtime import exact, inputs, ops, reference
 from onnx_gather.runtime.model import Model, with_defaults_fed, with_outputs
@@ -314,21 +315,37 @@ class DirectMl(_Provider):
         # the runner feeds the session's inputs, which leave out those with a default; the placement log names nodes
         loaded = runner.load(_named_nodes(with_defaults_fed(model, feeds)), fallback=True, data=model.folder)
         try:
-            outputs = runner.run(loaded, feeds, absent=bool(model.marked))
+            outputs = runner.run(loaded, feeds, absent=True)
         finally:
             runner.free(loaded)
-        absent = [name for name in model.output_names if name not in outputs]
+        absent = _why_absent(model.proto, [name for name in model.output_names if name not in outputs])
         needed = [name for name in absent if name not in model.marked]
         if needed:
-            raise DirectMlError(f"output {needed[0]!r}: {worker.ABSENT}")
+            raise DirectMlError(f"output {needed[0]!r}: {absent[needed[0]]}")
         placement = {p: {"nodes": count, "names": loaded.placement.get(p, [])} for p, count in loaded.placed.items()}
         present = {name: outputs[name] for name in model.output_names if name in outputs}
-        return Outcome(present, placement=placement, absent=dict.fromkeys(absent, worker.ABSENT))
+        return Outcome(present, placement=placement, absent=absent)
 
     def versions(self) -> dict[str, str]:
         if self.native:
             return super().versions()
         return directml_layout.Layout.default().versions()
+
+
+def _why_absent(model: onnx.ModelProto, names: list[str]) -> dict[str, str]:
+    """Why ONNX Runtime under DirectML returned no tensor for each output of ``names``: a constant of its (the output
+    of a Constant, or of a node its constant folding computes), or else a value fused away."""
+    if not names:
+        return {}
+    main = bodies(model)[0]
+    placed = place_nodes(model)[main.where]
+    constants = {
+        name
+        for node, where in zip(main.nodes, placed, strict=True)
+        if where.why in (CONSTANT, FOLDED)
+        for name in node.output
+    }
+    return {name: worker.ABSENT_CONSTANT if name in constants else worker.ABSENT for name in names}
 
 
 def _named_nodes(model: Model) -> Path | onnx.ModelProto:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from onnx_gather.graphs.plumbing import node_label
+from onnx_gather.graphs.plumbing import is_constant, node_label
 from onnx_gather.graphs.types import value_types
 from onnx_gather.runtime.backends import Outcome
 from onnx_gather.runtime.comparison import Comparison
@@ -20,11 +20,14 @@ NOTE = "marking every value as an output can change what a backend fuses, and so
 
 def marked(model: Model, only: Collection[str] | None = None) -> Model:
     """``model`` with every typed value its main graph's nodes make (or those of them in ``only``) added to its
-    outputs (``Model.marked``)."""
+    outputs (``Model.marked``), but a Constant's: every backend holds it as the same constant, so it cannot differ
+    (and ONNX Runtime, which makes it an initializer, may not return it)."""
     types = value_types(model.proto).get(0, {})
     present = {value.name for value in (*model.proto.graph.input, *model.proto.graph.output)}
     added = []
     for node in model.proto.graph.node:
+        if is_constant(node):
+            continue
         for name in node.output:
             value_type = types.get(name)
             wanted = only is None or name in only

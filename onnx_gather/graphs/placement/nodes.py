@@ -36,7 +36,7 @@ from onnx import TensorProto, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from onnx_gather.graphs.placement import functions, queries
-from onnx_gather.graphs.plumbing import RANDOM_OPS, Body, attribute, bodies, inner_bodies, subgraphs
+from onnx_gather.graphs.plumbing import RANDOM_OPS, Body, attribute, bodies, inner_bodies, is_constant, subgraphs
 from onnx_gather.graphs.types import ValueType, value_types, without_weights
 
 SMALL_INITIALIZER = 100  # kSmallInitializerThreshold: elements
@@ -182,7 +182,7 @@ class _Graph:
         self.constants = set(initializers) - overridable
         self.small = {name for name, tensor in initializers.items() if math.prod(tensor.dims) <= SMALL_INITIALIZER}
         for node in body.nodes:  # ONNX Runtime turns Constant nodes into initializers as it loads the model
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            if is_constant(node):
                 self.constants.add(node.output[0])
                 if _constant_elements(node) <= SMALL_INITIALIZER:
                     self.small.add(node.output[0])
@@ -311,7 +311,7 @@ def place_nodes(model: onnx.ModelProto) -> dict[str, list[Placed]]:
         preferred = _cpu_preferred(graph, kernels, live)
         verdicts = []
         for position, node in enumerate(body.nodes):
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            if is_constant(node):
                 verdicts.append(Placed("CPU", CONSTANT))
             elif position in folded:
                 verdicts.append(Placed("CPU", FOLDED))
