@@ -176,6 +176,11 @@ def _state(comparison: Comparison, strict_ties: bool) -> str:
     return f"outside tolerance (max abs {figure(comparison.max_abs)})" if comparison.max_abs else "different"
 
 
+def _judged_exactly(parity: Parity) -> bool:
+    """Whether the marked run's values were judged against the exact yardstick (it ran on them)."""
+    return parity.marked_exact is not None and parity.marked_exact.status == "ok"
+
+
 def marked_lines(parity: Parity) -> list[str]:
     """With --all-tensors: what the run with every value marked compared, what it could not return, the values
     outside tolerance, the outputs whose verdict marking changed, and per backend the first nodes whose outputs
@@ -203,7 +208,8 @@ def marked_lines(parity: Parity) -> list[str]:
         )
     for backend, found in parity.divergence.items():
         if not found:
-            lines.append(f"{backend}: no node's outputs differ beyond tolerance while its inputs agree.")
+            beyond = "tolerance and float error" if _judged_exactly(parity) else "tolerance"
+            lines.append(f"{backend}: no node's outputs differ beyond {beyond} while its inputs agree.")
             continue
         lines.append(f"{backend}: first nodes whose outputs differ while their inputs agree, in topological order:")
         for entry in found:
