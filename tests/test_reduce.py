@@ -392,7 +392,7 @@ def test_reduce_chases_the_difference_of_the_size_first_seen_not_a_smaller_drift
     assert [node.name for node in onnx.load(out).graph.node] == ["lookup"]
     assert "  the whole model on openvino: outputs outside tolerance: near (max abs " in printed.out
     assert "  this window on openvino:  outputs outside tolerance: rows (max abs 59, 2 mismatches)" in printed.out
-    assert "reduce:   run 1: " in printed.err and "left out " in printed.err and "runs more" in printed.err
+    assert "reduce:   run 1: " in printed.err and "left out " in printed.err and "within --max-runs" in printed.err
 
 
 def test_a_spent_budget_writes_the_smallest_window_so_far_and_says_it_is_not_minimal(tmp_path, capsys):
