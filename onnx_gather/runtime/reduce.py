@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -184,12 +183,14 @@ class Reducer:
             removed = self._named(sorted(set(smallest[0]) - set(step.kept))) if step.shows else []
             if step.shows and len(step.kept) < len(smallest[0]):
                 smallest[0] = step.kept
-            left = step.most_left + 2 * math.ceil(math.log2(max(step.smallest, 1)))  # halvings to come
             what = f"{counted(len(step.kept), 'node')}: {'shows it' if step.shows else 'does not'}"
             gone = f", left out {listed(removed, 3, quoted=False)}" if removed else ""
+            # the runs to come: the search's, and one of the window found; no bound of the search's is of use
+            allowed = budget.runs - self.runs
             self.progress(
                 f"  run {step.tests}: {what}{gone}; smallest so far {step.smallest} "
-                f"(about {counted(left, 'run')} more, {time.monotonic() - start:.0f} s so far)"
+                f"(about {counted(step.estimate + 1, 'run')} more by an estimate, at most {allowed} within "
+                f"--max-runs; {time.monotonic() - start:.0f} s so far)"
             )
 
         def more() -> bool:  # one run kept for the window found
