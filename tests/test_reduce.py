@@ -3,6 +3,7 @@ node deep in a long chain, cut down on another backend and on real DirectML."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -420,6 +421,21 @@ class _FirstRunsOnly(backends.Cpu):
             self.left -= 1
             outcome.outputs = {name: value + 1 for name, value in outcome.outputs.items()}
         return outcome
+
+
+@pytest.mark.parametrize("budget", [[], ["--max-runs", "6"]])
+def test_the_progress_estimates_the_runs_to_come_and_bounds_them_by_the_budget(tmp_path, capsys, budget):
+    path, given = _gather_chain(tmp_path)
+    arguments = ["reduce", str(path), "--backend", "cpu", "--inputs", str(given), "-o", str(tmp_path / "s.onnx")]
+    assert main([*arguments, *budget]) == 0
+    printed = capsys.readouterr()
+    total = int(re.search(r"\((\d+) runs\)", printed.out)[1])  # the whole model's, the windows', the one found again
+    said = r"run (\d+): .*\(about (\d+) runs? more by an estimate, at most (\d+) within --max-runs"
+    told = [tuple(map(int, found)) for found in re.findall(said, printed.err)]
+    assert len(told) == total - 2
+    assert all(total - 1 - run <= most for run, _, most in told)  # the runs after each line
+    _, last_estimate, last_most = told[-1]
+    assert (last_most if budget else last_estimate) == 1  # the budget spent; the search done, the window run again
 
 
 def test_a_symptom_that_vanishes_is_reported_with_the_smallest_window_that_showed_it(tmp_path):

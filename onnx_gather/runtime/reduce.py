@@ -220,18 +220,16 @@ class Reducer:
 
         def told(step: Step) -> None:
             removed = self._named(sorted(set(smallest[0]) - set(step.kept))) if step.shows else []
-            chunk = max(len(smallest[0]) // step.granularity, 1)  # of the set the search was splitting
             if step.shows and len(step.kept) < len(smallest[0]):
                 smallest[0] = step.kept
-            # Bounds, not a guess: how many runs ddmin takes from here depends on answers it has not had (at worst
-            # it grows with the square of the window), so the progress says what holds: the runs left at this
-            # granularity, and those --max-runs leaves.
             what = f"{counted(len(step.kept), 'node')}: {'shows it' if step.shows else 'does not'}"
             gone = f", left out {listed(removed, 3, quoted=False)}" if removed else ""
+            # the runs to come: the search's, and one of the window found; no bound of the search's is of use
+            allowed = budget.runs - self.runs
             self.progress(
-                f"  run {step.tests}: {what}{gone}; smallest so far {step.smallest} (at most "
-                f"{counted(step.most_left, 'run')} more in chunks of about {counted(chunk, 'node')}, at most "
-                f"{budget.runs - self.runs} within --max-runs; {time.monotonic() - start:.0f} s so far)"
+                f"  run {step.tests}: {what}{gone}; smallest so far {step.smallest} "
+                f"(about {counted(step.estimate + 1, 'run')} more by an estimate, at most {allowed} within "
+                f"--max-runs; {time.monotonic() - start:.0f} s so far)"
             )
 
         def more() -> bool:  # one run kept for the window found
