@@ -30,7 +30,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from onnx_gather.graphs.plumbing import implicit_inputs, nested, sort_topologically
+from onnx_gather.graphs.plumbing import implicit_inputs, nested, orders, sort_topologically
 from onnx_gather.graphs.types import ValueType, value_types
 from onnx_gather.graphs.widen import type_text, widen
 from onnx_gather.runtime import reference
@@ -126,12 +126,11 @@ def _takes(node: onnx.NodeProto, opsets: Mapping[str, int], types: Mapping[str, 
     return all(_takes(inner, opsets, types) for _, graph in nested(node) for inner in graph.node)
 
 
-def _stretches(nodes: Sequence[onnx.NodeProto], routes: Sequence[str]) -> list[tuple[str, list[int]]]:
-    """The nodes (in topological order) in stretches of one route, as few as the dependencies allow: Kahn's
-    algorithm, taking ready nodes of the current route while there are any."""
-    producer = {name: p for p, node in enumerate(nodes) for name in node.output if name}
-    needs = [{producer[n] for n in (set(node.input) | implicit_inputs(node)) if n in producer} for node in nodes]
-    users: list[list[int]] = [[] for _ in nodes]
+def _stretches(needs: Sequence[set[int]], routes: Sequence[str]) -> list[tuple[str, list[int]]]:
+    """The nodes (``needs``: per node, the positions whose outputs it uses, as ``plumbing.Order`` has them) in
+    stretches of one route, as few as the dependencies allow: Kahn's algorithm, taking ready nodes of the current
+    route while there are any."""
+    users: list[list[int]] = [[] for _ in needs]
     for position, need in enumerate(needs):
         for made in need:
             users[made].append(position)
@@ -211,7 +210,7 @@ def _run_stretch(route: str, model: onnx.ModelProto, values: Mapping[str, np.nda
     return route, dict(zip(names, (np.asarray(v) for v in computed), strict=True))
 
 
-def widened_feeds(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _widened_feeds(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``feeds`` as the widened model takes them: FLOAT, FLOAT16 and BFLOAT16 arrays as float64."""
     return {name: np.asarray(a, np.float64) if _is_wide(a) else a for name, a in feeds.items()}
 
@@ -232,11 +231,13 @@ def float64_outputs(
     types = value_types(proto)[0]
     opsets = {_domain(o): o.version for o in proto.opset_import}
     nodes = proto.graph.node
-    stretches = _stretches(nodes, [ONNXRUNTIME if _takes(node, opsets, types) else EVALUATOR for node in nodes])
+    (main,) = [order for order in orders(proto) if order.body.container is proto.graph]
+    routes = [ONNXRUNTIME if _takes(node, opsets, types) else EVALUATOR for node in nodes]
+    stretches = _stretches(main.needs, routes)
     outside = [_outside([nodes[p] for p in positions]) for _, positions in stretches]
     outputs = {value.name for value in proto.graph.output}
     later = Counter(name for used in outside for name in used)  # how many stretches to come use each value
-    values = widened_feeds(feeds)
+    values = _widened_feeds(feeds)
     done = Routes(kept=widened.kept, stretches=len(stretches))
     for (route, positions), used in zip(stretches, outside, strict=True):
         made = {name for p in positions for name in nodes[p].output if name}
