@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import re
 from collections.abc import Callable
@@ -24,10 +25,11 @@ from onnx_gather.conformance import node_suite
 from onnx_gather.core.scatter import dml_scatter_elements
 from onnx_gather.directml.process import DirectMlError, RunnerError
 from onnx_gather.graphs.placement import known
-from onnx_gather.graphs.placement.check import check
+from onnx_gather.graphs.placement.check import check, flagged, measured, reads
 from onnx_gather.graphs.plumbing import node_label
 from onnx_gather.runtime import backends
 from onnx_gather.runtime.comparison import Tolerance, compare, exactness, faulty, is_float
+from onnx_gather.runtime.observe import Observation
 
 # (DirectML's outputs, the reference's (ONNX Runtime's CPU's, None where it failed, or a suite case's expected ones),
 # the feeds): asserts the difference the rule states.
@@ -420,12 +422,15 @@ def test_check_names_the_rule_at_the_repros_node(repro):
 @pytest.mark.parametrize("repro", REPROS, ids=lambda r: f"{r.rule}-{r.name}")
 def test_real_directml_does_what_the_rule_says(repro, tmp_path):
     require_directml(wine=True)
+    (verdict,) = [v for v in _measured(repro.model, repro.feeds) if v.node == repro.node]
+    (flag,) = [k for k in verdict.known if k.rule == repro.rule]
+    assert flag.status == known.Status.MET, flag  # what check --inputs says, confirmed on DirectML below
     model = backends.Model(tmp_path / "repro.onnx", repro.model)
     dml = backends.create("dml")
     if repro.failure:
         with pytest.raises((DirectMlError, RunnerError), match=repro.failure):
             dml.run(model, repro.feeds)
-        SUMMARIES.append(f"known rule {repro.rule} ({repro.name}): DirectML fails with {repro.failure}")
+        SUMMARIES.append(f"known rule {repro.rule} ({repro.name}): {_said(flag)}, DirectML fails with {repro.failure}")
         return
     reference = None
     if repro.expected is not None:
@@ -450,7 +455,11 @@ def test_real_directml_does_what_the_rule_says(repro, tmp_path):
     verdicts = ""
     if repro.expected is None and reference is not None:  # parity's verdict against the CPU: the yardstick keeps it
         verdicts = _judged_exactly(model, repro.feeds, reference, outputs)
-    SUMMARIES.append(f"known rule {repro.rule} ({repro.name}): DirectML differs as the rule says{verdicts}")
+    SUMMARIES.append(f"known rule {repro.rule} ({repro.name}): {_said(flag)}, DirectML differs as it says{verdicts}")
+
+
+def _said(flag: known.Known) -> str:
+    return "met by the graph" if flag.certain else f"met by {flag.count} elements of the repro's inputs"
 
 
 def _judged_exactly(model, feeds, reference, outputs) -> str:
@@ -476,3 +485,285 @@ def test_every_rule_is_named_in_the_docs_known_failures():
     section = text[text.index("## Known DirectML failures") :]
     named = set(re.findall(r"`([a-z0-9]+(?:-[a-z0-9]+)+)`", " ".join(re.findall(r"^\* \[([^\]]+)\]", section, re.M))))
     assert named == set(known.rule_names())
+
+
+def _measured(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list:
+    """``check``'s verdicts with every flag held to one CPU run of ``model`` on ``feeds``, as ``check --inputs``."""
+    verdicts = check(model)
+    run = Observation(feeds).values(model, reads(verdicts))
+    assert not run.failure, run.failure
+    return measured(verdicts, run.arrays)
+
+
+@pytest.mark.parametrize("repro", REPROS, ids=lambda r: f"{r.rule}-{r.name}")
+def test_the_repros_inputs_meet_the_rule(repro):
+    (verdict,) = [v for v in _measured(repro.model, repro.feeds) if v.node == repro.node]
+    (found,) = [k for k in verdict.known if k.rule == repro.rule]
+    assert found.status == known.Status.MET, found
+    assert found.certain or found.count > 0
+
+
+def _graph(nodes, inputs, weights=(), opset=17, outputs=("y",)) -> onnx.ModelProto:
+    """``nodes`` (the one the test asks about named "node") of float inputs ``inputs`` (name -> dims), making
+    ``outputs``."""
+    io = [h.make_tensor_value_info(name, T.FLOAT, dims) for name, dims in inputs.items()]
+    constants = [numpy_helper.from_array(np.asarray(value), name) for name, value in dict(weights).items()]
+    made = [h.make_value_info(name, onnx.TypeProto()) for name in outputs]
+    return _model(nodes, io, made, constants, opset)
+
+
+def _flag(model: onnx.ModelProto, rule: str) -> known.Known:
+    (verdict,) = [v for v in check(model) if v.node == "node"]
+    (found,) = [k for k in verdict.known if k.rule == rule]
+    return found
+
+
+f32 = np.float32
+
+
+def _cast_node(to: int) -> onnx.NodeProto:
+    return h.make_node("Cast", ["r"], ["y"], name="node", to=to)
+
+
+INF = np.float32(np.inf)
+# rule -> (a model whose graph rules the condition out, one where a run may meet it), each at the node "node"
+RULED_OUT = {
+    "pow-zero-zero": (
+        _graph([h.make_node("Pow", ["x", "two"], ["y"], name="node")], {"x": [3]}, {"two": f32(2.0)}),
+        _graph([h.make_node("Pow", ["x", "zero"], ["y"], name="node")], {"x": [3]}, {"zero": f32(0.0)}),
+    ),
+    "pow-zero-zero/base": (
+        _graph(
+            [
+                h.make_node("Exp", ["x"], ["e"]),
+                h.make_node("Add", ["e", "one"], ["b"]),
+                h.make_node("Pow", ["b", "p"], ["y"], name="node"),
+            ],
+            {"x": [3], "p": [3]},
+            {"one": f32(1.0)},
+        ),
+        _graph(
+            [h.make_node("Exp", ["x"], ["b"]), h.make_node("Pow", ["b", "p"], ["y"], name="node")],
+            {"x": [3], "p": [3]},
+        ),
+    ),
+    "clip-min-above-max": (
+        _graph([h.make_node("Clip", ["x", "low", "high"], ["y"], name="node")], {"x": [3], "low": []}, {"high": INF}),
+        _graph([h.make_node("Clip", ["x", "low", "high"], ["y"], name="node")], {"x": [3], "low": [], "high": []}),
+    ),
+    "log-subnormal": (
+        _graph(
+            [h.make_node("Clip", ["x", "tiny", "inf"], ["c"]), h.make_node("Log", ["c"], ["y"], name="node")],
+            {"x": [3]},
+            {"tiny": f32(1e-10), "inf": INF},
+        ),
+        _graph(
+            [h.make_node("Clip", ["x", "zero", "inf"], ["c"]), h.make_node("Log", ["c"], ["y"], name="node")],
+            {"x": [3]},
+            {"zero": f32(0.0), "inf": INF},
+        ),
+    ),
+    "log-subnormal/square": (
+        _graph(
+            [
+                h.make_node("Mul", ["x", "x"], ["s"]),
+                h.make_node("Add", ["s", "eps"], ["a"]),
+                h.make_node("Log", ["a"], ["y"], name="node"),
+            ],
+            {"x": [3]},
+            {"eps": f32(1e-10)},
+        ),
+        _graph(
+            [
+                h.make_node("Mul", ["x", "x"], ["s"]),
+                h.make_node("Add", ["s", "eps"], ["a"]),
+                h.make_node("Log", ["a"], ["y"], name="node"),
+            ],
+            {"x": [3]},
+            {"eps": f32(1e-45)},  # itself subnormal
+        ),
+    ),
+    "cast-to-int64": (
+        _graph(
+            [h.make_node("Relu", ["x"], ["r"]), h.make_node("Cast", ["r"], ["y"], name="node", to=T.INT64)], {"x": [3]}
+        ),
+        _graph(
+            [h.make_node("Neg", ["x"], ["r"]), h.make_node("Cast", ["r"], ["y"], name="node", to=T.INT64)], {"x": [3]}
+        ),
+    ),
+    "cast-saturates": (
+        _graph(
+            [
+                h.make_node("Clip", ["x", "low", "high"], ["c"]),
+                h.make_node("Cast", ["c"], ["y"], name="node", to=T.UINT8),
+            ],
+            {"x": [3]},
+            {"low": f32(0), "high": f32(255)},
+        ),
+        _graph(
+            [
+                h.make_node("Clip", ["x", "low", "high"], ["c"]),
+                h.make_node("Cast", ["c"], ["y"], name="node", to=T.UINT8),
+            ],
+            {"x": [3]},
+            {"low": f32(-5), "high": f32(255)},
+        ),
+    ),
+    "cast-saturates/sigmoid": (
+        _graph(
+            [
+                h.make_node("Sigmoid", ["x"], ["s"]),
+                h.make_node("Mul", ["s", "scale"], ["r"]),
+                _cast_node(T.INT32),
+            ],
+            {"x": [3]},
+            {"scale": f32(1e6)},
+        ),
+        _graph(
+            [h.make_node("Exp", ["x"], ["m"]), h.make_node("Cast", ["m"], ["y"], name="node", to=T.INT32)], {"x": [3]}
+        ),
+    ),
+    "mod-fmod-0-infinity": (
+        _graph([h.make_node("Mod", ["x", "three"], ["y"], name="node")], {"x": [3]}, {"three": f32(3)}),
+        _graph([h.make_node("Mod", ["x", "d"], ["y"], name="node")], {"x": [3], "d": [3]}),
+    ),
+    "empty-output": (
+        _graph(
+            [
+                h.make_node("Abs", ["x"], ["a"]),
+                h.make_node("Add", ["a", "one"], ["p"]),
+                h.make_node("NonZero", ["p"], ["y"], name="node"),
+                h.make_node("Neg", ["x"], ["z"]),
+            ],
+            {"x": [3]},
+            {"one": f32(1)},
+            outputs=("y", "z"),
+        ),
+        _graph(
+            [h.make_node("NonZero", ["x"], ["y"], name="node"), h.make_node("Neg", ["x"], ["z"])],
+            {"x": [3]},
+            outputs=("y", "z"),
+        ),
+    ),
+    "reshape-allowzero": (
+        _graph(
+            [h.make_node("Reshape", ["x", "s"], ["y"], name="node", allowzero=1)], {"x": [6]}, {"s": np.array([2, 3])}
+        ),
+        _graph(
+            [h.make_node("Relu", ["x"], ["r"]), h.make_node("Reshape", ["r", "s"], ["y"], name="node", allowzero=1)],
+            {"x": [6], "s": [1]},
+        ),
+    ),
+    "scatter-out-of-bounds": (
+        _graph(
+            [h.make_node("ScatterElements", ["x", "i", "u"], ["y"], name="node", axis=0)],
+            {"x": [3], "u": [2]},
+            {"i": np.array([0, -3])},
+            opset=16,
+        ),
+        _graph(
+            [h.make_node("ScatterElements", ["x", "i", "u"], ["y"], name="node", axis=0)],
+            {"x": [3], "u": [2]},
+            {"i": np.array([0, 3])},
+            opset=16,
+        ),
+    ),
+    "scatter-duplicates": (
+        _graph(
+            [h.make_node("ScatterElements", ["x", "i", "u"], ["y"], name="node", axis=0)],
+            {"x": [3], "u": [2]},
+            {"i": np.array([0, 2])},
+            opset=16,
+        ),
+        _graph(
+            [h.make_node("ScatterElements", ["x", "i", "u"], ["y"], name="node", axis=0)],
+            {"x": [3], "u": [2]},
+            {"i": np.array([2, -1])},  # the same element twice
+            opset=16,
+        ),
+    ),
+    "resize-pytorch-half-pixel": (
+        _graph(
+            [
+                h.make_node(
+                    "Resize",
+                    ["x", "", "", "sizes"],
+                    ["y"],
+                    name="node",
+                    mode="linear",
+                    coordinate_transformation_mode="pytorch_half_pixel",
+                )
+            ],
+            {"x": [1, 1, 4, 4]},
+            {"sizes": np.array([1, 1, 3, 2])},
+        ),
+        _graph(
+            [
+                h.make_node(
+                    "Resize",
+                    ["x", "", "", "sizes"],
+                    ["y"],
+                    name="node",
+                    mode="linear",
+                    coordinate_transformation_mode="pytorch_half_pixel",
+                )
+            ],
+            {"x": [1, 1, 4, 4], "sizes": [4]},
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", RULED_OUT, ids=str)
+def test_a_rule_the_graph_rules_out_is_not_raised(case):
+    rule = case.split("/")[0]
+    out, possible = RULED_OUT[case]
+    found = _flag(out, rule)
+    assert found.status == known.Status.RULED_OUT and found.ruled_out and found.when, found
+    assert [(g.status, len(g.nodes)) for g in flagged(check(out)) if g.rule == rule] == [(known.Status.RULED_OUT, 1)]
+    other = _flag(possible, rule)
+    assert other.status in (known.Status.POSSIBLE, known.Status.MET) and not other.ruled_out, other
+
+
+def test_every_rule_that_depends_on_values_has_a_ruled_out_case_or_none_can():
+    """The rules whose condition a run decides: those the graph can rule out have a case above."""
+    conditional = {k.rule for r in REPROS for v in check(r.model) for k in v.known if k.when}
+    unrulable = {"dynamicquantizelinear-rounding", "reduce-empty-set", "quantize-per-axis-21"}
+    cases = {case.split("/")[0] for case in RULED_OUT}
+    assert conditional - unrulable <= cases <= set(known.rule_names())
+
+
+def test_check_inputs_says_met_with_a_count_and_not_met_in_its_json(tmp_path, capsys):
+    from onnx_gather.app.cli import main
+
+    model = Path(__file__).resolve().parents[1] / "models" / "pow_chain.onnx"
+    given = np.load(model.with_suffix(".npz"))["x"]
+    np.savez(tmp_path / "ones.npz", x=np.ones_like(given))
+
+    def flags(*words: str) -> tuple[list[dict], dict]:
+        capsys.readouterr()
+        assert main(["check", str(model), "--json", *words]) == 0
+        document = json.loads(capsys.readouterr().out)
+        return [k for node in document["nodes"] for k in node["known"]], document["known"]
+
+    (found,), counts = flags("--inputs", str(model.with_suffix(".npz")))
+    assert (found["rule"], found["status"], found["count"]) == ("pow-zero-zero", "met", 1)
+    assert counts == {"met": 1, "not met": 0, "possible": 0, "ruled out": 0}
+    (found,), counts = flags("--inputs", str(tmp_path / "ones.npz"))
+    assert (found["status"], found["count"]) == ("not met", 0) and found["when"]
+    (found,), _ = flags()
+    assert found["status"] == "possible"
+
+
+def test_ruled_out_flags_are_said_only_with_all_nodes(tmp_path, capsys):
+    from onnx_gather.app.cli import main
+
+    model, rule = RULED_OUT["pow-zero-zero"][0], "pow-zero-zero"
+    onnx.save(model, tmp_path / "pow_two.onnx")
+    for words, shown in (([], False), (["--all-nodes"], True)):
+        capsys.readouterr()
+        assert main(["check", str(tmp_path / "pow_two.onnx"), *words]) == 0
+        text = capsys.readouterr().out
+        assert (f"{rule}, ruled out at 1 node" in text) == shown, text
+        assert "its exponent is the constant 2" in text if shown else "1 ruled out by the graph" in text
+        assert "possible" not in text

@@ -12,13 +12,14 @@ from onnx_gather.app.options import InputChoice
 from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
 from onnx_gather.core.scatter import DUPLICATE_MODES
-from onnx_gather.core.words import counted
+from onnx_gather.core.words import counted, listed
 from onnx_gather.graphs import allowzero, model_io
 from onnx_gather.graphs.changes import Report
 from onnx_gather.graphs.convert import PROVIDER_FAILURES, convert
 from onnx_gather.graphs.lowering.lower import lower
-from onnx_gather.graphs.placement.check import check, check_document, summary
+from onnx_gather.graphs.placement.check import Verdict, check, check_document, flagged, measured, reads, summary
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
+from onnx_gather.graphs.placement.known import Status
 
 _RANK_RUN = (
     "The inputs options are those of the run of ONNX Runtime that tells the ranks no shape inference can (made only "
@@ -201,18 +202,50 @@ class CheckCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         model, choice = model_io.load(args.model), InputChoice.of(args)
-        verdicts = check(model, args.feature_level, choice.observation(choice.given(model), Path(args.model).parent))
-        lines = summary(verdicts, args.feature_level)
+        given = choice.given(model)
+        observation = choice.observation(given, Path(args.model).parent)
+        verdicts = check(model, args.feature_level, observation)
+        lines = []
+        if args.inputs or args.shape:  # what these inputs meet of the flags a run can tell
+            run = observation.values(model, reads(verdicts))
+            verdicts = measured(verdicts, run.arrays)
+            lines.append(
+                f"Known behaviours measured on one run of ONNX Runtime's CPU on {run.inputs}."
+                if not run.failure
+                else f"The flags that read what the run did not make stay possible: {run.failure}."
+            )
+        lines = summary(verdicts, args.feature_level) + lines
         if args.json:
-            print(json.dumps(check_document(args.model, args.feature_level, verdicts, lines), indent=2))
+            document = check_document(args.model, args.feature_level, verdicts, lines, args.all_nodes)
+            print(json.dumps(document, indent=2))
         else:
-            for verdict in verdicts:
-                if args.all_nodes or verdict.gather or verdict.known or verdict.runs_on != "DirectML":
-                    where = f"({verdict.op_type}, {verdict.where})"
-                    print(f"{verdict.status:<8} node {verdict.node!r} {where}: {verdict.reason}")
-                for found in verdict.known:
-                    print(f"         {found.kind}: {found.what}")
-                if verdict.ranks:
-                    print(f"         ranks: {verdict.ranks}")
-            print("\n".join(lines))
+            _print_check(verdicts, lines, args.all_nodes)
         return 1 if any(v.status in ("fails", "refused") for v in verdicts) else 0
+
+
+_SHOWN = (Status.MET, Status.POSSIBLE)  # the flags shown without --all-nodes
+
+
+def _print_check(verdicts: list[Verdict], lines: list[str], every: bool) -> None:
+    """A line per gather, node off DirectML or failing (per node with ``every``), then the known behaviours grouped
+    by rule and status (the ruled-out and not-met ones with ``every``), then the summary."""
+    for verdict in verdicts:
+        if every or verdict.gather or verdict.runs_on != "DirectML" or verdict.status == "fails":
+            where = f"({verdict.op_type}, {verdict.where})"
+            print(f"{verdict.status:<8} node {verdict.node!r} {where}: {verdict.reason}")
+            if every:
+                for found in verdict.known:
+                    why = f": {found.ruled_out}" if found.status == Status.RULED_OUT else ""
+                    print(f"         {found.kind} ({found.status}{why}): {found.what}")
+        if verdict.ranks:
+            print(f"         ranks: {verdict.ranks}")
+    for group in flagged(verdicts):
+        if every or group.status in _SHOWN:
+            nodes = listed(
+                (f"{name!r}" + (f" ({counted(count, 'element')})" if count else "") for name, count in group.nodes),
+                limit=3,
+                quoted=False,
+            )
+            print(f"{group.kind:<8} {group.rule}, {group.status} at {counted(len(group.nodes), 'node')}: {nodes}")
+            print(f"         {group.what}" + (f"; {group.when}" if group.when else ""))
+    print("\n".join(lines))

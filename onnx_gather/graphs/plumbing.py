@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,6 +213,21 @@ def implicit_inputs(node: onnx.NodeProto) -> set[str]:
     for _, graph in nested(node):
         taken |= _free_names(graph, [set(inner.input) | implicit_inputs(inner) for inner in graph.node])
     return taken
+
+
+def needed_nodes(graph: onnx.GraphProto, names: Iterable[str]) -> list[onnx.NodeProto]:
+    """The nodes of ``graph`` that computing ``names`` takes (their producers, and theirs, subgraphs' outer names
+    included), in the graph's order."""
+    producer = {out: position for position, node in enumerate(graph.node) for out in node.output}
+    wanted, needed = [name for name in names if name in producer], set()
+    while wanted:
+        position = producer.get(wanted.pop())
+        if position is None or position in needed:
+            continue
+        needed.add(position)
+        node = graph.node[position]
+        wanted.extend(name for name in (*node.input, *implicit_inputs(node)) if name)
+    return [node for position, node in enumerate(graph.node) if position in needed]
 
 
 def _order(body: Body, uses: list[set[str]]) -> Order:

@@ -5,8 +5,10 @@ and 6; the rules are in ``placement.gather``, ``placement.nodes`` and ``placemen
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import onnx
 
 from onnx_gather.core import contract
@@ -46,6 +48,7 @@ from onnx_gather.graphs.plumbing import (
     sort_topologically,
     use_counts,
 )
+from onnx_gather.graphs.ranges import Ranges
 from onnx_gather.graphs.ranks import Observer
 from onnx_gather.graphs.types import ValueType
 
@@ -152,6 +155,7 @@ def check(
         types = analysis.types.get(body.scope, {})
         outputs = frozenset(o if isinstance(o, str) else o.name for o in body.container.output)
         graph = DefUse(body, uses[body.scope], model.ir_version)
+        ranges = Ranges(graph, types)
         for position, node in enumerate(body.nodes):
             where = placed[body.where][position] if body.where in placed else None
             if contract.is_dml(node):
@@ -168,12 +172,29 @@ def check(
             else:
                 verdict = _node(body, types, node, position, feature_level, where)
             if verdict.runs_on == "DirectML":
-                found = tuple(known.known(known.Node(node, types, graph, outputs, body.opset)))
-                failing = [k for k in found if k.kind == known.FAILS and k.certain]
-                status = "fails" if failing and verdict.status == "DirectML" else verdict.status
-                verdict = replace(verdict, status=status, known=found)
+                found = tuple(known.known(known.Node(node, types, graph, outputs, body.opset, ranges)))
+                verdict = _with_known(verdict, found)
             verdicts.append(verdict)
     return verdicts
+
+
+def _with_known(verdict: Verdict, found: tuple[known.Known, ...]) -> Verdict:
+    """``verdict`` with the known behaviours at its node: it fails where a failure is met."""
+    failing = any(k.kind == known.FAILS and k.status == known.Status.MET for k in found)
+    status = "fails" if failing and verdict.status == "DirectML" else verdict.status
+    return replace(verdict, status=status, known=found)
+
+
+def reads(verdicts: list[Verdict]) -> list[str]:
+    """The values the flags of ``verdicts`` read to tell, from a run, whether they are met."""
+    names = (name for v in verdicts for k in v.known if k.status == known.Status.POSSIBLE for name in k.reads)
+    return list(dict.fromkeys(name for name in names if name))
+
+
+def measured(verdicts: list[Verdict], values: Mapping[str, np.ndarray]) -> list[Verdict]:
+    """``verdicts`` with each flag held to a run's ``values``: met (with its count), not met, or still possible
+    where the run did not show a value it reads."""
+    return [_with_known(v, tuple(k.measure(values) for k in v.known)) if v.known else v for v in verdicts]
 
 
 def _node(
@@ -246,22 +267,49 @@ def summary(verdicts: list[Verdict], feature_level: str) -> list[str]:
         parts.append(f"{failing} failing")
     if runs["unknown"]:
         parts.append(f"{runs['unknown']} unknown until the model runs")
-    found = Counter((_label(k), k.rule) for v in verdicts for k in v.known)
-    for label in ("known to fail", "may fail", "known to differ"):
-        rules = ", ".join(f"{rule} {count}" for (k, rule), count in sorted(found.items()) if k == label)
-        if rules:
-            parts.append(f"{sum(c for (k, _), c in found.items() if k == label)} {label} ({rules})")
     lines = [f"{counted(len(verdicts), 'node')} at DirectML feature level {feature_level}: {', '.join(parts)}."]
+    flagged = Counter((k.status, k.rule) for v in verdicts for k in v.known)
+    if flagged:
+        said = []
+        for status in known.Status:
+            rules = ", ".join(f"{rule} {count}" for (s, rule), count in sorted(flagged.items()) if s == status)
+            if rules:
+                total = sum(count for (s, _), count in flagged.items() if s == status)
+                label = "ruled out by the graph" if status == known.Status.RULED_OUT else status.value
+                said.append(f"{total} {label} ({rules})")
+        lines.append(f"Known DirectML behaviours at these nodes: {'; '.join(said)}.")
     gathers = [v for v in verdicts if v.gather]
     if gathers:
         lines.append(_gathers(gathers, feature_level))
     return lines
 
 
-def _label(found: known.Known) -> str:
-    if found.kind == known.DIFFERS:
-        return "known to differ"
-    return "known to fail" if found.certain else "may fail"
+@dataclass(frozen=True)
+class Flagged:
+    """The nodes where one rule's flag has one status: the rule's kind, what DirectML does and when, the nodes with
+    the count of elements a run met at each (None where no run counted)."""
+
+    rule: str
+    kind: known.Kind
+    status: known.Status
+    what: str
+    when: str
+    nodes: tuple[tuple[str, int | None], ...]
+
+
+def flagged(verdicts: list[Verdict]) -> list[Flagged]:
+    """The flags of ``verdicts`` grouped by rule and status: met first, then possible, not met, ruled out."""
+    groups: dict[tuple[known.Status, str], list[tuple[known.Known, str]]] = {}
+    for v in verdicts:
+        for k in v.known:
+            groups.setdefault((k.status, k.rule), []).append((k, v.node))
+    order = list(known.Status)
+    return [
+        Flagged(
+            rule, found[0][0].kind, status, found[0][0].what, found[0][0].when, tuple((n, k.count) for k, n in found)
+        )
+        for (status, rule), found in sorted(groups.items(), key=lambda item: (order.index(item[0][0]), item[0][1]))
+    ]
 
 
 def _gathers(verdicts: list[Verdict], feature_level: str) -> str:
@@ -282,8 +330,11 @@ def _gathers(verdicts: list[Verdict], feature_level: str) -> str:
     return f"{counted(len(verdicts), 'gather')} at DirectML feature level {feature_level}: {', '.join(parts)}."
 
 
-def check_document(model: str, feature_level: str, verdicts: list[Verdict], lines: list[str]) -> dict:
-    """``check --json``: every node with its provider, reason and known behaviours, and the summary lines."""
+def check_document(
+    model: str, feature_level: str, verdicts: list[Verdict], lines: list[str], every: bool = False
+) -> dict:
+    """``check --json``: every node with its provider, reason and known behaviours (the ruled-out ones with
+    ``every``), the flags counted by status, and the summary lines."""
     nodes = [
         {
             "name": v.node,
@@ -294,15 +345,21 @@ def check_document(model: str, feature_level: str, verdicts: list[Verdict], line
             "reason": v.reason,
             "known": [
                 {
-                    "kind": k.kind,
-                    "what": k.what,
+                    "kind": k.kind.value,
                     "rule": k.rule,
-                    **({"certain": k.certain} if k.kind == "fails" else {}),
+                    "what": k.what,
+                    "status": k.status.value,
+                    **({"when": k.when} if k.when else {}),
+                    **({"ruled_out": k.ruled_out} if k.status == known.Status.RULED_OUT else {}),
+                    **({"count": k.count} if k.count is not None else {}),
                 }
                 for k in v.known
+                if every or k.status != known.Status.RULED_OUT
             ],
             **({"ranks": v.ranks} if v.ranks else {}),
         }
         for v in verdicts
     ]
-    return {"model": model, "feature_level": feature_level, "nodes": nodes, "summary": lines}
+    statuses = Counter(k.status.value for v in verdicts for k in v.known)
+    counts = {status.value: statuses[status.value] for status in known.Status}
+    return {"model": model, "feature_level": feature_level, "nodes": nodes, "known": counts, "summary": lines}
