@@ -26,6 +26,7 @@ from onnx_gather.core import contract
 from onnx_gather.core.form import dml_form
 from onnx_gather.graphs.emit import single_node_model
 from onnx_gather.graphs.types import value_types
+from onnx_gather.runtime import ops
 
 # name, op, data shape, indices shape (standard ONNX), axis (GatherND: batch_dims; its tuples have 1 coordinate)
 CASES = [
@@ -81,7 +82,13 @@ def _sessions(op: str, data: np.ndarray, indices: np.ndarray, axis: int):
     model = single_node_model(
         contract.BY_STANDARD[op].op_type, data.dtype, indices.dtype, out_of_bounds="directml", **attributes
     )
-    sessions["op"] = (onnx_gather.InferenceSession(model, _options()), {"input": dml_data, "indices": dml_indices})
+    dml_feeds = {"input": dml_data, "indices": dml_indices}
+    sessions["op"] = (onnx_gather.InferenceSession(model, _options()), dml_feeds)
+    # The same op in a plain session: what onnx_gather.InferenceSession.run adds (Ctrl-C, the ops' errors) per run
+    plain = onnxruntime.InferenceSession(
+        model.SerializeToString(), ops.register(_options()), providers=["CPUExecutionProvider"]
+    )
+    sessions["plain op"] = (plain, dml_feeds)
     for mode in MODES:
         lowered = onnx_gather.to_onnx(onnx_gather.to_dml(original, out_of_bounds=mode))
         sessions[f"lowered {mode}"] = (_plain(lowered), feeds)
@@ -155,6 +162,9 @@ def main() -> None:
             f"{name:<40} {r['native'] * 1e3:>10.3f} {r['floor'] * 1e3:>9.3f} {r['op'] * 1e3:>8.3f} "
             f"{op_native:>10.2f} {op_floor:>9.2f}" + "".join(f" {lowered[mode]:>24.2f}" for mode in worst_lowered)
         )
+        if tiny:
+            overhead = (r["op"] - r["plain op"]) * 1e6
+            print(f"  per-run overhead of onnx_gather.InferenceSession over a plain session: {overhead:.1f} us")
     lowered_line = ", ".join(f"{mode} {ratio:.2f}" for mode, ratio in worst_lowered.items())
     print(f"worst lowered/native on the large cases: {lowered_line}")
     print(f"worst op/floor: {worst:.2f}")
