@@ -658,3 +658,42 @@ def test_a_dml_node_whose_axis_a_function_call_gives_is_left_by_the_lowering_wit
     assert [(c.op_type, c.reason) for c in report.left] == [
         ("DmlGatherElements", "its axis is the function's attribute 'ax', whose value each call gives")
     ]
+
+
+def _runtime_scalar_indices() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """ONNX Runtime's kernel test GatherND_runtime_scalar_indices_error: indices of no declared shape, a scalar when
+    the model runs."""
+    graph = h.make_graph(
+        [h.make_node("GatherND", ["x", "i"], ["y"], name="nd")],
+        "scalar",
+        [h.make_tensor_value_info("x", T.FLOAT, [2, 2]), h.make_tensor_value_info("i", T.INT64, None)],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
+    return model, {"x": np.arange(4, dtype=np.float32).reshape(2, 2), "i": np.array(1, np.int64)}
+
+
+def test_gather_nd_of_scalar_indices_a_run_brings_fails_as_directml_does():
+    from onnx_gather.graphs.convert import ProviderFailure
+
+    model, feeds = _runtime_scalar_indices()
+    observation = Observation(feeds)
+    with pytest.raises(ProviderFailure, match=r"GatherND node 'nd' .* indices are a scalar .*80070057"):
+        convert(model, observation=observation)
+    (verdict,) = check(model, observation=observation)
+    assert verdict.status == "fails" and "80070057" in verdict.reason
+    onnx_values = convert(model, observation=observation, provider_failures="onnx")
+    assert [c.node for c in onnx_values[1].left] == ["nd"]
+
+
+@pytest.mark.directml
+def test_real_directml_fails_gather_nd_of_scalar_indices_when_it_runs(tmp_path):
+    from conftest import require_directml
+
+    from onnx_gather.directml.process import DirectMlError
+    from onnx_gather.runtime import backends
+
+    require_directml(wine=True)
+    model, feeds = _runtime_scalar_indices()
+    with pytest.raises(DirectMlError, match="80070057"):
+        backends.create("dml").run(backends.Model(tmp_path / "nd.onnx", model), feeds)

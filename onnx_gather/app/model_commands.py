@@ -206,7 +206,7 @@ class CheckCommand(Command):
         observation = choice.observation(given, Path(args.model).parent)
         verdicts = check(model, args.feature_level, observation)
         lines = []
-        if args.inputs or args.shape:  # what these inputs meet of the flags a run can tell
+        if (args.inputs or args.shape) and reads(verdicts):  # what these inputs meet of the flags a run can tell
             run = observation.values(model, reads(verdicts))
             verdicts = measured(verdicts, run.arrays)
             lines.append(

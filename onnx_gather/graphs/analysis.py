@@ -5,6 +5,7 @@ provider. ``convert`` rewrites what this decides; ``check`` reports it without c
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -161,7 +162,8 @@ class Analysis:
         )
         plan, fails = self._placed(body, node, index, plan)
         if isinstance(plan, Left):
-            return plan, _left_change(body, types, node, index, plan)
+            change = _left_change(body, types, node, index, plan)
+            return plan, dataclasses.replace(change, fails=_left_fails(change))
         return plan, self._converted_change(body, node, index, plan, fails)
 
     def _placed(
@@ -234,6 +236,16 @@ def _told(known: ValueType | None, tuple_length: bool) -> bool:
     if known is None or known.rank is None:
         return False
     return not tuple_length or (bool(known.dims) and isinstance(known.dims[-1], int))
+
+
+def _left_fails(change: NodeChange) -> str:
+    """Why the provider fails a gather DML form cannot express but the provider takes all the same: a GatherND of
+    indices a run brings as a scalar; "" for every other."""
+    if change.op_type != "GatherND" or change.data is None or change.indices is None or change.indices.rank != 0:
+        return ""
+    level = FEATURE_LEVELS[HIGHEST_LEVEL]
+    placement = place_gather(change.op_type, change.data, change.indices, 0, level, change.out_rank, change.batch)
+    return placement.reason if placement.provider == "fails" else ""
 
 
 def _left_change(body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int, plan: Left) -> NodeChange:

@@ -95,11 +95,11 @@ class _Converter:
         self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
     ) -> tuple[list[onnx.NodeProto] | None, dict[str, ValueType]]:
         plan, change = self.analysis.decide(body, types, node, index)
+        if change.fails and self.provider_failures == "raise":
+            raise _failure(change)
         if isinstance(plan, Left):
             self.report.left.append(change)
             return None, {}
-        if change.fails and self.provider_failures == "raise":
-            raise _failure(change)
         if plan.slice is not None and self.provider_failures == "raise":
             plan = dataclasses.replace(plan, slice=None)  # dynamic dims: the DML node fails if they differ, as DirectML
         self.report.changed.append(change)

@@ -113,6 +113,8 @@ def _standard(change: NodeChange, level_name: str, placed: Placed | None) -> Ver
 
     if placed is not None and placed.why in REASONS:
         return verdict("CPU", cpu_reason(placed.why))
+    if change.fails and not change.result:  # a gather DML form cannot express that the provider takes and fails
+        return verdict("fails", change.fails)
     if change.data is None or change.indices is None:
         return verdict("unknown", f"the provider decides when it runs: {change.reason}")
     level = FEATURE_LEVELS[level_name]

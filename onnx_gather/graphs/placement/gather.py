@@ -118,10 +118,17 @@ class Placement:
 
 
 def place_gather(
-    op_type: str, data: ValueType, indices: ValueType, axis: int, level: FeatureLevel, out_rank: int, batch: int = 0
+    op_type: str,
+    data: ValueType,
+    indices: ValueType,
+    axis: int,
+    level: FeatureLevel,
+    out_rank: int | None,
+    batch: int = 0,
 ) -> Placement:
     """Where the provider, on a device of feature ``level``, puts ``op_type`` of ``data`` at ``indices`` (known ranks;
-    ``axis`` non-negative; GatherND's ``batch`` dims) with an output of ``out_rank``."""
+    ``axis`` non-negative; GatherND's ``batch`` dims) with an output of ``out_rank`` (None: ONNX gives none, the
+    gather being invalid)."""
     cpu = "ONNX Runtime's CPU provider runs it, where an out-of-bounds index is an error"
     if data.elem_type in NOT_REGISTERED:
         return Placement("CPU", f"{dml_type_name(data.elem_type)} gathers are not registered for DirectML; {cpu}")
@@ -130,8 +137,15 @@ def place_gather(
     if lacking:
         return Placement("CPU", f"a device of feature level {level.name} lacks {' and '.join(lacking)}; {cpu}")
     ranks = {"data": data.rank, "indices": indices.rank, "output": out_rank}
-    over = [f"{role} {rank}" for role, rank in ranks.items() if rank > MAX_DIMENSION_COUNT]
+    over = [f"{role} {rank}" for role, rank in ranks.items() if rank is not None and rank > MAX_DIMENSION_COUNT]
     when = "when the session is created (static shapes) or when it runs (dynamic ones)"
+    if op_type == "GatherND" and indices.rank == 0:  # ONNX Runtime's GatherND_runtime_scalar_indices_error
+        return Placement(
+            "fails",
+            "its indices are a scalar (rank 0, as a run brings them: declared so, ONNX Runtime's shape inference "
+            "refuses the model for every provider): the provider takes the node and fails when it runs "
+            "(MLOperatorAuthorImpl.cpp(2818) 80070057), where ONNX Runtime's CPU fails too",
+        )
     if over:
         return Placement(
             "fails",
