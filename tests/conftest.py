@@ -127,6 +127,19 @@ def pytest_configure(config):
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_sessionfinish(session):
+    """In an xdist worker: hand the tables it made to the controller, which prints them (pytest_testnodedown)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["summaries"] = list(SUMMARIES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """In the controller of xdist: the tables a worker made, printed with this process's own."""
+    SUMMARIES.extend(getattr(node, "workeroutput", {}).get("summaries", []))
+
+
 def pytest_terminal_summary(terminalreporter, config):
     seed = config.getoption("randomly_seed", default=None)  # pytest-randomly's header is hidden by -q
     if seed is not None:

@@ -244,7 +244,13 @@ def _untouched(folder: Path, mode: str) -> Iterator[None]:
 
 
 FOLDERS = ["watched", "read-only"]
-BACKENDS = ["pyop", "cpu", "lowered", "openvino", pytest.param("dml", marks=pytest.mark.directml)]
+BACKENDS = [
+    "pyop",
+    "cpu",
+    "lowered",
+    pytest.param("openvino", marks=pytest.mark.openvino),
+    pytest.param("dml", marks=pytest.mark.directml),
+]
 
 
 @pytest.mark.parametrize("mode", FOLDERS)

@@ -22,6 +22,7 @@ from onnx import numpy_helper
 from onnx.backend.test.case.test_case import TestCase
 
 from onnx_gather.conformance import node_suite
+from onnx_gather.core.words import counted
 from onnx_gather.core.scatter import dml_scatter_elements
 from onnx_gather.directml.process import DirectMlError, RunnerError
 from onnx_gather.graphs.placement import known
@@ -459,7 +460,7 @@ def test_real_directml_does_what_the_rule_says(repro, tmp_path):
 
 
 def _said(flag: known.Known) -> str:
-    return "met by the graph" if flag.certain else f"met by {flag.count} elements of the repro's inputs"
+    return "met by the graph" if flag.certain else f"met by {counted(flag.count, 'element')} of the repro's inputs"
 
 
 def _judged_exactly(model, feeds, reference, outputs) -> str:

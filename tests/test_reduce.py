@@ -381,8 +381,8 @@ def _two_differences(tmp_path):
     return tmp_path / "two.onnx", tmp_path / "in.npz"
 
 
+@pytest.mark.openvino
 def test_reduce_chases_the_difference_of_the_size_first_seen_not_a_smaller_drift(tmp_path, capsys):
-    pytest.importorskip("openvino", reason="the openvino extra is not installed: pip install '.[openvino]'")
     path, given = _two_differences(tmp_path)
     tolerance = ["--atol", "1e-9", "--rtol", "0"]
     out = tmp_path / "small.onnx"

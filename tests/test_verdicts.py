@@ -85,8 +85,8 @@ def test_a_difference_fails_and_says_what_could_not_run_too(tmp_path, capsys, no
     assert last == "FAILED: errors on cpu; could not run: dml."
 
 
+@pytest.mark.openvino
 def test_openvino_lacking_an_operator_cannot_take_the_model(tmp_path, capsys):
-    pytest.importorskip("openvino", reason="the openvino extra is not installed: pip install '.[openvino]'")
     graph = h.make_graph(
         [h.make_node("Det", ["x"], ["y"], name="det")],
         "det",
