@@ -22,8 +22,8 @@ from onnx import numpy_helper
 from onnx.backend.test.case.test_case import TestCase
 
 from onnx_gather.conformance import node_suite
-from onnx_gather.core.words import counted
 from onnx_gather.core.scatter import dml_scatter_elements
+from onnx_gather.core.words import counted
 from onnx_gather.directml.process import DirectMlError, RunnerError
 from onnx_gather.graphs.placement import known
 from onnx_gather.graphs.placement.check import check, flagged, measured, reads
