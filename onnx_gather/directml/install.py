@@ -250,7 +250,9 @@ def _place(layout: Layout, stale: Collection[str], out: TextIO) -> None:
 def install_binaries(layout: Layout, out: TextIO) -> dict[str, object]:
     """Steps 2 and 3: the DLLs, the programs and d3d12.dll in ``layout.bin``, each part (``PARTS``) placed again
     where it is not this version's or one of its files differs from what set-up recorded; then state.json, which it
-    returns."""
+    returns. The sources' hashes are taken before anything is built, so that a source edited while set-up runs is
+    built again by the next set-up."""
+    sources = {f"{name}_source_sha256": source_hash(name) for name in PROGRAMS}
     known = _what_is_known(layout, out)
     stale = layout.outdated(known)
     damaged = layout.damaged(known, PARTS.keys() - stale.keys(), full=True)
@@ -266,7 +268,7 @@ def install_binaries(layout: Layout, out: TextIO) -> dict[str, object]:
     state = {
         "onnxruntime": ORT_DIRECTML_VERSION,
         "directml": _version_resource(layout.bin / "DirectML.dll"),
-        **{f"{name}_source_sha256": source_hash(name) for name in PROGRAMS},
+        **sources,
         "d3d12": "vkd3d 1.14 (Debian's Wine 10 source) with DXIL, descriptor heaps' Vulkan descriptor sets of each "
         "heap's size (d3d12/enumerate-meta-commands.patch, d3d12/heap-sized-set-layouts.patch)",
         "d3d12_native16": "vkd3d 1.14 with DXIL, native 16-bit shader ops and shader model 6.2 claimed, structured "

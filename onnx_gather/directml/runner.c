@@ -8,6 +8,8 @@
  *                                         ok <session id>. Mode 0: DirectML only; 1: nodes DirectML cannot take
  *                                         fall back to the CPU provider; 2: as 1, with DirectML's graph fusion
  *                                         off, so that the placement lists every node by its name
+ *   save <path>                        -> ok; the next load writes ONNX Runtime's optimized model to <path> (ONNX
+ *                                         Runtime then leaves DirectML's graph fusion off, as in mode 2)
  *   run <session id> <folder>          -> reads <folder>/in<k>.tensor for every input k, writes <folder>/out<k>.tensor,
  *                                         or says info absent <k> where ONNX Runtime returned no tensor for output k
  *   free <session id>                  -> ok
@@ -43,7 +45,7 @@ typedef struct {
 
 enum {
     GET_ERROR_MESSAGE = 2, CREATE_ENV_WITH_CUSTOM_LOGGER = 4, CREATE_SESSION = 7, RUN = 9,
-    CREATE_SESSION_OPTIONS = 10, SET_SESSION_EXECUTION_MODE = 13, DISABLE_MEM_PATTERN = 17,
+    CREATE_SESSION_OPTIONS = 10, SET_OPTIMIZED_MODEL_FILE_PATH = 11, SET_SESSION_EXECUTION_MODE = 13, DISABLE_MEM_PATTERN = 17,
     SET_SESSION_LOG_SEVERITY_LEVEL = 22, SESSION_GET_INPUT_COUNT = 30, SESSION_GET_OUTPUT_COUNT = 31,
     SESSION_GET_INPUT_NAME = 36, SESSION_GET_OUTPUT_NAME = 37, CREATE_TENSOR_AS_ORT_VALUE = 48, IS_TENSOR = 50,
     GET_TENSOR_MUTABLE_DATA = 51, GET_STRING_TENSOR_DATA_LENGTH = 53, GET_STRING_TENSOR_CONTENT = 54,
@@ -60,6 +62,7 @@ static void *const *api;
 static Fn append_dml;
 static Ort env, allocator;
 static int reporting_placement;
+static wchar_t *optimized; /* where the next load writes its optimized model, if anywhere */
 
 typedef struct {
     Ort session;
@@ -195,10 +198,12 @@ static void load(int mode, const char *path) {
               CALL(ADD_SESSION_CONFIG_ENTRY, options, "session.disable_cpu_ep_fallback", fallback ? "0" : "1") ||
               (fallback && CALL(SET_SESSION_LOG_SEVERITY_LEVEL, options, 0)) ||
               (mode == 2 && CALL(ADD_SESSION_CONFIG_ENTRY, options, "ep.dml.disable_graph_fusion", "1")) ||
+              (optimized && CALL(SET_OPTIMIZED_MODEL_FILE_PATH, options, optimized)) ||
               failed(append_dml(options, 0), "OrtSessionOptionsAppendExecutionProvider_DML") ||
               CALL(CREATE_SESSION, env, model, options, &s->session);
     reporting_placement = 0;
-    free(model);
+    free(model), free(optimized);
+    optimized = NULL;
     release(RELEASE_SESSION_OPTIONS, options);
     if (bad) {
         s->session = NULL;
@@ -220,6 +225,12 @@ static void load(int mode, const char *path) {
     if (bad) { reply("error", failure); return; } /* the session stays open: `free` releases it and its names */
     snprintf(line, sizeof line, "%d", id);
     reply("ok", line);
+}
+
+static void save(const char *path) {
+    free(optimized);
+    optimized = wide(path);
+    reply("ok", "");
 }
 
 static Session *find(const char *text) {
@@ -303,6 +314,7 @@ static void caps(void) {
 
 static int handle(const char *line) {
     if (strncmp(line, "load ", 5) == 0 && line[5] >= '0' && line[5] <= '2' && line[6] == ' ') load(line[5] - '0', line + 7);
+    else if (strncmp(line, "save ", 5) == 0) save(line + 5);
     else if (strncmp(line, "run ", 4) == 0) run(line + 4);
     else if (strncmp(line, "free ", 5) == 0) free_session(line + 5);
     else if (strcmp(line, "caps") == 0) caps();

@@ -103,6 +103,7 @@ class Runner(WineProgram):
         fallback: bool = False,
         fuse: bool = True,
         data: str | os.PathLike | None = None,
+        optimized: str | os.PathLike | None = None,
     ) -> Loaded:
         """Create a DirectML session of ``model``: a file, whose external data stays beside it, or a ModelProto,
         written into a workspace of the runner's own with the data files it uses linked there from ``data``.
@@ -110,6 +111,8 @@ class Runner(WineProgram):
         ``fallback``: let ONNX Runtime put nodes DirectML cannot take on its CPU provider, and report where each
         node went; without it such a model fails to load. ``fuse=False`` (with ``fallback``) turns DirectML's graph
         fusion off: the placement then names every node, where fused ones are listed as one ``DmlFusedNode``.
+        ``optimized``: where ONNX Runtime writes the session's graph as it ends up, after its optimizations, the
+        placement and the memory copies it inserts (ONNX Runtime then leaves DirectML's graph fusion off itself).
         Where ONNX Runtime refuses to create the session: SessionCreationError (a DirectMlError), its message.
         On the native 16-bit device a model with FLOAT16 arithmetic is refused (``sixteen``): UserError.
         """
@@ -121,6 +124,8 @@ class Runner(WineProgram):
         mode = 0 if not fallback else 1 if fuse else 2
         with self._model_file(model, data) as path:
             try:
+                if optimized is not None:
+                    self.request(f"save {windows_path(Path(optimized))}", "save")
                 infos, text = self.request(f"load {mode} {windows_path(path)}", f"load of {path.name}")
             except DirectMlError as error:  # the same message, saying where it came
                 raise SessionCreationError(*error.args) from None

@@ -441,3 +441,10 @@ def _computed(
         return list(ReferenceEvaluator(single).run(None, feeds))
     except Exception:  # an operator the reference evaluator lacks, or one it computes otherwise: leave it
         return None
+
+
+def memory(node: onnx.NodeProto, opset: int, types: dict[str, ValueType]) -> tuple[frozenset[int], frozenset[int]]:
+    """Which inputs and which outputs of ``node`` the DirectML provider's kernel holds in CPU memory (a Reshape's
+    shape, a Shape's output): ONNX Runtime copies no such value to or from the device for it."""
+    kernel, _ = _kernel(node, opset, types)
+    return (kernel.cpu_inputs if kernel else frozenset()), _kernels()[1].get(node.op_type, frozenset())
