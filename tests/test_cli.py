@@ -101,6 +101,8 @@ def test_check_at_each_feature_level_says_what_onnx_runtime_does(tmp_path, capsy
         "DirectML node 'embed' (Gather, graph 'embedding'): DML_GATHER with 3 dimensions, FLOAT32 (ONNX FLOAT) data, "
         "INT64 indices (feature level 3.0 or later); runs on DirectML",
         "1 node at DirectML feature level 4.1: 1 on DirectML, 0 on the CPU provider.",
+        "ONNX Runtime's session runs 1 node: 1 on DirectML in 1 partition, 0 on the CPU provider; no memory copy "
+        "between them.",
         "1 gather at DirectML feature level 4.1: 1 on DirectML.",
     ]
     # Below 3.0 the device has no INT64 tensors: the provider leaves the gather to the CPU provider.
@@ -159,7 +161,11 @@ def test_check_says_where_the_directml_provider_puts_each_gather(tmp_path, capsy
         "4 nodes at DirectML feature level 4.1: 3 on DirectML, 1 on the CPU provider (1 without a DirectML kernel), "
         "2 failing."
     )
-    assert lines[5] == "4 gathers at DirectML feature level 4.1: 1 on DirectML, 1 on the CPU provider, 2 failing."
+    assert lines[5] == (
+        "ONNX Runtime's session runs 4 nodes: 3 on DirectML in 3 partitions, 1 on the CPU provider; no memory copy "
+        "between them."
+    )
+    assert lines[6] == "4 gathers at DirectML feature level 4.1: 1 on DirectML, 1 on the CPU provider, 2 failing."
 
 
 def test_check_of_a_converted_model_says_its_dml_nodes_tell_no_placement(tmp_path, capsys):

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+import onnx
+
 from onnx_gather.app import options
 from onnx_gather.app.command import Command
 from onnx_gather.app.options import InputChoice
@@ -17,9 +19,22 @@ from onnx_gather.graphs import allowzero, model_io
 from onnx_gather.graphs.changes import Report
 from onnx_gather.graphs.convert import PROVIDER_FAILURES, convert
 from onnx_gather.graphs.lowering.lower import lower
-from onnx_gather.graphs.placement.check import Verdict, check, check_document, flagged, measured, reads, summary
+from onnx_gather.graphs.placement.check import (
+    Verdict,
+    check,
+    check_document,
+    flagged,
+    measured,
+    reads,
+    summary,
+    with_session,
+)
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
 from onnx_gather.graphs.placement.known import Status
+from onnx_gather.graphs.placement.nodes import CONSTANT, FOLDED, REASONS
+from onnx_gather.graphs.placement.session import Fate, Session, session
+from onnx_gather.graphs.plumbing import bodies
+from onnx_gather.runtime import session_graph
 
 _RANK_RUN = (
     "The inputs options are those of the run of ONNX Runtime that tells the ranks no shape inference can (made only "
@@ -214,31 +229,66 @@ class CheckCommand(Command):
                 if not run.failure
                 else f"The flags that read what the run did not make stay possible: {run.failure}."
             )
-        lines = summary(verdicts, args.feature_level) + lines
+        session, trouble = _session(model, args.model)
+        if session is not None:
+            verdicts = with_session(verdicts, session)
+        lines = summary(verdicts, args.feature_level, session) + lines
+        if trouble:  # where the session's line would be
+            lines.insert(1, trouble)
         if args.json:
-            document = check_document(args.model, args.feature_level, verdicts, lines, args.all_nodes)
+            document = check_document(args.model, args.feature_level, verdicts, lines, args.all_nodes, session)
             print(json.dumps(document, indent=2))
         else:
-            _print_check(verdicts, lines, args.all_nodes)
+            _print_check(verdicts, lines, args.all_nodes, session)
         return 1 if any(v.status in ("fails", "refused") for v in verdicts) else 0
 
 
 _SHOWN = (Status.MET, Status.POSSIBLE)  # the flags shown without --all-nodes
+_GONE_REASONS = {
+    Fate.CONSTANT: REASONS[CONSTANT],
+    Fate.FOLDED: REASONS[FOLDED],
+    Fate.REMOVED: "ONNX Runtime's optimizations remove it (an Identity, a Dropout, a no-op, a node no output needs)",
+}
 
 
-def _print_check(verdicts: list[Verdict], lines: list[str], every: bool) -> None:
-    """A line per gather, node off DirectML or failing (per node with ``every``), then the known behaviours grouped
-    by rule and status (the ruled-out and not-met ones with ``every``), then the summary."""
+def _session(model: onnx.ModelProto, path: str) -> tuple[Session | None, str]:
+    """ONNX Runtime's DirectML session of ``model`` (the file at ``path``) as its optimizations leave it, or None
+    and why not."""
+    if any(contract.is_dml(n) or contract.is_dml_scatter(n) for body in bodies(model) for n in body.nodes):
+        return None, "A model with onnx-gather's DML nodes: counted as it is, not as ONNX Runtime's session holds it."
+    try:
+        optimized = session_graph.optimized(path)
+    except Exception as error:  # onnxruntime's own errors (Fail, InvalidGraph, NotImplemented...) have no common base
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return None, f"ONNX Runtime's CPU provider cannot optimize the model ({first}): counted as it is."
+    return session(model, optimized), ""
+
+
+def _print_check(verdicts: list[Verdict], lines: list[str], every: bool, session: Session | None) -> None:
+    """A line per gather, node off DirectML or failing (per node with ``every``; a node no provider runs only
+    then), the memory copies (three of them without ``every``), then the known behaviours grouped by rule and status
+    (the ruled-out and not-met ones with ``every``), then the summary."""
     for verdict in verdicts:
-        if every or verdict.gather or verdict.runs_on != "DirectML" or verdict.status == "fails":
+        gone = verdict.fate in (Fate.CONSTANT, Fate.FOLDED, Fate.REMOVED)
+        if every or (not gone and (verdict.gather or verdict.runs_on != "DirectML" or verdict.status == "fails")):
             where = f"({verdict.op_type}, {verdict.where})"
-            print(f"{verdict.status:<8} node {verdict.node!r} {where}: {verdict.reason}")
+            status = verdict.fate.value if gone else verdict.status
+            reason = _GONE_REASONS[verdict.fate] if gone else verdict.reason
+            fused = f" (fused into {verdict.session_node!r})" if verdict.fate == Fate.FUSED else ""
+            print(f"{status:<8} node {verdict.node!r} {where}: {reason}{fused}")
             if every:
                 for found in verdict.known:
                     why = f": {found.ruled_out}" if found.status == Status.RULED_OUT else ""
                     print(f"         {found.kind} ({found.status}{why}): {found.what}")
         if verdict.ranks:
             print(f"         ranks: {verdict.ranks}")
+    copies = session.copies if session is not None else ()
+    for copy in copies if every else copies[:3]:
+        side = "DirectML to the CPU" if copy.to == "CPU" else "the CPU to DirectML"
+        takers = listed(copy.consumers, limit=3)
+        print(f"copy     {copy.op_type} of {copy.value!r} from {side}: made by {copy.producer!r}, taken by {takers}")
+    if len(copies) > 3 and not every:
+        print(f"         and {len(copies) - 3} more copies (--all-nodes lists them)")
     for group in flagged(verdicts):
         if every or group.status in _SHOWN:
             nodes = listed(

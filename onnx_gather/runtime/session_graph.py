@@ -79,8 +79,15 @@ def _undo_cpu_changes(graph: onnx.GraphProto, original: onnx.GraphProto) -> None
         else:
             continue
         nodes.remove(cast)
+    # Between two nodes the CPU provider runs in FLOAT, ONNX Runtime drops the Casts and renames the value
+    known = {name for node in nodes for name in (*node.input, *node.output)} | outputs
+    for node in nodes:
+        for name in node.input:
+            if name.startswith(_INSERTED_CAST) and name not in renamed and name[len(_INSERTED_CAST) :] not in known:
+                renamed[name] = name[len(_INSERTED_CAST) :]
     for node in nodes:
         node.input[:] = [renamed.get(name, name) for name in node.input]
+        node.output[:] = [renamed.get(name, name) for name in node.output]
     kept = nodes
     kept = _unexpand(kept, original)
     del graph.node[:]

@@ -38,6 +38,7 @@ from onnx_gather.graphs.placement.nodes import (
     Placed,
     place_nodes,
 )
+from onnx_gather.graphs.placement.session import Fate, Session
 from onnx_gather.graphs.plumbing import (
     Body,
     DefUse,
@@ -84,6 +85,8 @@ class Verdict:
     known: tuple[known.Known, ...] = field(default=())
     gather: bool = False  # a standard gather or a DML-form one
     cause: str = ""  # for a node on the CPU provider: a key of nodes.REASONS, nodes.NO_KERNEL...
+    fate: Fate | None = None  # in ONNX Runtime's session, where it is known (``with_session``)
+    session_node: str = ""  # the session's node it runs as or in
 
     @property
     def runs_on(self) -> str:
@@ -199,6 +202,37 @@ def measured(verdicts: list[Verdict], values: Mapping[str, np.ndarray]) -> list[
     return [_with_known(v, tuple(k.measure(values) for k in v.known)) if v.known else v for v in verdicts]
 
 
+_GONE_CAUSES = (FOLDED, CONSTANT)
+
+
+def with_session(verdicts: list[Verdict], session: Session) -> list[Verdict]:
+    """``verdicts`` with what became of each node in ONNX Runtime's session: its fate and the node it runs as or in,
+    whose provider it takes (ONNX Runtime places the graph its optimizations leave)."""
+    ran = {(r.where, r.name): r for r in session.nodes}
+    result = []
+    for v in verdicts:
+        fate, into = session.fates.get((v.where, v.node), (None, ""))
+        if fate is None:
+            result.append(v)
+            continue
+        v = replace(v, fate=fate, session_node=into)
+        node = ran.get((v.where, into))
+        if node is None or v.status not in ("DirectML", "CPU"):
+            result.append(v)
+            continue
+        # The session's placement where the graph changed around the node; the verdict's where it knows more (the
+        # device's types, a gather DirectML refuses)
+        moved = node.placed.provider == "CPU" and v.runs_on == "DirectML"
+        if moved or fate == Fate.FUSED or v.cause in _GONE_CAUSES:
+            cause = node.placed.why if node.placed.provider == "CPU" else ""
+            reason = REASONS.get(node.placed.why, node.placed.detail or node.placed.why)
+            v = replace(
+                v, status=node.placed.provider, provider="", reason=f"in ONNX Runtime's session: {reason}", cause=cause
+            )
+        result.append(v)
+    return result
+
+
 def _node(
     body: Body, types: dict[str, ValueType], node: onnx.NodeProto, position: int, level_name: str, placed: Placed | None
 ) -> Verdict:
@@ -258,18 +292,27 @@ def _sorted(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
-def summary(verdicts: list[Verdict], feature_level: str) -> list[str]:
-    """A line on every node, by provider and by what DirectML is known to do, then one on the gathers, if any."""
-    runs = Counter(v.runs_on for v in verdicts)
-    causes = Counter(v.cause for v in verdicts if v.runs_on == "CPU" and v.cause)
+def summary(verdicts: list[Verdict], feature_level: str, session: Session | None = None) -> list[str]:
+    """A line on every node, by provider and by what DirectML is known to do; with ``session``, the nodes no
+    provider runs said as such and a line on the session (its nodes, partitions and memory copies); then one on the
+    gathers, if any."""
+    gone = Counter(v.fate for v in verdicts if v.fate in _GONE)
+    running = [v for v in verdicts if v.fate not in _GONE]
+    runs = Counter(v.runs_on for v in running)
+    causes = Counter(v.cause for v in running if v.runs_on == "CPU" and v.cause)
     why = ", ".join(f"{count} {_CAUSES.get(cause, cause)}" for cause, count in causes.most_common())
     parts = [f"{runs['DirectML']} on DirectML", f"{runs['CPU']} on the CPU provider" + (f" ({why})" if why else "")]
+    if gone:
+        said = ", ".join(f"{gone[fate]} {_GONE[fate]}" for fate in _GONE if gone[fate])
+        parts.append(f"{sum(gone.values())} run by no provider ({said})")
     failing = sum(v.status == "fails" for v in verdicts)
     if failing:
         parts.append(f"{failing} failing")
     if runs["unknown"]:
         parts.append(f"{runs['unknown']} unknown until the model runs")
     lines = [f"{counted(len(verdicts), 'node')} at DirectML feature level {feature_level}: {', '.join(parts)}."]
+    if session is not None:
+        lines.append(_session_line(verdicts, session))
     flagged = Counter((k.status, k.rule) for v in verdicts for k in v.known)
     if flagged:
         said = []
@@ -284,6 +327,34 @@ def summary(verdicts: list[Verdict], feature_level: str) -> list[str]:
     if gathers:
         lines.append(_gathers(gathers, feature_level))
     return lines
+
+
+_GONE = {  # how the summary counts the nodes no provider runs
+    Fate.CONSTANT: "Constants made initializers",
+    Fate.FOLDED: "folded into constants",
+    Fate.REMOVED: "removed by ONNX Runtime's optimizations",
+}
+
+
+def _session_line(verdicts: list[Verdict], session: Session) -> str:
+    """The session's nodes by provider, the fusions, the DirectML partitions and the memory copies."""
+    nodes = [r for r in session.nodes if r.placed.why not in (FOLDED, CONSTANT)]
+    verdict = {(v.where, v.session_node): v.runs_on for v in verdicts if v.fate == Fate.RUNS}
+    where = Counter(verdict.get((r.where, r.name), r.placed.provider) for r in nodes)
+    fused = [v for v in verdicts if v.fate == Fate.FUSED]
+    into = len({(v.where, v.session_node) for v in fused})
+    fusion = f" ({counted(len(fused), 'node')} of the model fused into {into} by its optimizations)" if fused else ""
+    copies = Counter(c.op_type for c in session.copies)
+    copied = (
+        f"{len(session.copies)} memory {'copy' if len(session.copies) == 1 else 'copies'} between them"
+        f" ({', '.join(f'{n} {op}' for op, n in sorted(copies.items()))})"
+        if session.copies
+        else "no memory copy between them"
+    )
+    return (
+        f"ONNX Runtime's session runs {counted(len(nodes), 'node')}{fusion}: {where['DirectML']} on DirectML in "
+        f"{counted(len(session.partitions), 'partition')}, {where['CPU']} on the CPU provider; {copied}."
+    )
 
 
 @dataclass(frozen=True)
@@ -333,10 +404,16 @@ def _gathers(verdicts: list[Verdict], feature_level: str) -> str:
 
 
 def check_document(
-    model: str, feature_level: str, verdicts: list[Verdict], lines: list[str], every: bool = False
+    model: str,
+    feature_level: str,
+    verdicts: list[Verdict],
+    lines: list[str],
+    every: bool = False,
+    session: Session | None = None,
 ) -> dict:
-    """``check --json``: every node with its provider, reason and known behaviours (the ruled-out ones with
-    ``every``), the flags counted by status, and the summary lines."""
+    """``check --json``: every node with its provider, reason, fate in ONNX Runtime's session and known behaviours
+    (the ruled-out ones with ``every``), the flags counted by status, the session (its nodes, partitions and memory
+    copies; null where it is not known), and the summary lines."""
     nodes = [
         {
             "name": v.node,
@@ -359,9 +436,40 @@ def check_document(
                 if every or k.status != known.Status.RULED_OUT
             ],
             **({"ranks": v.ranks} if v.ranks else {}),
+            **({"session": v.fate.value} if v.fate else {}),
+            **({"session_node": v.session_node} if v.session_node else {}),
         }
         for v in verdicts
     ]
     statuses = Counter(k.status.value for v in verdicts for k in v.known)
     counts = {status.value: statuses[status.value] for status in known.Status}
-    return {"model": model, "feature_level": feature_level, "nodes": nodes, "known": counts, "summary": lines}
+    return {
+        "model": model,
+        "feature_level": feature_level,
+        "nodes": nodes,
+        "known": counts,
+        "session": _session_document(session) if session is not None else None,
+        "summary": lines,
+    }
+
+
+def _session_document(session: Session) -> dict:
+    ran = [r for r in session.nodes if r.placed.why not in (FOLDED, CONSTANT)]
+    return {
+        "nodes": [
+            {
+                "name": r.name,
+                "op_type": r.op_type,
+                "graph": r.where,
+                "provider": r.placed.provider,
+                "reason": REASONS.get(r.placed.why, r.placed.detail or r.placed.why),
+                **({"fused_from": list(r.fused_from)} if r.fused_from else {}),
+            }
+            for r in ran
+        ],
+        "partitions": [list(p) for p in session.partitions],
+        "copies": [
+            {"op_type": c.op_type, "value": c.value, "to": c.to, "producer": c.producer, "consumers": list(c.consumers)}
+            for c in session.copies
+        ],
+    }

@@ -85,6 +85,7 @@ class Copy:
     """One memory copy ONNX Runtime inserts: the value, toward which side, the node that makes it and those that
     take it on the other side."""
 
+    where: str  # the graph
     value: str
     to: str  # "CPU" (MemcpyToHost) or "DirectML" (MemcpyFromHost)
     producer: str
@@ -212,7 +213,13 @@ def _partitions_and_copies(
         other = wanted.get(not in_device)
         if other:
             copies.append(
-                Copy(name, "CPU" if in_device else "DirectML", ran[producer].name, tuple(ran[p].name for p in other))
+                Copy(
+                    body.where,
+                    name,
+                    "CPU" if in_device else "DirectML",
+                    ran[producer].name,
+                    tuple(ran[p].name for p in other),
+                )
             )
     return _partitions(nodes, ran, on_dml, made, needs), copies
 
@@ -281,6 +288,29 @@ def _partitions(
     return [tuple(group) for group in groups.values()]
 
 
+def _fused_into(
+    node: onnx.NodeProto,
+    where: str,
+    produced: dict[tuple[str, str], tuple[str, str]],
+    consumers: dict[str, list[onnx.NodeProto]],
+    kept: set[str],
+) -> str:
+    """The node one of ONNX Runtime's fusions made of ``node`` and others: the first node ahead of it, through nodes
+    of the model that the optimized graph lacks too, that makes one of the model's values and is not one of the
+    model's nodes ("" where none is: ``node`` was removed, its users take its input)."""
+    seen, ahead = set(), list(node.output)
+    while ahead:
+        value = ahead.pop(0)
+        made = produced.get((where, value))
+        if made is not None and made[1] not in kept:
+            return made[1]
+        for taker in consumers.get(value, ()):
+            if id(taker) not in seen and taker.name not in kept:
+                seen.add(id(taker))
+                ahead.extend(taker.output)
+    return ""
+
+
 def _fates(
     model: onnx.ModelProto, optimized: onnx.ModelProto, ran: list[Ran]
 ) -> dict[tuple[str, str], tuple[Fate, str]]:
@@ -290,6 +320,7 @@ def _fates(
     inside = {(r.where, name): r.name for r in ran for name in r.fused_from}
     produced: dict[tuple[str, str], tuple[str, str]] = {}  # (graph, value) -> (op type, session node)
     constants: set[tuple[int, str]] = set()
+    optimized_names = {node.name for body in bodies(optimized) for node in body.nodes}
     for body in bodies(optimized):
         if isinstance(body.container, onnx.GraphProto):
             constants.update((body.scope, t.name) for t in body.container.initializer)
@@ -299,6 +330,15 @@ def _fates(
                 produced[(body.where, output)] = (node.op_type, inside.get((body.where, label), label))
     fates: dict[tuple[str, str], tuple[Fate, str]] = {}
     for body in bodies(model):
+        if body.scope != 0:  # a model-local function: ONNX Runtime inlines its calls' bodies
+            continue
+        originals = {node.name for node in body.nodes if node.name}
+        kept = originals & optimized_names
+        consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in body.nodes:
+            for name in node.input:
+                consumers.setdefault(name, []).append(node)
+
         for position, node in enumerate(body.nodes):
             key, named = (body.where, node_label(node, position)), (body.where, node.name)
             made = [produced[(body.where, o)] for o in node.output if (body.where, o) in produced]
@@ -314,6 +354,8 @@ def _fates(
                 fates[key] = (Fate.FOLDED, "")
             elif made:
                 fates[key] = (Fate.FUSED, made[0][1])
+            elif into := _fused_into(node, body.where, produced, consumers, kept):
+                fates[key] = (Fate.FUSED, into)
             else:
                 fates[key] = (Fate.REMOVED, "")
     return fates
