@@ -20,6 +20,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 from onnx.backend.test.case.test_case import TestCase
+from onnx.reference import ReferenceEvaluator
 
 from onnx_gather.conformance import node_suite
 from onnx_gather.core.scatter import dml_scatter_elements
@@ -463,19 +464,27 @@ def _said(flag: known.Known) -> str:
     return "met by the graph" if flag.certain else f"met by {counted(flag.count, 'element')} of the repro's inputs"
 
 
-def _judged_exactly(model, feeds, reference, outputs) -> str:
-    """Every output that differs from the CPU's beyond tolerance differs beyond float error too, judged against the
-    exact yardstick as parity judges it; said in words for the summary."""
+def _judged(model, feeds, reference, outputs) -> dict:
+    """Each output outside tolerance of the reference's, judged against the exact yardstick as parity judges it."""
     wide = backends.create("exact").run(model, feeds).outputs
-    tolerance, said = Tolerance(), []
+    tolerance, judged = Tolerance(), {}
     for name in model.output_names:
         comparison = compare(reference[name], outputs[name], tolerance)
         if comparison.within_tolerance or not is_float(reference[name]):
             continue
         fault = faulty([reference[name], outputs[name]], wide[name], tolerance)
         found = exactness(reference[name], outputs[name], wide[name], tolerance, fault)
-        judged = dataclasses.replace(comparison, exact=found)
-        assert not judged.accepted(), (name, found)  # still DIFFERENT: a behaviour, not rounding
+        judged[name] = dataclasses.replace(comparison, exact=found)
+    return judged
+
+
+def _judged_exactly(model, feeds, reference, outputs) -> str:
+    """Every output that differs from the CPU's beyond tolerance differs beyond float error too; said in words for
+    the summary."""
+    said = []
+    for name, judged in _judged(model, feeds, reference, outputs).items():
+        assert not judged.accepted(), (name, judged.exact)  # still DIFFERENT: a behaviour, not rounding
+        found = judged.exact
         said.append(f"{name}: {found.from_exact:.3g} from exact where the CPU is {found.reference_from_exact:.3g}")
     return f"; beyond float error ({'; '.join(said)})" if said else ""
 
@@ -726,6 +735,50 @@ def test_a_rule_the_graph_rules_out_is_not_raised(case):
     assert other.status in (known.Status.POSSIBLE, known.Status.MET) and not other.ruled_out, other
 
 
+# Values at the edges: zeros of both signs, subnormals, values far from 1 (not so far that an interpolation between
+# them cancels: a linear Resize of 1e9 and -1e9 rounds otherwise on each, by more than the outputs' scale tells), the
+# integer types' largest and smallest
+_EDGES = {
+    np.dtype(np.float32): [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1e-40, -1e-40, 1e4, -3e3, 65504.0, 1e-10, -2.5, 100.0],
+    np.dtype(np.float16): [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 6e-8, -6e-8, 65504.0, -65504.0, 1e-3, -2.5, 100.0],
+}
+
+
+def _edges(value: onnx.ValueInfoProto) -> np.ndarray:
+    dtype = h.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+    dims = [d.dim_value if d.HasField("dim_value") else 14 for d in value.type.tensor_type.shape.dim]
+    size = math.prod(dims)
+    if dtype.kind == "f":
+        cycle = _EDGES.get(dtype, _EDGES[np.dtype(np.float32)])
+    else:
+        info = np.iinfo(dtype)
+        cycle = [0, 1, info.max, info.min, 2, 3, info.max - 1] if dtype.kind == "i" else [0, 1, info.max, 2, 3]
+    return np.resize(np.asarray(cycle, dtype=dtype), size).reshape(dims)
+
+
+@pytest.mark.directml
+@pytest.mark.parametrize("case", RULED_OUT, ids=str)
+def test_what_the_graph_rules_out_does_not_happen_on_real_directml(case, tmp_path):
+    """The model whose graph rules the condition out, run on real DirectML with inputs at the edges of their types
+    (zeros of both signs, subnormals, the largest values): it agrees with ONNX Runtime's CPU (with ONNX's reference
+    evaluator where the CPU provider has no kernel) within tolerance, or within float error of the exact value as
+    parity judges it (a linear Resize of 1e9 and -1e9 cancels otherwise on each)."""
+    require_directml(wine=True)
+    model = backends.Model(tmp_path / "ruled_out.onnx", RULED_OUT[case][0])
+    feeds = {value.name: _edges(value) for value in model.proto.graph.input}
+    dml = backends.create("dml").run(model, feeds).outputs
+    try:
+        cpu = backends.create("cpu").run(model, feeds).outputs
+    except Exception:  # a node the CPU provider has no kernel for at this opset (Mod of floats, fmod=0): ONNX's own
+        expected = ReferenceEvaluator(model.proto).run(None, feeds)
+        for name, value in zip(model.output_names, expected, strict=True):
+            assert compare(value, dml[name], Tolerance()).within_tolerance, (feeds, value, dml[name])
+    else:
+        far = {name: judged for name, judged in _judged(model, feeds, cpu, dml).items() if not judged.accepted()}
+        assert not far, (feeds, cpu, dml)
+    SUMMARIES.append(f"known rule {case}: ruled out by the graph; on real DirectML its inputs' edges agree")
+
+
 def test_every_rule_that_depends_on_values_has_a_ruled_out_case_or_none_can():
     """The rules whose condition a run decides: those the graph can rule out have a case above."""
     conditional = {k.rule for r in REPROS for v in check(r.model) for k in v.known if k.when}
@@ -768,3 +821,25 @@ def test_ruled_out_flags_are_said_only_with_all_nodes(tmp_path, capsys):
         assert (f"{rule}, ruled out at 1 node" in text) == shown, text
         assert "its exponent is the constant 2" in text if shown else "1 ruled out by the graph" in text
         assert "possible" not in text
+
+
+@pytest.mark.directml
+@pytest.mark.slow
+def test_the_flags_a_run_of_the_test_models_meets_happen_on_real_directml():
+    """check's flags on the test models and the third-party ones, measured on one CPU run each: every met flag's
+    node, run alone on real DirectML with the run's values, fails or differs there; none ruled out by the graph
+    happens there (tools/check_precision.py prints the same figures)."""
+    require_directml(wine=True)
+    from onnx_gather.conformance.precision import Precision, checkout_models, hold, table
+
+    root = Path(__file__).resolve().parents[1]
+    models = checkout_models(root)
+    if len(models) < 11:
+        pytest.skip("the third-party models are missing: run python tools/fetch_models.py (the README's test command)")
+    precision = Precision()
+    for path, observation in models:
+        hold(path, observation, precision)
+    confirmed, met = precision.confirmed()
+    assert met >= 1 and confirmed == met, table(precision)
+    assert not precision.ruled_out_happened(), table(precision)
+    SUMMARIES.append("check's flags on the test models, held to real DirectML:\n" + table(precision))

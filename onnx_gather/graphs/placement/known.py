@@ -93,8 +93,8 @@ class Known:
 
     def measure(self, values: Mapping[str, np.ndarray]) -> Known:
         """The flag held to a run's ``values`` (by name): met with its count, not met, or still possible where the
-        run did not show a value it reads (or it reads none)."""
-        if self.certain or self.counter is None or any(name not in values for name in self.reads):
+        run did not show a value it reads (or it reads none); a flag the graph rules out stays so."""
+        if self.certain or self.ruled_out or self.counter is None or any(name not in values for name in self.reads):
             return self
         count = int(self.counter(*(np.asarray(values[name]) for name in self.reads)))
         return replace(self, measured=Status.MET if count else Status.NOT_MET, count=count)
