@@ -830,7 +830,7 @@ def test_the_flags_a_run_of_the_test_models_meets_happen_on_real_directml():
     node, run alone on real DirectML with the run's values, fails or differs there; none ruled out by the graph
     happens there (tools/check_precision.py prints the same figures)."""
     require_directml(wine=True)
-    from onnx_gather.conformance.precision import Precision, checkout_models, hold, table
+    from onnx_gather.conformance.precision import Precision, checkout_models, hold, precision_lines
 
     root = Path(__file__).resolve().parents[1]
     models = checkout_models(root)
@@ -840,6 +840,6 @@ def test_the_flags_a_run_of_the_test_models_meets_happen_on_real_directml():
     for path, observation in models:
         hold(path, observation, precision)
     confirmed, met = precision.confirmed()
-    assert met >= 1 and confirmed == met, table(precision)
-    assert not precision.ruled_out_happened(), table(precision)
-    SUMMARIES.append("check's flags on the test models, held to real DirectML:\n" + table(precision))
+    assert met >= 1 and confirmed == met, precision_lines(precision)
+    assert not precision.ruled_out_happened(), precision_lines(precision)
+    SUMMARIES.append("check's flags on the test models, held to real DirectML:\n" + precision_lines(precision))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from onnx_gather.conformance.precision import Precision, checkout_models, hold, table
+from onnx_gather.conformance.precision import Precision, checkout_models, hold, precision_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +22,7 @@ def main() -> None:
     for path, observation in checkout_models(ROOT):
         hold(path, observation, precision)
         print(f"{path.name}: {sum(1 for o in precision.outcomes if o.model == path.name)} flags run on DirectML")
-    print(table(precision))
+    print(precision_lines(precision))
 
 
 if __name__ == "__main__":

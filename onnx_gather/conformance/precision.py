@@ -31,7 +31,7 @@ from onnx_gather.runtime.observe import Observation
 
 
 @dataclass(frozen=True)
-class Outcome:
+class FlagRun:
     """One flag run on real DirectML: the model, node, rule, kind, its status, and what DirectML did: ``happened``
     (failed, or differs beyond tolerance), with a word on it; None where the node could not be run alone."""
 
@@ -49,7 +49,7 @@ class Precision:
     """Every flag of the models held: the flags raised by status, and the outcomes of the met and ruled-out ones."""
 
     raised: Counter = field(default_factory=Counter)
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[FlagRun] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)  # model -> why its CPU run failed
 
     def confirmed(self) -> tuple[int, int]:
@@ -57,7 +57,7 @@ class Precision:
         met = [o for o in self.outcomes if o.status == known.Status.MET and o.happened is not None]
         return sum(o.happened for o in met), len(met)
 
-    def ruled_out_happened(self) -> list[Outcome]:
+    def ruled_out_happened(self) -> list[FlagRun]:
         return [o for o in self.outcomes if o.status == known.Status.RULED_OUT and o.happened]
 
 
@@ -84,7 +84,7 @@ def hold(path: str | Path, observation: Observation, precision: Precision) -> No
             node = nodes[(v.where, v.node)]
             happened, detail = _on_directml(node, model, run.arrays, flag)
             precision.outcomes.append(
-                Outcome(Path(path).name, v.node, flag.rule, flag.kind, flag.status, happened, detail)
+                FlagRun(Path(path).name, v.node, flag.rule, flag.kind, flag.status, happened, detail)
             )
 
 
@@ -160,7 +160,7 @@ def checkout_models(root: Path) -> list[tuple[Path, Observation]]:
     return found
 
 
-def table(precision: Precision) -> str:
+def precision_lines(precision: Precision) -> str:
     """The figures: flags raised by status, the met ones confirmed, the ruled-out ones that happened, per rule."""
     raised = ", ".join(f"{precision.raised[s]} {s.value}" for s in known.Status)
     confirmed, met = precision.confirmed()
