@@ -31,7 +31,7 @@ from onnx_gather.graphs.placement.check import (
 )
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
 from onnx_gather.graphs.placement.known import Status
-from onnx_gather.graphs.placement.nodes import CONSTANT, FOLDED, REASONS
+from onnx_gather.graphs.placement.nodes import CONSTANT, FOLDED, REASONS, Where
 from onnx_gather.graphs.placement.session import Fate, Session, session
 from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime import session_graph
@@ -240,7 +240,7 @@ class CheckCommand(Command):
             print(json.dumps(document, indent=2))
         else:
             _print_check(verdicts, lines, args.all_nodes, session)
-        return 1 if any(v.status in ("fails", "refused") for v in verdicts) else 0
+        return 1 if any(v.status in (Where.FAILS, Where.REFUSED) for v in verdicts) else 0
 
 
 _SHOWN = (Status.MET, Status.POSSIBLE)  # the flags shown without --all-nodes
@@ -270,7 +270,9 @@ def _print_check(verdicts: list[Verdict], lines: list[str], every: bool, session
     (the ruled-out and not-met ones with ``every``), then the summary."""
     for verdict in verdicts:
         gone = verdict.fate in (Fate.CONSTANT, Fate.FOLDED, Fate.REMOVED)
-        if every or (not gone and (verdict.gather or verdict.runs_on != "DirectML" or verdict.status == "fails")):
+        if every or (
+            not gone and (verdict.gather or verdict.runs_on != Where.DIRECTML or verdict.status == Where.FAILS)
+        ):
             where = f"({verdict.op_type}, {verdict.where})"
             status = verdict.fate.value if gone else verdict.status
             reason = _GONE_REASONS[verdict.fate] if gone else verdict.reason
@@ -284,7 +286,7 @@ def _print_check(verdicts: list[Verdict], lines: list[str], every: bool, session
             print(f"         ranks: {verdict.ranks}")
     copies = session.copies if session is not None else ()
     for copy in copies if every else copies[:3]:
-        side = "DirectML to the CPU" if copy.to == "CPU" else "the CPU to DirectML"
+        side = "DirectML to the CPU" if copy.to == Where.CPU else "the CPU to DirectML"
         takers = listed(copy.consumers, limit=3)
         print(f"copy     {copy.op_type} of {copy.value!r} from {side}: made by {copy.producer!r}, taken by {takers}")
     if len(copies) > 3 and not every:

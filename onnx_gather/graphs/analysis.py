@@ -18,7 +18,7 @@ from onnx_gather.core.form import DmlForm, FormError, dml_form
 from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, gather_c, gather_nd_c, output_rank
 from onnx_gather.graphs.changes import NodeChange
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, FeatureLevel, cpu_reason, place_gather
-from onnx_gather.graphs.placement.nodes import REASONS, place_nodes
+from onnx_gather.graphs.placement.nodes import Where, place_nodes
 from onnx_gather.graphs.plumbing import Body, Names, attribute, bodies, node_label, referenced_attribute
 from onnx_gather.graphs.ranks import Observer, branch_dependence, symbolic_types
 from onnx_gather.graphs.types import ValueType, value_types
@@ -172,15 +172,15 @@ class Analysis:
         """The plan with where ONNX Runtime's DirectML provider puts the gather: left standard where ``keep_on_cpu``
         keeps it on the CPU as the provider does; and why the provider fails it ("" where it does not)."""
         placed = self.placed[body.where][index] if body.where in self.placed else None
-        if placed is not None and placed.why in REASONS:
+        if placed is not None and placed.by_its_graph:
             return Left(f"kept standard, as the DirectML provider keeps it: {cpu_reason(placed.why)}"), ""
         if not isinstance(plan, GatherPlan):
             return plan, ""
         level = self.keep_on_cpu or FEATURE_LEVELS[HIGHEST_LEVEL]
         placement = place_gather(node.op_type, plan.data, plan.indices, plan.axis, level, plan.out_rank, plan.batch)
-        if placement.provider == "CPU" and self.keep_on_cpu is not None:
+        if placement.provider == Where.CPU and self.keep_on_cpu is not None:
             return Left(f"kept standard, as the DirectML provider keeps it: {placement.reason}"), ""
-        return plan, placement.reason if placement.provider == "fails" else ""
+        return plan, placement.reason if placement.provider == Where.FAILS else ""
 
     def _converted_change(
         self, body: Body, node: onnx.NodeProto, index: int, plan: GatherPlan, fails: str
@@ -245,7 +245,7 @@ def _left_fails(change: NodeChange) -> str:
         return ""
     level = FEATURE_LEVELS[HIGHEST_LEVEL]
     placement = place_gather(change.op_type, change.data, change.indices, 0, level, change.out_rank, change.batch)
-    return placement.reason if placement.provider == "fails" else ""
+    return placement.reason if placement.provider == Where.FAILS else ""
 
 
 def _left_change(body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int, plan: Left) -> NodeChange:

@@ -37,7 +37,7 @@ from onnx_gather.graphs.analysis import Analysis, GatherPlan, Left, carried_note
 from onnx_gather.graphs.changes import NodeChange, Report, count_ops
 from onnx_gather.graphs.emit import Emitter
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, cpu_reason
-from onnx_gather.graphs.placement.nodes import REASONS, provider_refusal
+from onnx_gather.graphs.placement.nodes import provider_refusal
 from onnx_gather.graphs.plumbing import Body, bodies, node_label, sort_topologically
 from onnx_gather.graphs.ranks import Observer
 from onnx_gather.graphs.scatter_form import emit_scatter, plan_scatter
@@ -164,7 +164,7 @@ class _Converter:
         """A standard scatter into DML form (``graphs.scatter_form``), or None where it stays standard."""
         refusal = provider_refusal(node, body.opset, types)
         placed = self.analysis.placed.get(body.where)
-        if not refusal and placed is not None and placed[index].why in REASONS:  # keep_on_cpu: as the provider does
+        if not refusal and placed is not None and placed[index].by_its_graph:  # keep_on_cpu: as the provider does
             refusal = cpu_reason(placed[index].why)
         analysis = self.analysis
         plan = plan_scatter(body, types, node, analysis.dimension_count, analysis.carrying, self.out_of_bounds, refusal)

@@ -36,6 +36,7 @@ from onnx_gather.graphs.placement.nodes import (
     REASONS,
     UNSUPPORTED,
     Placed,
+    Where,
     place_nodes,
 )
 from onnx_gather.graphs.placement.session import Fate, Session
@@ -53,11 +54,7 @@ from onnx_gather.graphs.ranges import Ranges
 from onnx_gather.graphs.ranks import Observer
 from onnx_gather.graphs.types import ValueType
 
-# Verdicts: the provider runs it on DirectML; keeps it on its CPU provider; takes it and fails; DirectML at the
-# feature level cannot express it (a gather); its placement is unknown until the model runs (a gather's ranks; a node
-# of a model-local function, which ONNX Runtime inlines first); a DML node (a converted model's) whose operator
-# DirectML at the feature level takes, which tells nothing of where the provider would place the gather it came from.
-STATUSES = ("DirectML", "CPU", "fails", "refused", "unknown", "DML")
+_PLACED = (Where.DIRECTML, Where.CPU, Where.FAILS)  # the statuses that say where the node runs
 DEVICE_TYPES = "a tensor type the device lacks"  # a cause, beside those of placement.nodes
 _CAUSES = {  # how the summary counts nodes on the CPU provider
     CONSTANT: "constants (initializers)",
@@ -72,16 +69,16 @@ _CAUSES = {  # how the summary counts nodes on the CPU provider
 
 @dataclass(frozen=True)
 class Verdict:
-    """One node: what becomes of it (``status``, one of ``STATUSES``), where it runs (``provider``: ``DirectML``,
-    ``CPU``, or ``unknown``), why, and what DirectML is known to do there."""
+    """One node: what becomes of it (``status``), where it runs where the status does not say (``provider``:
+    ``DIRECTML``, ``CPU`` or ``UNKNOWN``), why, and what DirectML is known to do there."""
 
     where: str
     node: str
     op_type: str
-    status: str
+    status: Where
     reason: str
     ranks: str = ""  # where a gather's ranks came from a run of the model, which inputs it ran on
-    provider: str = ""  # "" for the status's own: DirectML or CPU
+    provider: Where | None = None  # None for the status's own: DIRECTML or CPU
     known: tuple[known.Known, ...] = field(default=())
     gather: bool = False  # a standard gather or a DML-form one
     cause: str = ""  # for a node on the CPU provider: a key of nodes.REASONS, nodes.NO_KERNEL...
@@ -89,10 +86,11 @@ class Verdict:
     session_node: str = ""  # the session's node it runs as or in
 
     @property
-    def runs_on(self) -> str:
+    def runs_on(self) -> Where:
+        """DIRECTML, CPU or UNKNOWN."""
         if self.provider:
             return self.provider
-        return {"DirectML": "DirectML", "fails": "DirectML", "CPU": "CPU"}.get(self.status, "unknown")
+        return {Where.FAILS: Where.DIRECTML}.get(self.status, self.status) if self.status in _PLACED else Where.UNKNOWN
 
 
 def _describe(op_type: str, n: int, data_type: int, index_type: int, batch: int = 0) -> str:
@@ -108,16 +106,16 @@ def _standard(change: NodeChange, level_name: str, placed: Placed | None) -> Ver
     provider's graph partitioning puts it (``placed``)."""
 
     def verdict(status: str, reason: str) -> Verdict:
-        cause = (placed.why if placed.provider == "CPU" else DEVICE_TYPES) if placed and status == "CPU" else ""
-        provider = placed.provider if placed is not None and status in ("unknown", "refused") else ""
+        cause = (placed.why if placed.provider == Where.CPU else DEVICE_TYPES) if placed and status == Where.CPU else ""
+        provider = placed.provider if placed is not None and status in (Where.UNKNOWN, Where.REFUSED) else ""
         return Verdict(
             change.where, change.node, change.op_type, status, reason, change.ranks, provider, gather=True, cause=cause
         )
 
-    if placed is not None and placed.why in REASONS:
-        return verdict("CPU", cpu_reason(placed.why))
+    if placed is not None and placed.by_its_graph:
+        return verdict(Where.CPU, cpu_reason(placed.why))
     if change.fails and not change.result:  # a gather DML form cannot express that the provider takes and fails
-        return verdict("fails", change.fails)
+        return verdict(Where.FAILS, change.fails)
     if change.data is None or change.indices is None:
         return verdict("unknown", f"the provider decides when it runs: {change.reason}")
     level = FEATURE_LEVELS[level_name]
@@ -126,21 +124,21 @@ def _standard(change: NodeChange, level_name: str, placed: Placed | None) -> Ver
     placement = place_gather(
         change.op_type, change.data, change.indices, change.axis, level, change.out_rank, change.batch
     )
-    if placement.provider != "DirectML":
+    if placement.provider != Where.DIRECTML:
         return verdict(placement.provider, placement.reason)
     if not change.result:
-        return verdict("refused", f"cannot be expressed: {change.reason}")
+        return verdict(Where.REFUSED, f"cannot be expressed: {change.reason}")
     dml = (change.op_type, change.dimension_count, change.data_type, change.index_type, change.batch)
     refusal = judge(level, *dml)
     if refusal is not None:  # the device has the node's types, so the provider takes it; DirectML refuses it
         return verdict(
-            "fails",
+            Where.FAILS,
             f"{refusal}: ONNX Runtime's provider takes the node (the device has its types) and "
             "DirectML refuses the operator when the session is created (from DirectML's "
             "operator tables; no device of that level was measured)",
         )
     described = _describe(*dml)
-    return verdict("DirectML", f"{described}; {placement.reason}")
+    return verdict(Where.DIRECTML, f"{described}; {placement.reason}")
 
 
 def check(
@@ -169,14 +167,16 @@ def check(
             if contract.is_dml_scatter(node):
                 operator = contract.SCATTER_BY_TYPE[node.op_type].directml
                 reason = f"{operator}; onnx-gather's op: check the original model for where the provider places it"
-                verdicts.append(Verdict(body.where, node_label(node, position), node.op_type, "DML", reason, "", "CPU"))
+                verdicts.append(
+                    Verdict(body.where, node_label(node, position), node.op_type, Where.DML, reason, "", Where.CPU)
+                )
                 continue
             if node.domain in ("", "ai.onnx") and node.op_type in GATHER_OPS:
                 change = analysis.decide(body, types, node, position)[1]
                 verdict = _standard(change, feature_level, where)
             else:
                 verdict = _node(body, types, node, position, feature_level, where)
-            if verdict.runs_on == "DirectML":
+            if verdict.runs_on == Where.DIRECTML:
                 found = tuple(known.known(known.Node(node, types, graph, outputs, body.opset, ranges)))
                 verdict = _with_known(verdict, found)
             verdicts.append(verdict)
@@ -186,7 +186,7 @@ def check(
 def _with_known(verdict: Verdict, found: tuple[known.Known, ...]) -> Verdict:
     """``verdict`` with the known behaviours at its node: it fails where a failure is met."""
     failing = any(k.kind == known.FAILS and k.status == known.Status.MET for k in found)
-    status = "fails" if failing and verdict.status == "DirectML" else verdict.status
+    status = Where.FAILS if failing and verdict.status == Where.DIRECTML else verdict.status
     return replace(verdict, status=status, known=found)
 
 
@@ -217,17 +217,21 @@ def with_session(verdicts: list[Verdict], session: Session) -> list[Verdict]:
             continue
         v = replace(v, fate=fate, session_node=into)
         node = ran.get((v.where, into))
-        if node is None or v.status not in ("DirectML", "CPU"):
+        if node is None or v.status not in _PLACED[:2]:
             result.append(v)
             continue
         # The session's placement where the graph changed around the node; the verdict's where it knows more (the
         # device's types, a gather DirectML refuses)
-        moved = node.placed.provider == "CPU" and v.runs_on == "DirectML"
+        moved = node.placed.provider == Where.CPU and v.runs_on == Where.DIRECTML
         if moved or fate == Fate.FUSED or v.cause in _GONE_CAUSES:
-            cause = node.placed.why if node.placed.provider == "CPU" else ""
+            cause = node.placed.why if node.placed.provider == Where.CPU else ""
             reason = REASONS.get(node.placed.why, node.placed.detail or node.placed.why)
             v = replace(
-                v, status=node.placed.provider, provider="", reason=f"in ONNX Runtime's session: {reason}", cause=cause
+                v,
+                status=node.placed.provider,
+                provider=None,
+                reason=f"in ONNX Runtime's session: {reason}",
+                cause=cause,
             )
         result.append(v)
     return result
@@ -243,12 +247,12 @@ def _node(
             body.where,
             name,
             node.op_type,
-            "unknown",
+            Where.UNKNOWN,
             "in a model-local function, which ONNX Runtime "
             "inlines before it places nodes: see where the nodes of its call go",
-            provider="unknown",
+            provider=Where.UNKNOWN,
         )
-    if placed.provider == "DirectML":
+    if placed.provider == Where.DIRECTML:
         level = FEATURE_LEVELS[level_name]
         lacking = sorted(
             {
@@ -259,9 +263,9 @@ def _node(
         )
         if lacking:
             reason = f"a device of feature level {level_name} lacks {' and '.join(lacking)}: the CPU provider runs it"
-            return Verdict(body.where, name, node.op_type, "CPU", reason, cause=DEVICE_TYPES)
+            return Verdict(body.where, name, node.op_type, Where.CPU, reason, cause=DEVICE_TYPES)
     reason = REASONS.get(placed.why, placed.detail or placed.why)
-    cause = placed.why if placed.provider == "CPU" else ""
+    cause = placed.why if placed.provider == Where.CPU else ""
     return Verdict(body.where, name, node.op_type, placed.provider, reason, cause=cause)
 
 
@@ -271,15 +275,21 @@ def _dml_form(body: Body, types: dict[str, ValueType], node: onnx.NodeProto, pos
     data, indices = (types.get(value) for value in node.input[:2])
     if data is None or data.rank is None or indices is None:
         return Verdict(
-            body.where, name, node.op_type, "unknown", "its input types are unknown", provider="CPU", gather=True
+            body.where,
+            name,
+            node.op_type,
+            Where.UNKNOWN,
+            "its input types are unknown",
+            provider=Where.CPU,
+            gather=True,
         )
     batch = attribute(node, "batch_dimension_count", 0)
     dml = (node.op_type, data.rank, data.elem_type, indices.elem_type, batch)
     refusal = judge(FEATURE_LEVELS[level_name], *dml)
     if refusal:
-        return Verdict(body.where, name, node.op_type, "refused", refusal, provider="CPU", gather=True)
+        return Verdict(body.where, name, node.op_type, Where.REFUSED, refusal, provider=Where.CPU, gather=True)
     reason = f"{_describe(*dml)}; onnx-gather's op: check the original model for where the provider places it"
-    return Verdict(body.where, name, node.op_type, "DML", reason, provider="CPU", gather=True)
+    return Verdict(body.where, name, node.op_type, Where.DML, reason, provider=Where.CPU, gather=True)
 
 
 def _sorted(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -299,16 +309,16 @@ def summary(verdicts: list[Verdict], feature_level: str, session: Session | None
     gone = Counter(v.fate for v in verdicts if v.fate in _GONE)
     running = [v for v in verdicts if v.fate not in _GONE]
     runs = Counter(v.runs_on for v in running)
-    causes = Counter(v.cause for v in running if v.runs_on == "CPU" and v.cause)
+    causes = Counter(v.cause for v in running if v.runs_on == Where.CPU and v.cause)
     why = ", ".join(f"{count} {_CAUSES.get(cause, cause)}" for cause, count in causes.most_common())
     parts = [f"{runs['DirectML']} on DirectML", f"{runs['CPU']} on the CPU provider" + (f" ({why})" if why else "")]
     if gone:
         said = ", ".join(f"{gone[fate]} {_GONE[fate]}" for fate in _GONE if gone[fate])
         parts.append(f"{sum(gone.values())} run by no provider ({said})")
-    failing = sum(v.status == "fails" for v in verdicts)
+    failing = sum(v.status == Where.FAILS for v in verdicts)
     if failing:
         parts.append(f"{failing} failing")
-    if runs["unknown"]:
+    if runs[Where.UNKNOWN]:
         parts.append(f"{runs['unknown']} unknown until the model runs")
     lines = [f"{counted(len(verdicts), 'node')} at DirectML feature level {feature_level}: {', '.join(parts)}."]
     if session is not None:
@@ -387,16 +397,16 @@ def flagged(verdicts: list[Verdict]) -> list[Flagged]:
 
 def _gathers(verdicts: list[Verdict], feature_level: str) -> str:
     """One line: how many gathers the provider runs where, at ``feature_level``."""
-    counts = {status: sum(v.status == status for v in verdicts) for status in STATUSES}
+    counts = {status: sum(v.status == status for v in verdicts) for status in Where}
     parts = [
         f"{counts[s]} {label}"
         for s, label in (
-            ("DirectML", "on DirectML"),
-            ("CPU", "on the CPU provider"),
-            ("fails", "failing"),
-            ("refused", "refused"),
-            ("unknown", "unknown until the model runs"),
-            ("DML", "as DML nodes (converted by onnx-gather: check the original model for placement)"),
+            (Where.DIRECTML, "on DirectML"),
+            (Where.CPU, "on the CPU provider"),
+            (Where.FAILS, "failing"),
+            (Where.REFUSED, "refused"),
+            (Where.UNKNOWN, "unknown until the model runs"),
+            (Where.DML, "as DML nodes (converted by onnx-gather: check the original model for placement)"),
         )
         if counts[s]
     ]

@@ -21,7 +21,7 @@ from onnx import TensorProto
 from onnx_gather.core import contract
 from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, off_axis_difference
 from onnx_gather.core.words import counted
-from onnx_gather.graphs.placement.nodes import REASONS
+from onnx_gather.graphs.placement.nodes import REASONS, Where
 from onnx_gather.graphs.types import ValueType
 
 _T = TensorProto
@@ -111,9 +111,10 @@ def cpu_reason(why: str) -> str:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where ONNX Runtime's DirectML provider puts one standard gather: ``DirectML``, ``CPU`` or ``fails``."""
+    """Where ONNX Runtime's DirectML provider puts one standard gather: ``DIRECTML``, ``CPU``, ``FAILS`` or (its
+    ranks untold) ``UNKNOWN``."""
 
-    provider: str
+    provider: Where
     reason: str
 
 
@@ -131,43 +132,45 @@ def place_gather(
     gather being invalid)."""
     cpu = "ONNX Runtime's CPU provider runs it, where an out-of-bounds index is an error"
     if data.elem_type in NOT_REGISTERED:
-        return Placement("CPU", f"{dml_type_name(data.elem_type)} gathers are not registered for DirectML; {cpu}")
+        return Placement(Where.CPU, f"{dml_type_name(data.elem_type)} gathers are not registered for DirectML; {cpu}")
     roles = (("data", data), ("indices", indices))
     lacking = [f"{dml_type_name(v.elem_type)} {role}" for role, v in roles if not has_type(level, v.elem_type)]
     if lacking:
-        return Placement("CPU", f"a device of feature level {level.name} lacks {' and '.join(lacking)}; {cpu}")
+        return Placement(Where.CPU, f"a device of feature level {level.name} lacks {' and '.join(lacking)}; {cpu}")
     ranks = {"data": data.rank, "indices": indices.rank, "output": out_rank}
     over = [f"{role} {rank}" for role, rank in ranks.items() if rank is not None and rank > MAX_DIMENSION_COUNT]
     when = "when the session is created (static shapes) or when it runs (dynamic ones)"
     if op_type == "GatherND" and indices.rank == 0:  # ONNX Runtime's GatherND_runtime_scalar_indices_error
         return Placement(
-            "fails",
+            Where.FAILS,
             "its indices are a scalar (rank 0, as a run brings them: declared so, ONNX Runtime's shape inference "
             "refuses the model for every provider): the provider takes the node and fails when it runs "
             "(MLOperatorAuthorImpl.cpp(2818) 80070057), where ONNX Runtime's CPU fails too",
         )
     if over:
         return Placement(
-            "fails",
+            Where.FAILS,
             f"more than {MAX_DIMENSION_COUNT} dimensions ({', '.join(over)}): the provider "
             f"takes the node and fails {when} (80070057)",
         )
     if op_type == "GatherND" and out_rank == 0:
-        return Placement("fails", f"its output is a scalar: the provider takes the node and fails {when} (80070057)")
+        return Placement(
+            Where.FAILS, f"its output is a scalar: the provider takes the node and fails {when} (80070057)"
+        )
     if op_type == "GatherND":
         pairs = zip(data.dims[:batch], indices.dims[:batch], strict=True)
         differ = [d for d, (a, b) in enumerate(pairs) if isinstance(a, int) and isinstance(b, int) and a != b]
         if differ:
             d = differ[0]
             return Placement(
-                "fails",
+                Where.FAILS,
                 f"its batch sizes differ (dimension {d}: data {data.dims[d]}, indices "
                 f"{indices.dims[d]}); the provider takes the node and fails when the session "
                 "is created (MLOperatorAuthorImpl.cpp(2853) 80070057)",
             )
     if op_type == "GatherElements" and data.rank != indices.rank:
         return Placement(
-            "unknown",
+            Where.UNKNOWN,
             f"its indices have rank {indices.rank} and its data rank {data.rank}, which ONNX's GatherElements forbids "
             "(ONNX Runtime's CPU kernel fails when it runs; what DirectML's provider does was not measured)",
         )
@@ -175,7 +178,7 @@ def place_gather(
         d = off_axis_difference(data.dims, indices.dims, axis)
         if d is not None:
             return Placement(
-                "fails",
+                Where.FAILS,
                 f"its indices differ from the data off the axis (dimension {d}: "
                 f"{indices.dims[d]} != {data.dims[d]}); DirectML refuses such a "
                 "DML_GATHER_ELEMENTS and the provider fails when the session is created "
@@ -184,8 +187,8 @@ def place_gather(
         pairs = [(a, b) for d, (a, b) in enumerate(zip(data.dims, indices.dims, strict=True)) if d != axis]
         if any(a is None or b is None or a != b for a, b in pairs):
             return Placement(
-                "DirectML",
+                Where.DIRECTML,
                 "runs on DirectML if its indices match the data off the axis when it runs "
                 "(dynamic dims); the run fails if they do not",
             )
-    return Placement("DirectML", "runs on DirectML")
+    return Placement(Where.DIRECTML, "runs on DirectML")

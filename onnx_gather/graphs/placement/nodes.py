@@ -28,6 +28,7 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from importlib import resources
 
 import numpy as np
@@ -67,6 +68,20 @@ _TYPE_CODES = {
         for bits in (8, 16, 32, 64)
     },
 }
+
+
+class Where(StrEnum):
+    """Where a node runs, or what becomes of it: on DirectML or the CPU provider; taken by the provider and failing;
+    a gather DirectML cannot express; unknown until the model runs; a DML node of onnx-gather's (a converted
+    model's), which tells nothing of where the gather it came from would run."""
+
+    DIRECTML = "DirectML"
+    CPU = "CPU"
+    FAILS = "fails"
+    REFUSED = "refused"
+    UNKNOWN = "unknown"
+    DML = "DML"
+
 
 # Why a node goes where it goes.
 FOLDED, CPU_PREFERRED, NO_KERNEL, CONSTANT = "folded", "shape computation", "no kernel", "constant"
@@ -119,11 +134,18 @@ def directml_versions(op_type: str, domain: str = "") -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Placed:
-    """Where one node runs: ``DirectML`` or ``CPU``, and why (``FOLDED``, ``CPU_PREFERRED``, ``NO_KERNEL``...)."""
+    """Where one node runs: ``Where.DIRECTML`` or ``Where.CPU``, and why (``FOLDED``, ``CPU_PREFERRED``,
+    ``NO_KERNEL``...)."""
 
-    provider: str
+    provider: Where
     why: str
     detail: str = field(default="", compare=False)  # for NO_KERNEL, DIRECTML, UNSUPPORTED, EXPANDED: which kernel, why
+
+    @property
+    def by_its_graph(self) -> bool:
+        """On the CPU for what the graph around it makes of it (a Constant, folded, a shape computation), whatever
+        the node itself is."""
+        return self.why in (CONSTANT, FOLDED, CPU_PREFERRED)
 
 
 def _schema(node: onnx.NodeProto, opset: int) -> onnx.defs.OpSchema | None:
@@ -312,19 +334,19 @@ def place_nodes(model: onnx.ModelProto) -> dict[str, list[Placed]]:
         verdicts = []
         for position, node in enumerate(body.nodes):
             if is_constant(node):
-                verdicts.append(Placed("CPU", CONSTANT))
+                verdicts.append(Placed(Where.CPU, CONSTANT))
             elif position in folded:
-                verdicts.append(Placed("CPU", FOLDED))
+                verdicts.append(Placed(Where.CPU, FOLDED))
             elif kernels[position] is None:
                 verdicts.append(
-                    _expanded(node, body.opset, graph.types) or Placed("CPU", NO_KERNEL, found[position][1])
+                    _expanded(node, body.opset, graph.types) or Placed(Where.CPU, NO_KERNEL, found[position][1])
                 )
             elif position in preferred:
-                verdicts.append(Placed("CPU", CPU_PREFERRED))
+                verdicts.append(Placed(Where.CPU, CPU_PREFERRED))
             elif refusal := queries.query_refusal(node, kernels[position].since, graph.types):
-                verdicts.append(Placed("CPU", UNSUPPORTED, refusal))
+                verdicts.append(Placed(Where.CPU, UNSUPPORTED, refusal))
             else:
-                verdicts.append(Placed("DirectML", DIRECTML, found[position][1]))
+                verdicts.append(Placed(Where.DIRECTML, DIRECTML, found[position][1]))
             stack.extend((inner, graph) for inner in inner_bodies(body, node, position))
         placed[body.where] = verdicts
     return placed
@@ -352,14 +374,14 @@ def _expanded(node: onnx.NodeProto, opset: int, types: dict[str, ValueType]) -> 
     where = [p.provider for p in placed if p.why != CONSTANT]
     counts = ", ".join(
         f"{where.count(p)} on {name}"
-        for p, name in (("DirectML", "DirectML"), ("CPU", "the CPU provider"))
+        for p, name in ((Where.DIRECTML, "DirectML"), (Where.CPU, "the CPU provider"))
         if p in where
     )
     detail = (
         f"neither provider has a kernel for {node.op_type}-{schema.since_version}: ONNX Runtime expands it into its "
         f"ONNX function body, whose nodes run {counts or 'nowhere (all constants)'}"
     )
-    return Placed("DirectML" if "DirectML" in where else "CPU", EXPANDED, detail)
+    return Placed(Where.DIRECTML if Where.DIRECTML in where else Where.CPU, EXPANDED, detail)
 
 
 MATERIALIZED = 4096  # elements: the folded values shape inference is given, as ONNX Runtime has them

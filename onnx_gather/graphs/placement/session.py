@@ -24,6 +24,7 @@ from enum import StrEnum
 import onnx
 
 from onnx_gather.graphs.placement import nodes as placement
+from onnx_gather.graphs.placement.nodes import Where
 from onnx_gather.graphs.plumbing import Body, bodies, implicit_inputs, is_constant, node_label
 from onnx_gather.graphs.types import value_types, without_weights
 
@@ -87,13 +88,13 @@ class Copy:
 
     where: str  # the graph
     value: str
-    to: str  # "CPU" (MemcpyToHost) or "DirectML" (MemcpyFromHost)
+    to: Where  # CPU (MemcpyToHost) or DIRECTML (MemcpyFromHost)
     producer: str
     consumers: tuple[str, ...]
 
     @property
     def op_type(self) -> str:
-        return "MemcpyToHost" if self.to == "CPU" else "MemcpyFromHost"
+        return "MemcpyToHost" if self.to == Where.CPU else "MemcpyFromHost"
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ def _fuse_activations(
         for name in (*node.input, *implicit_inputs(node)):
             consumers.setdefault(name, []).append(position)
     outputs = {value.name for value in body.container.output} if isinstance(body.container, onnx.GraphProto) else set()
-    on_dml = [v.provider == "DirectML" and main for v in verdicts]
+    on_dml = [v.provider == Where.DIRECTML and main for v in verdicts]
     taken: dict[int, int] = {}  # activation position -> fusable position
     for position, node in enumerate(nodes):
         allowed = _FUSABLE.get(node.op_type)
@@ -186,7 +187,7 @@ def _partitions_and_copies(
 ) -> tuple[list[tuple[str, ...]], list[Copy]]:
     """The DirectML partitions and the memory copies of one graph."""
     running = [r.placed.why not in (placement.FOLDED, placement.CONSTANT) for r in ran]
-    on_dml = [r.placed.provider == "DirectML" and run for r, run in zip(ran, running, strict=True)]
+    on_dml = [r.placed.provider == Where.DIRECTML and run for r, run in zip(ran, running, strict=True)]
     made: dict[str, tuple[int, bool]] = {}  # value -> (producer, in device memory)
     for position, node in enumerate(nodes):
         if not running[position]:
@@ -216,7 +217,7 @@ def _partitions_and_copies(
                 Copy(
                     body.where,
                     name,
-                    "CPU" if in_device else "DirectML",
+                    Where.CPU if in_device else Where.DIRECTML,
                     ran[producer].name,
                     tuple(ran[p].name for p in other),
                 )
