@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+from enum import StrEnum
 
 import onnx
 from onnx import TensorProto
@@ -280,7 +281,7 @@ class GatherPlan:
     axis: int  # non-negative (GatherND: 0)
     form: DmlForm  # the DML node's dimension count, the leading ones of its tensors, its attributes
     carrier: int | None  # the element type the data travels as, where the bridge cannot carry it
-    slice: bool | None  # GatherElements data to slice to the indices: None, or whether it needs Shape
+    crop: Crop | None  # GatherElements data cropped to the indices' sizes off the axis, and how; None: not needed
 
     @property
     def op(self) -> str:
@@ -334,8 +335,8 @@ def _examine(
         return Left(str(refused))
     if node.op_type == "GatherND":
         return GatherPlan(data, indices, 0, form, carriers.get(data.elem_type), None)
-    sliced = _slice_plan(data, indices, axis % data.rank) if node.op_type == "GatherElements" else None
-    return GatherPlan(data, indices, axis % data.rank, form, carriers.get(data.elem_type), sliced)
+    crop = _crop(data, indices, axis % data.rank) if node.op_type == "GatherElements" else None
+    return GatherPlan(data, indices, axis % data.rank, form, carriers.get(data.elem_type), crop)
 
 
 def _out_rank(op_type: str, data: ValueType | None, indices: ValueType | None, batch: int) -> int | None:
@@ -346,12 +347,20 @@ def _out_rank(op_type: str, data: ValueType | None, indices: ValueType | None, b
     return output_rank(op_type, data.rank, indices.rank, batch, k) if isinstance(k, int) else None
 
 
-def _slice_plan(data: ValueType, indices: ValueType, axis: int) -> bool | None:
-    """None if the indices have the data's sizes off the axis; else whether slicing to them needs ``Shape``."""
+class Crop(StrEnum):
+    """How GatherElements' data is cropped to its indices' sizes off the axis (DirectML takes equal sizes): by sizes
+    known in the graph, or by the indices' ``Shape`` at run time."""
+
+    STATIC = "static"
+    DYNAMIC = "dynamic"
+
+
+def _crop(data: ValueType, indices: ValueType, axis: int) -> Crop | None:
+    """None if the indices have the data's sizes off the axis; else how the data is cropped to them."""
     needed, dynamic = False, False
     for d, (data_size, index_size) in enumerate(zip(data.dims, indices.dims, strict=True)):
         if d == axis or (data_size is not None and data_size == index_size):
             continue
         needed = True
         dynamic = dynamic or not (isinstance(data_size, int) and isinstance(index_size, int))
-    return dynamic if needed else None
+    return (Crop.DYNAMIC if dynamic else Crop.STATIC) if needed else None

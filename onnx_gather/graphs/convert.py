@@ -33,7 +33,7 @@ from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
 from onnx_gather.core.scatter import DUPLICATE_MODES
-from onnx_gather.graphs.analysis import Analysis, GatherPlan, Left, carried_note, parse_dimension_count
+from onnx_gather.graphs.analysis import Analysis, Crop, GatherPlan, Left, carried_note, parse_dimension_count
 from onnx_gather.graphs.changes import NodeChange, Report, count_ops
 from onnx_gather.graphs.emit import Emitter
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, cpu_reason
@@ -100,8 +100,8 @@ class _Converter:
         if isinstance(plan, Left):
             self.report.left.append(change)
             return None, {}
-        if plan.slice is not None and self.provider_failures == "raise":
-            plan = dataclasses.replace(plan, slice=None)  # dynamic dims: the DML node fails if they differ, as DirectML
+        if plan.crop is not None and self.provider_failures == "raise":
+            plan = dataclasses.replace(plan, crop=None)  # dynamic dims: the DML node fails if they differ, as DirectML
         self.report.changed.append(change)
         return self._emit(body, node, change.result, plan, types.get(node.output[0]))
 
@@ -120,8 +120,8 @@ class _Converter:
         wrote: dict[str, str] = {}  # role -> the value its node makes (rule 7)
         x = node.input[0]
         x_dims = data.dims
-        if plan.slice is not None:
-            x = wrote["slice_input"] = _emit_slice(emit, x, node.input[1], indices.dims, plan.axis, plan.slice)
+        if plan.crop is not None:
+            x = wrote["slice_input"] = _emit_crop(emit, x, node.input[1], indices.dims, plan.axis, plan.crop)
             x_dims = tuple(d if k == plan.axis else indices.dims[k] for k, d in enumerate(data.dims))
             typed[x] = ValueType(data.elem_type, x_dims)
         if plan.carrier is not None:
@@ -248,10 +248,10 @@ def _record(body: Body, declared: dict[str, onnx.ValueInfoProto], typed: dict[st
             found.type.tensor_type.shape.CopyFrom(value_type.value_info(name).type.tensor_type.shape)
 
 
-def _emit_slice(emit: Emitter, data: str, indices: str, index_dims: tuple, axis: int, dynamic: bool) -> str:
+def _emit_crop(emit: Emitter, data: str, indices: str, index_dims: tuple, axis: int, crop: Crop) -> str:
     """``data`` sliced to the sizes of ``indices`` on every dimension but ``axis`` (GatherElements is opset 11+)."""
     rank = len(index_dims)
-    if dynamic:
+    if crop == Crop.DYNAMIC:
         # Slice clamps its ends to the data's sizes: a huge end keeps the whole axis.
         keep_axis = [WHOLE_AXIS if d == axis else 0 for d in range(rank)]
         shape = emit.node("Shape", [indices], "indices_shape")
