@@ -17,7 +17,6 @@ copies ONNX Runtime inserts between DirectML and the CPU, and what became of eac
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -106,9 +105,6 @@ class Session:
     fates: dict[tuple[str, str], tuple[Fate, str]]
     partitions: tuple[tuple[str, ...], ...]
     copies: tuple[Copy, ...]
-
-    def counts(self) -> Counter:
-        return Counter(fate for fate, _ in self.fates.values())
 
 
 def _label(node: onnx.NodeProto) -> str:
