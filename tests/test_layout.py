@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -45,6 +46,21 @@ def test_every_module_is_in_a_layer():
     assert not [_id(f) for f in folders if not (f / "__init__.py").exists()]
     # Every .py file under the package is a module of a layer or the package's own two.
     assert set(PACKAGE.rglob("*.py")) == {*MODULES, PACKAGE / "__init__.py", PACKAGE / "__main__.py"}
+
+
+def test_the_design_names_every_module_in_its_layer():
+    """docs/design.md's table of layers names each module of the tree in its layer's row (no module left out)."""
+    text = (PACKAGE.parent / "docs" / "design.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| [^|]* \| (.*) \|$", text, re.M))
+    assert set(rows) == set(LAYERS)
+    unnamed = {
+        layer: sorted(p.stem for p in MODULES if _layer(p) == layer and p.stem != "__init__") for layer in LAYERS
+    }
+    unnamed = {
+        layer: [m for m in names if f"`{m}`" not in rows[layer] and f"`{m}/`" not in rows[layer]]
+        for layer, names in unnamed.items()
+    }
+    assert not {layer: names for layer, names in unnamed.items() if names}
 
 
 def test_module_names_are_unique():
