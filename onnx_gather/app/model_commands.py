@@ -14,8 +14,10 @@ from onnx_gather.app.options import InputChoice
 from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
 from onnx_gather.core.scatter import DUPLICATE_MODES
+from onnx_gather.core.sizes import MAX_DIMENSION_COUNT
 from onnx_gather.core.words import counted, listed
 from onnx_gather.graphs import allowzero, model_io
+from onnx_gather.graphs.analysis import parse_dimension_count
 from onnx_gather.graphs.changes import Report
 from onnx_gather.graphs.convert import PROVIDER_FAILURES, convert
 from onnx_gather.graphs.lowering.lower import lower
@@ -74,11 +76,15 @@ def _print_report(report: Report, verb: str, source: str, target: str) -> None:
 
 
 def _dimension_count(text: str) -> str | int:
-    if text == "auto":
-        return text
-    if text.isdigit() and 1 <= int(text) <= 8:
-        return int(text)
-    raise argparse.ArgumentTypeError(f"{text!r}: expected auto or 1 to 8 (DirectML tensors have 1 to 8 dimensions)")
+    """``--dimension-count``: the rule is ``analysis.parse_dimension_count``'s, worded for the command line."""
+    try:
+        count = parse_dimension_count(text)
+    except UserError:
+        most = MAX_DIMENSION_COUNT
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected auto or 1 to {most} (DirectML tensors have 1 to {most} dimensions)"
+        ) from None
+    return "auto" if count is None else count
 
 
 class ConvertCommand(Command):
