@@ -1,12 +1,9 @@
-"""The default-domain opset a DML node's lowering needs (``needed_opset``), and raising a model to it where its
-opset is lower (``raise_opset``; docs/semantics.md, section 6): onnx's version converter on the main graph (its
-subgraphs included; nodes of other domains, the DML ops among them, pass through unchanged) and on each model-local
-function, which the converter would otherwise drop.
-
-What the converter cannot do is an ``OpsetError`` naming where: an operator with no adapter, a function whose nodes
-refer to its attributes (the converter replaces such a reference by the attribute's default, measured with onnx
-1.23: a silent change, so it is refused).
-"""
+"""The default-domain opset a DML node's lowering needs (``needed_opset``, ``scatter_opset``), and raising a model to it
+where its opset is lower (``raise_opset``; docs/semantics.md, section 6): onnx's version converter on the main graph
+(its subgraphs included; nodes of other domains, the DML ops among them, pass through unchanged) and on each
+model-local function, which the converter would otherwise drop. What the converter cannot do is an ``OpsetError``
+naming where: an operator with no adapter, a function whose nodes refer to its attributes (the converter replaces
+such a reference by the attribute's default, measured with onnx 1.23: a silent change, so it is refused)."""
 
 from __future__ import annotations
 
@@ -14,9 +11,10 @@ import onnx
 from onnx import TensorProto, helper, version_converter
 
 from onnx_gather.core.errors import UserError
-from onnx_gather.graphs.lowering.directml_reading import MIN_OPSET
 from onnx_gather.graphs.plumbing import graphs
 from onnx_gather.graphs.types import ValueType
+
+MIN_OPSET = 11  # Range, NonZero, ScatterND, ScatterElements, If with outer-scope values, Mod: the lowering's floor
 
 
 class OpsetError(UserError):
@@ -29,6 +27,13 @@ _OPSET_11_USES = {
     "clamp": "Where, and Gather-11, which takes the negative indices it clamps to",
     "zero": "Where, and Gather-11, which takes the negative indices it clamps to",
 }
+
+
+def scatter_opset(mode: str, index_type: int) -> tuple[int, str]:
+    """The default-domain opset a scatter's lowering needs, and why."""
+    if mode == "clamp" and index_type in (TensorProto.UINT32, TensorProto.UINT64):
+        return 12, f"out_of_bounds=clamp with {TensorProto.DataType.Name(index_type)} indices needs opset 12 (Min)"
+    return MIN_OPSET, f"a scatter's lowering needs opset {MIN_OPSET} (Range, ScatterElements, Compress)"
 
 
 def needed_opset(op_type: str, mode: str, native_alone: bool, index_type: int, batch: int = 0) -> tuple[int, str]:

@@ -40,8 +40,6 @@ from onnx_gather.graphs.lowering.dml_memory import (
     tuple_rows,
 )
 
-MIN_OPSET = 11  # Range, NonZero, ScatterND, ScatterElements, If with outer-scope values, Mod
-
 
 def _repair(emit: Emitter, tensor: Tensor, gather: NativeGather, v: str, outside: str) -> str:
     """The native op on ``v`` with its out-of-bounds values (``outside``) set to 0, and the elements they produced

@@ -31,7 +31,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from onnx_gather.graphs.emit import Emitter
-from onnx_gather.graphs.lowering.directml_reading import MIN_OPSET, outside_bounds
+from onnx_gather.graphs.lowering.directml_reading import outside_bounds
 from onnx_gather.graphs.lowering.dml_memory import (
     Data,
     Tensor,
@@ -62,13 +62,6 @@ class NativeScatter:
     duplicates: str = "last"  # or error: updates of different values to one element fail
     data_type: int = TensorProto.FLOAT  # the data's element type, as the DML node takes it
     may_be_empty: bool = True  # ScatterND: whether the indices may hold no tuple (a dim not known to be above 0)
-
-
-def scatter_opset(mode: str, index_type: int) -> tuple[int, str]:
-    """The default-domain opset a scatter's lowering needs, and why."""
-    if mode == "clamp" and index_type in (TensorProto.UINT32, TensorProto.UINT64):
-        return 12, f"out_of_bounds=clamp with {TensorProto.DataType.Name(index_type)} indices needs opset 12 (Min)"
-    return MIN_OPSET, f"a scatter's lowering needs opset {MIN_OPSET} (Range, ScatterElements, Compress)"
 
 
 def lower_scatter(emit: Emitter, scatter: NativeScatter) -> None:

@@ -38,7 +38,7 @@ from onnx_gather.core.words import counted
 from onnx_gather.graphs.changes import NodeChange, Report, count_ops
 from onnx_gather.graphs.emit import Emitter, Initializers, prune_initializers
 from onnx_gather.graphs.lowering.directml_reading import NativeGather, directml_reading
-from onnx_gather.graphs.lowering.flat_scatter import NativeScatter, lower_scatter, scatter_opset
+from onnx_gather.graphs.lowering.flat_scatter import NativeScatter, lower_scatter
 from onnx_gather.graphs.lowering.native import (
     fix_indices,
     fix_tuples,
@@ -48,7 +48,7 @@ from onnx_gather.graphs.lowering.native import (
     zero_where,
 )
 from onnx_gather.graphs.lowering.through import Surroundings, complete, look_through, look_through_scatter
-from onnx_gather.graphs.opsets import OpsetError, needed_opset, raise_opset
+from onnx_gather.graphs.opsets import OpsetError, needed_opset, raise_opset, scatter_opset
 from onnx_gather.graphs.plumbing import (
     Body,
     DefUse,
