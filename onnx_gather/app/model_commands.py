@@ -9,6 +9,7 @@ from pathlib import Path
 import onnx
 
 from onnx_gather.app import options
+from onnx_gather.app.check_report import check_document, summary
 from onnx_gather.app.command import Command
 from onnx_gather.app.options import InputChoice
 from onnx_gather.core import contract
@@ -21,16 +22,7 @@ from onnx_gather.graphs.analysis import parse_dimension_count
 from onnx_gather.graphs.changes import Report
 from onnx_gather.graphs.convert import PROVIDER_FAILURES, convert
 from onnx_gather.graphs.lowering.lower import lower
-from onnx_gather.graphs.placement.check import (
-    Verdict,
-    check,
-    check_document,
-    flagged,
-    measured,
-    reads,
-    summary,
-    with_session,
-)
+from onnx_gather.graphs.placement.check import Verdict, check, flagged, measured, reads, with_session
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
 from onnx_gather.graphs.placement.known import Status
 from onnx_gather.graphs.placement.nodes import CONSTANT, FOLDED, REASONS, Where
