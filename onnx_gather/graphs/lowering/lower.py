@@ -1,6 +1,6 @@
 """DML form back to standard ONNX, with the same semantics, so a converted model runs natively anywhere.
 
-The rules, for each ``DmlGather`` and ``DmlGatherElements`` node:
+The rules, for each ``DmlGather``, ``DmlGatherElements`` and ``DmlGatherNd`` node:
 
 1. Padding that ``to_dml`` added (a leading-ones ``Unsqueeze`` in front, a ``Squeeze`` behind, the
    ``Cast`` pairs that carry FLOAT16, BFLOAT16 and BOOL) is looked through and removed where nothing
@@ -10,7 +10,9 @@ The rules, for each ``DmlGather`` and ``DmlGatherElements`` node:
    leading ones (docs/semantics.md section 6), added back with ``Unsqueeze`` where anything needs them.
 3. ``out_of_bounds``: ``error`` is the native op's own check; ``clamp`` is one ``Clip`` of the indices
    to ``[-size, size - 1]`` (the native op takes negative indices); ``zero`` also masks the output.
-   At opset 11, where ``Clip`` and ``Min`` take no integers, ``Less`` and ``Where`` do the same.
+   At opset 11, where ``Clip`` and ``Min`` take no integers, ``Less`` and ``Where`` do the same. ``directml`` (and
+   ``directml-16bit``) reads an out-of-bounds index where DirectML reads it, beside the gathers that may meet one
+   (``lowering.directml_reading``, ``lowering.dml_memory``).
 4. Opsets: a Gather that is the native op alone keeps the model's opset; anything more is written at opset 11 (12
    for GatherND's batch dims and for capping unsigned indices). A model below what its nodes need is raised first
    (``graphs.opsets``, onnx's version converter); where it cannot be, the nodes are left with the reason, and
