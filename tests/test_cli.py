@@ -339,7 +339,8 @@ def test_the_docs_the_messages_cite_are_installed_and_printed(capsys):
     assert "4.3" in text and "GetCpuPreferredNodes" in text
     assert main(["docs", "nothing"]) == 2
     error = capsys.readouterr().err
-    assert "no document 'nothing' (there are: cli, design, directml-on-linux, measurements, node-suite, ops, semantics)" in error
+    listed = "cli, design, directml-on-linux, measurements, node-suite, ops, semantics"
+    assert f"no document 'nothing' (there are: {listed})" in error
 
 
 def test_an_internal_error_exits_3_with_one_line_and_debug_gives_its_traceback(tmp_path, capsys, monkeypatch):
