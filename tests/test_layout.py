@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
@@ -59,6 +60,15 @@ def test_the_design_names_every_module_in_its_layer():
         for layer, names in unnamed.items()
     }
     assert not {layer: names for layer, names in unnamed.items() if names}
+
+
+def test_the_map_of_tests_is_the_trees():
+    """tests/MAP.md (which test files hold which module) is what tools/test_map.py writes of the tree now."""
+    spec = importlib.util.spec_from_file_location("tests_map_tool", PACKAGE.parent / "tools" / "test_map.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    written = (PACKAGE.parent / "tests" / "MAP.md").read_text()
+    assert written == tool.tests_map(), "tests/MAP.md is not the tree's: run python tools/test_map.py"
 
 
 def test_module_names_are_unique():
