@@ -23,15 +23,15 @@ def _id(path: Path) -> str:
     return path.relative_to(PACKAGE).as_posix()
 
 
-def _imported(path: Path) -> set[str]:
-    """The onnx_gather modules ``path`` imports anywhere in it (a function's deferred import too)."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return {name for name in names if name.startswith("onnx_gather.")}
+def _tool() -> object:
+    """tools/test_map.py, whose ``imported`` reads what a file imports of the package (the map is made of it)."""
+    spec = importlib.util.spec_from_file_location("tests_map_tool", PACKAGE.parent / "tools" / "test_map.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+TOOL = _tool()
 
 
 def test_every_module_is_in_a_layer():
@@ -64,11 +64,8 @@ def test_the_design_names_every_module_in_its_layer():
 
 def test_the_map_of_tests_is_the_trees():
     """tests/MAP.md (which test files hold which module) is what tools/test_map.py writes of the tree now."""
-    spec = importlib.util.spec_from_file_location("tests_map_tool", PACKAGE.parent / "tools" / "test_map.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
     written = (PACKAGE.parent / "tests" / "MAP.md").read_text()
-    assert written == tool.tests_map(), "tests/MAP.md is not the tree's: run python tools/test_map.py"
+    assert written == TOOL.tests_map(), "tests/MAP.md is not the tree's: run python tools/test_map.py"
 
 
 def test_module_names_are_unique():
@@ -138,7 +135,7 @@ def test_imports_run_downwards_only():
     for path in MODULES:
         layer = LAYERS.index(_layer(path))
         found = sorted(
-            n for n in _imported(path) if n.split(".")[1] in LAYERS and LAYERS.index(n.split(".")[1]) > layer
+            n for n in TOOL.imported(path) if n.split(".")[1] in LAYERS and LAYERS.index(n.split(".")[1]) > layer
         )
         if found:
             upward[_id(path)] = found

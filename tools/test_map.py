@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE, TESTS = ROOT / "onnx_gather", ROOT / "tests"
 
 
-def _imported(path: Path) -> set[str]:
-    """The onnx_gather modules ``path`` imports anywhere in it, by dotted name (``from a import b``: a.b and a)."""
+def imported(path: Path) -> set[str]:
+    """The onnx_gather modules ``path`` imports anywhere in it (a function's deferred import too), by dotted name
+    (``from a import b``: a.b and a). tests/test_layout.py reads imports with it too."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -42,8 +43,8 @@ def tests_map() -> str:
         for p in PACKAGE.rglob("*.py")
         if p.name not in ("__init__.py", "__main__.py")
     )
-    tests = {p.name: _imported(p) for p in sorted(TESTS.glob("*.py")) if p.name.startswith("test_")}
-    imports = {m: _imported(ROOT / Path(*m.split(".")).with_suffix(".py")) for m in modules}
+    tests = {p.name: imported(p) for p in sorted(TESTS.glob("*.py")) if p.name.startswith("test_")}
+    imports = {m: imported(ROOT / Path(*m.split(".")).with_suffix(".py")) for m in modules}
     reach = {name: _reached(direct, imports) for name, direct in tests.items()}
     lines = [
         "# Which tests hold which module",
