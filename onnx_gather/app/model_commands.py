@@ -255,7 +255,7 @@ def _session(model: onnx.ModelProto, path: str) -> tuple[Session | None, str]:
     if any(contract.is_dml(n) or contract.is_dml_scatter(n) for body in bodies(model) for n in body.nodes):
         return None, "A model with onnx-gather's DML nodes: counted as it is, not as ONNX Runtime's session holds it."
     try:
-        optimized = session_graph.optimized(path)
+        optimized = session_graph.optimized(model, path)
     except Exception as error:  # onnxruntime's own errors (Fail, InvalidGraph, NotImplemented...) have no common base
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return None, f"ONNX Runtime's CPU provider cannot optimize the model ({first}): counted as it is."

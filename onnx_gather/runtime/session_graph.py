@@ -36,27 +36,27 @@ _INSERTED_CAST = "InsertedPrecisionFreeCast_"  # InsertCastTransformer's names
 _WEIGHTS = "weights.bin"
 
 
-def optimized(model: onnx.ModelProto | str | Path) -> onnx.ModelProto:
+def optimized(model: onnx.ModelProto, path: str | Path | None = None) -> onnx.ModelProto:
     """``model``'s graph as ONNX Runtime optimizes it for a DirectML session (weights left out: each large
-    initializer keeps its type and dims). Raises onnxruntime's error where the CPU provider cannot create a session
-    of it."""
+    initializer keeps its type and dims). ``path``: the file ``model`` was read from, which ONNX Runtime then reads
+    itself (its external data beside it) instead of a serialized copy. Raises onnxruntime's error where the CPU
+    provider cannot create a session of it."""
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory(prefix="onnx-gather-session-") as folder:
-        path = Path(folder) / "optimized.onnx"
+        written = Path(folder) / "optimized.onnx"
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-        options.optimized_model_filepath = str(path)
+        options.optimized_model_filepath = str(written)
         options.log_severity_level = 3
         options.add_session_config_entry("session.optimized_model_external_initializers_file_name", _WEIGHTS)
         options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
-        source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+        source = str(path) if path is not None else model.SerializeToString()
         ort.InferenceSession(
             source, options, providers=["CPUExecutionProvider"], disabled_optimizers=list(CPU_ONLY_TRANSFORMERS)
         )
-        result = onnx.load(path, load_external_data=False)
-    original = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
-    _undo_cpu_changes(result.graph, original.graph)
+        result = onnx.load(written, load_external_data=False)
+    _undo_cpu_changes(result.graph, model.graph)
     return result
 
 
