@@ -16,8 +16,9 @@ import onnx_gather
 from onnx_gather.conformance import provider_door as conformance
 from onnx_gather.core import semantics
 from onnx_gather.core.contract import DOMAIN
-from onnx_gather.graphs.analysis import Analysis, GatherPlan, Left
+from onnx_gather.graphs.analysis import Analysis
 from onnx_gather.graphs.convert import convert
+from onnx_gather.graphs.dml_plan import DmlPlan, Left
 from onnx_gather.graphs.lowering.lower import lower
 from onnx_gather.graphs.placement.check import check
 from onnx_gather.graphs.plumbing import bodies
@@ -231,7 +232,7 @@ def test_decisions_are_typed_a_left_gather_says_why_a_converted_one_its_n_a_lowe
     analysis = Analysis(model)
     body = bodies(model)[0]
     embed, words = (analysis.decide(body, analysis.types[0], node, i)[0] for i, node in enumerate(body.nodes))
-    assert isinstance(embed, GatherPlan) and embed.form.dimension_count == 2
+    assert isinstance(embed, DmlPlan) and embed.form.dimension_count == 2
     assert words == Left("STRING data cannot be expressed for DirectML")
     converted, report = convert(model, out_of_bounds="clamp")
     assert [(c.node, c.dimension_count, c.reason) for c in report.changed] == [("embed", 2, "")]

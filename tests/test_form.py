@@ -16,29 +16,29 @@ from onnx_gather.core.sizes import output_rank
     ("arguments", "expected"),
     [
         # semantics.md section 2: input {3,2} along axis 1 with indices {1,2} is input {1,3,2}, indices {1,1,2}, axis 2.
-        (("Gather", 2, 2, 1), DmlForm("Gather", 3, 1, 1, 0, 2, 3)),
+        (("Gather", 2, 2, 1), DmlForm("Gather", 3, (2, 2), 3, 2)),
         # Scalar indices: index_dimensions 0, the output one rank below the data.
-        (("Gather", 2, 0, 0), DmlForm("Gather", 2, 0, 2, 1, 0, 1)),
-        (("Gather", 1, 0, 0), DmlForm("Gather", 1, 0, 1, 1, 0, 0)),
+        (("Gather", 2, 0, 0), DmlForm("Gather", 2, (2, 0), 1, 0)),
+        (("Gather", 1, 0, 0), DmlForm("Gather", 1, (1, 0), 0, 0)),
         # A negative axis counts from the end, then moves by the input's leading ones.
-        (("Gather", 3, 1, -1), DmlForm("Gather", 3, 0, 2, 0, 2, 3)),
-        (("Gather", 3, 1, -3, 0, 0, 5), DmlForm("Gather", 5, 2, 4, 2, 2, 3)),
+        (("Gather", 3, 1, -1), DmlForm("Gather", 3, (3, 1), 3, 2)),
+        (("Gather", 3, 1, -3, 0, 0, 5), DmlForm("Gather", 5, (3, 1), 3, 2)),
         # Ranks above 4: the output's rank decides, up to 8.
-        (("Gather", 5, 4, 4), DmlForm("Gather", 8, 3, 4, 0, 7, 8)),
-        (("Gather", 3, 2, 0, 0, 0, 4), DmlForm("Gather", 4, 1, 2, 0, 1, 4)),
-        (("GatherElements", 3, 3, -2), DmlForm("GatherElements", 3, 0, 0, 0, 1, 3)),
-        (("GatherElements", 2, 2, 1, 0, 0, 4), DmlForm("GatherElements", 4, 2, 2, 2, 3, 2)),
-        (("GatherElements", 8, 8, 7), DmlForm("GatherElements", 8, 0, 0, 0, 7, 8)),
+        (("Gather", 5, 4, 4), DmlForm("Gather", 8, (5, 4), 8, 7)),
+        (("Gather", 3, 2, 0, 0, 0, 4), DmlForm("Gather", 4, (3, 2), 4, 1)),
+        (("GatherElements", 3, 3, -2), DmlForm("GatherElements", 3, (3, 3), 3, 1)),
+        (("GatherElements", 2, 2, 1, 0, 0, 4), DmlForm("GatherElements", 4, (2, 2), 2, 3)),
+        (("GatherElements", 8, 8, 7), DmlForm("GatherElements", 8, (8, 8), 8, 7)),
         # Section 3b: input [[0,1],[2,3]] with indices [[1],[0]] is counts 2, 2, 0.
-        (("GatherND", 2, 2, 0, 0, 1), DmlForm("GatherND", 2, 0, 0, 0, 0, 2, 0, 1)),
+        (("GatherND", 2, 2, 0, 0, 1), DmlForm("GatherND", 2, (2, 2), 2, 0, 0, 1)),
         # Section 3b: data {3,2,2}, indices {3,2,2}, batch 1 at N = 4: input {1,3,2,2}, output {1,1,3,2}.
-        (("GatherND", 3, 3, 0, 1, 2, 4), DmlForm("GatherND", 4, 1, 1, 2, 0, 2, 1, 2)),
-        (("GatherND", 3, 3, 0, 1, 2), DmlForm("GatherND", 3, 0, 0, 1, 0, 2, 1, 2)),
+        (("GatherND", 3, 3, 0, 1, 2, 4), DmlForm("GatherND", 4, (3, 3), 2, 0, 1, 2)),
+        (("GatherND", 3, 3, 0, 1, 2), DmlForm("GatherND", 3, (3, 3), 2, 0, 1, 2)),
         # Tuples as long as the data's rank: the output has the indices' leading dims only (here none: a scalar).
-        (("GatherND", 2, 2, 0, 0, 2), DmlForm("GatherND", 2, 0, 0, 1, 0, 1, 0, 2)),
-        (("GatherND", 1, 1, 0, 0, 1), DmlForm("GatherND", 1, 0, 0, 1, 0, 0, 0, 1)),
-        (("GatherND", 2, 6, 0, 0, 1), DmlForm("GatherND", 6, 4, 0, 0, 0, 6, 0, 1)),
-        (("GatherND", 4, 3, 0, 2, 1), DmlForm("GatherND", 4, 0, 1, 1, 0, 3, 2, 1)),
+        (("GatherND", 2, 2, 0, 0, 2), DmlForm("GatherND", 2, (2, 2), 1, 0, 0, 2)),
+        (("GatherND", 1, 1, 0, 0, 1), DmlForm("GatherND", 1, (1, 1), 0, 0, 0, 1)),
+        (("GatherND", 2, 6, 0, 0, 1), DmlForm("GatherND", 6, (2, 6), 6, 0, 0, 1)),
+        (("GatherND", 4, 3, 0, 2, 1), DmlForm("GatherND", 4, (4, 3), 3, 0, 2, 1)),
     ],
 )
 def test_forms(arguments, expected):
@@ -90,7 +90,7 @@ def test_refusals(arguments, message):
 
 def test_a_given_dimension_count_is_the_callers():
     """The lowering gives a DML node's N, which to_dml never makes above 8: only the ranks are held to it."""
-    assert dml_form("Gather", 2, 1, 0, dimension_count=9) == DmlForm("Gather", 9, 7, 8, 7, 7, 2)
+    assert dml_form("Gather", 2, 1, 0, dimension_count=9) == DmlForm("Gather", 9, (2, 1), 2, 7)
 
 
 def _nd(data: np.ndarray, indices: np.ndarray, batch: int) -> np.ndarray:

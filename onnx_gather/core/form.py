@@ -1,6 +1,6 @@
-"""Where a standard gather sits in DML form: the one home of the DML form's geometry (docs/semantics.md sections 1
-to 3b and 6). The converter pads by it, the lowering takes its ones away by it, and the conformance harness predicts
-by it."""
+"""Where a standard gather or scatter sits in DML form: the one home of the DML form's geometry (docs/semantics.md
+sections 1 to 3b, 6 and 10). The converter pads by it, the lowering takes its ones away by it, and the conformance
+harness predicts by it."""
 
 from __future__ import annotations
 
@@ -16,31 +16,41 @@ class FormError(UserError):
 
 @dataclass(frozen=True)
 class DmlForm:
-    """One standard gather in DML form: the DML node's dimension count N, the leading ones of size 1 put before its
-    input, indices and output (``N`` less each standard rank), its axis and the standard output's rank."""
+    """One standard gather or scatter in DML form: the DML node's dimension count N, the standard ranks of its inputs
+    and of its output (each gets ``N - rank`` leading ones of size 1), its axis and the standard op's attributes."""
 
-    op: str  # the standard op: Gather, GatherElements or GatherND
+    op: str  # the standard op: Gather, GatherElements, GatherND, ScatterElements, Scatter or ScatterND
     dimension_count: int
-    input_ones: int
-    indices_ones: int
-    output_ones: int
-    axis: int  # the DML node's axis, 0 to N-1 (GatherND, which has none: 0)
+    ranks: tuple[int, ...]  # the standard ranks of data, indices (and a scatter's updates)
     output_rank: int
+    axis: int  # the DML node's axis, 0 to N-1 (GatherND and ScatterND, which have none: 0)
     batch_dimension_count: int = 0  # GatherND's batch_dims
-    tuple_length: int = 0  # GatherND's index tuple length, the indices' last size
+    tuple_length: int = 0  # GatherND's and ScatterND's index tuple length, the indices' last size
+
+    def ones(self, rank: int) -> int:
+        """The leading ones a tensor of standard ``rank`` gets to N dimensions."""
+        return self.dimension_count - rank
+
+    @property
+    def input_ones(self) -> int:
+        return self.ones(self.ranks[0])
+
+    @property
+    def indices_ones(self) -> int:
+        return self.ones(self.ranks[1])
+
+    @property
+    def output_ones(self) -> int:
+        return self.ones(self.output_rank)
 
     @property
     def attributes(self) -> dict[str, int]:
         """The DML node's integer attributes (``core.contract``'s names)."""
-        n = self.dimension_count
-        if self.op == "GatherND":
-            return {
-                "input_dimension_count": n - self.input_ones,
-                "indices_dimension_count": n - self.indices_ones,
-                "batch_dimension_count": self.batch_dimension_count,
-            }
+        if self.op in ("GatherND", "ScatterND"):
+            counts = {"input_dimension_count": self.ranks[0], "indices_dimension_count": self.ranks[1]}
+            return {**counts, "batch_dimension_count": self.batch_dimension_count} if self.op == "GatherND" else counts
         if self.op == "Gather":
-            return {"axis": self.axis, "index_dimensions": n - self.indices_ones}
+            return {"axis": self.axis, "index_dimensions": self.ranks[1]}
         return {"axis": self.axis}
 
 
@@ -96,4 +106,37 @@ def dml_form(
     if needed > n:
         raise FormError(f"it needs {needed} dimensions, more than the dimension count {n}")
     dml_axis = 0 if op == "GatherND" else axis % r + n - r
-    return DmlForm(op, n, n - r, n - q, n - out, dml_axis, out, batch_dims, tuple_length)
+    return DmlForm(op, n, (r, q), out, dml_axis, batch_dims, tuple_length)
+
+
+def scatter_form(
+    op: str,
+    ranks: tuple[int, int, int],
+    axis: int = 0,
+    tuple_length: int | str | None = 0,
+    dimension_count: int | None = None,
+) -> DmlForm:
+    """Standard scatter ``op`` (ScatterElements, Scatter or ScatterND) of data, indices and updates of ``ranks`` in
+    DML form, or ``FormError`` saying why it has none. The rules:
+
+    1. ScatterND's index tuples (the indices' last dim, ``tuple_length``) have 1 to r coordinates; N is at least the
+       largest of the three ranks (``DmlScatterNd`` counts the input's and the indices' own ranks).
+    2. ScatterElements' and Scatter's ``axis`` is taken modulo r; N is at least r.
+    3. N is ``dimension_count`` where given, else that least; at most DirectML's 8. The data, indices, updates and
+       output each get ``N - rank`` leading ones; the output has the data's rank. The DML axis is the non-negative
+       axis moved by the data's leading ones.
+    """
+    r = ranks[0]
+    if op == "ScatterND":
+        k = tuple_length
+        if not isinstance(k, int) or not 1 <= k <= r:
+            length = f"the last dim of indices, {k or '?'}"
+            raise FormError(f"its index tuples' length ({length}) is not 1 to the data's rank")
+        least, axis = max(ranks), 0
+    else:
+        least, tuple_length = r, 0
+    n = dimension_count or least
+    if not least <= n <= MAX_DIMENSION_COUNT:
+        raise FormError(f"it needs {least} dimensions, DML form here {n} (at most {MAX_DIMENSION_COUNT})")
+    dml_axis = 0 if op == "ScatterND" else axis % r + n - least
+    return DmlForm(op, n, ranks, r, dml_axis, 0, tuple_length)

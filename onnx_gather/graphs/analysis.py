@@ -8,18 +8,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from enum import StrEnum
 
 import onnx
 from onnx import TensorProto
 
 from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
-from onnx_gather.core.form import DmlForm, FormError, dml_form
+from onnx_gather.core.form import DmlForm, FormError, dml_form, scatter_form
+from onnx_gather.core.scatter import SCATTER_MODES, scatter_elements_refusal
 from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, gather_c, gather_nd_c, output_rank
 from onnx_gather.graphs.changes import NodeChange
+from onnx_gather.graphs.dml_plan import Crop, DmlPlan, Left
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, FeatureLevel, cpu_reason, place_gather
-from onnx_gather.graphs.placement.nodes import Where, place_nodes
+from onnx_gather.graphs.placement.nodes import Where, place_nodes, provider_refusal
 from onnx_gather.graphs.plumbing import Body, Names, attribute, bodies, node_label, referenced_attribute
 from onnx_gather.graphs.ranks import Observer, branch_dependence, symbolic_types
 from onnx_gather.graphs.types import ValueType, value_types
@@ -45,30 +46,28 @@ def _type_name(elem_type: int) -> str:
 
 
 @dataclass(frozen=True)
-class Left:
-    """A gather DML form leaves as it is, and why (for the report, in words)."""
+class Options:
+    """What a conversion is asked for: ``convert``'s options, checked (``check`` plans with the defaults)."""
 
-    reason: str
+    dimension_count: int | None = None  # None: the least each node needs
+    out_of_bounds: str = "directml"
+    keep_on_cpu: FeatureLevel | None = None  # leave standard what the provider keeps on the CPU, on this level
+    carrying: contract.Carrying = contract.CUSTOM_OPS
+    provider_failures: str = "raise"  # or "onnx": ONNX's values where DirectML fails a node
+    scatter_duplicates: str = "error"
 
 
 class Analysis:
-    """The model's value types with the ranks shape inference could not tell resolved, and per gather what DML form
-    makes of it (``decide``)."""
+    """The model's value types with the ranks shape inference could not tell resolved, and per gather and scatter
+    what DML form makes of it (``decide``)."""
 
     def __init__(
-        self,
-        model: onnx.ModelProto,
-        dimension_count: int | None = None,
-        observation: Observer | None = None,
-        keep_on_cpu: FeatureLevel | None = None,
-        carrying: contract.Carrying = contract.CUSTOM_OPS,
+        self, model: onnx.ModelProto, options: Options | None = None, observation: Observer | None = None
     ) -> None:
         self.model = model
-        self.carrying = carrying
-        self.dimension_count = dimension_count
-        self.keep_on_cpu = keep_on_cpu
+        self.options = options = options or Options()
         # Where the provider puts each node, for the gathers it runs with its CPU kernels: shape computations, folded.
-        self.placed = place_nodes(model) if keep_on_cpu is not None else {}
+        self.placed = place_nodes(model) if options.keep_on_cpu is not None else {}
         self.types = value_types(model)
         self.unknown: dict[str, str] = {}  # value -> why its rank stays unknown
         self.observed: dict[str, str] = {}  # value -> what of its shape symbolic inference or one run told
@@ -152,14 +151,22 @@ class Analysis:
 
     def decide(
         self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
-    ) -> tuple[GatherPlan | Left, NodeChange]:
-        """How DML form expresses gather ``node`` (the ``index``-th of ``body``), or why it is left as it is; and
-        what the report says of it (for a converted node, ``result`` is the DML node's name, fresh in the model)."""
+    ) -> tuple[DmlPlan | Left, NodeChange]:
+        """How DML form expresses gather or scatter ``node`` (the ``index``-th of ``body``), or why it is left as it
+        is; and what the report says of it (for a converted node, ``result`` is the DML node's name, fresh in the
+        model)."""
+        if node.op_type in contract.SCATTER_BY_STANDARD:
+            plan = self._scatter(body, types, node, index)
+            if isinstance(plan, Left):
+                return plan, NodeChange(
+                    where=body.where, node=node_label(node, index), op_type=node.op_type, result="", reason=plan.reason
+                )
+            return plan, self._converted_change(body, node, index, plan, plan.fails)
         referenced = referenced_attribute(node)
         plan = (
             Left(referenced)
             if referenced
-            else _examine(body, types, node, self.dimension_count, self.unknown, self.carrying)
+            else _examine(body, types, node, self.options.dimension_count, self.unknown, self.options.carrying)
         )
         plan, fails = self._placed(body, node, index, plan)
         if isinstance(plan, Left):
@@ -167,26 +174,43 @@ class Analysis:
             return plan, dataclasses.replace(change, fails=_left_fails(change))
         return plan, self._converted_change(body, node, index, plan, fails)
 
-    def _placed(
-        self, body: Body, node: onnx.NodeProto, index: int, plan: GatherPlan | Left
-    ) -> tuple[GatherPlan | Left, str]:
+    def _scatter(self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int) -> DmlPlan | Left:
+        """Scatter ``node`` in DML form, or why it stays standard: where the provider runs it on the CPU (without a
+        kernel for its version or types, or, with ``keep_on_cpu``, as a shape computation), or where DirectML fails
+        it and ONNX's values are asked for (the DML scatters refuse what DirectML refuses)."""
+        refusal = provider_refusal(node, body.opset, types)
+        placed = self.placed.get(body.where)
+        if not refusal and placed is not None and placed[index].by_its_graph:
+            refusal = cpu_reason(placed[index].why)
+        if refusal:
+            return Left(f"kept standard, as the DirectML provider runs it on the CPU: {refusal}")
+        if referenced := referenced_attribute(node):
+            return Left(referenced)
+        options = self.options
+        if options.out_of_bounds not in SCATTER_MODES:
+            mode = options.out_of_bounds
+            return Left(f"out_of_bounds {mode!r} has no scatter form (one of {', '.join(SCATTER_MODES)})")
+        plan = _examine_scatter(types, node, options.dimension_count, options.carrying)
+        if isinstance(plan, DmlPlan) and plan.fails and options.provider_failures == "onnx":
+            return Left(f"DirectML fails it ({plan.fails}); left standard for ONNX's values")
+        return plan
+
+    def _placed(self, body: Body, node: onnx.NodeProto, index: int, plan: DmlPlan | Left) -> tuple[DmlPlan | Left, str]:
         """The plan with where ONNX Runtime's DirectML provider puts the gather: left standard where ``keep_on_cpu``
         keeps it on the CPU as the provider does; and why the provider fails it ("" where it does not)."""
         placed = self.placed[body.where][index] if body.where in self.placed else None
         if placed is not None and placed.by_its_graph:
             return Left(f"kept standard, as the DirectML provider keeps it: {cpu_reason(placed.why)}"), ""
-        if not isinstance(plan, GatherPlan):
+        if not isinstance(plan, DmlPlan):
             return plan, ""
-        level = self.keep_on_cpu or FEATURE_LEVELS[HIGHEST_LEVEL]
+        level = self.options.keep_on_cpu or FEATURE_LEVELS[HIGHEST_LEVEL]
         placement = place_gather(node.op_type, plan.data, plan.indices, plan.axis, level, plan.out_rank, plan.batch)
-        if placement.provider == Where.CPU and self.keep_on_cpu is not None:
+        if placement.provider == Where.CPU and self.options.keep_on_cpu is not None:
             return Left(f"kept standard, as the DirectML provider keeps it: {placement.reason}"), ""
         return plan, placement.reason if placement.provider == Where.FAILS else ""
 
-    def _converted_change(
-        self, body: Body, node: onnx.NodeProto, index: int, plan: GatherPlan, fails: str
-    ) -> NodeChange:
-        """What the report says of a gather DML form takes; names its DML node."""
+    def _converted_change(self, body: Body, node: onnx.NodeProto, index: int, plan: DmlPlan, fails: str) -> NodeChange:
+        """What the report says of a gather or scatter DML form takes; names its DML node."""
         name = node.name or self.names.fresh(f"{node.op_type}_{index}")
         return NodeChange(
             where=body.where,
@@ -272,38 +296,6 @@ def _left_change(body: Body, types: dict[str, ValueType], node: onnx.NodeProto, 
     )
 
 
-@dataclass(frozen=True)
-class GatherPlan:
-    """One standard gather as DML form takes it."""
-
-    data: ValueType
-    indices: ValueType
-    axis: int  # non-negative (GatherND: 0)
-    form: DmlForm  # the DML node's dimension count, the leading ones of its tensors, its attributes
-    carrier: int | None  # the element type the data travels as, where the bridge cannot carry it
-    crop: Crop | None  # GatherElements data cropped to the indices' sizes off the axis, and how; None: not needed
-
-    @property
-    def op(self) -> str:
-        return self.form.op
-
-    @property
-    def batch(self) -> int:
-        return self.form.batch_dimension_count
-
-    @property
-    def out_dims(self) -> tuple:
-        """The standard output's dims: C of the DML op (``core.sizes``) of the standard input's and indices'."""
-        data, indices = self.data.dims, self.indices.dims
-        if self.op == "Gather":
-            return gather_c(data, indices, self.axis, len(indices))
-        return gather_nd_c(data, indices, self.batch) if self.op == "GatherND" else indices
-
-    @property
-    def out_rank(self) -> int:
-        return self.form.output_rank
-
-
 def _examine(
     body: Body,
     types: dict[str, ValueType],
@@ -311,7 +303,7 @@ def _examine(
     dimension_count: int | None,
     unknown: dict[str, str],
     carrying: contract.Carrying,
-) -> GatherPlan | Left:
+) -> DmlPlan | Left:
     """How to put ``node`` into DML form, or why it stays standard (``unknown``: why a value's rank is unknown)."""
     if len(node.input) != 2 or len(node.output) != 1:
         return Left("it does not have exactly two inputs and one output")
@@ -333,10 +325,10 @@ def _examine(
         form = dml_form(node.op_type, data.rank, indices.rank, axis, batch, k, dimension_count)
     except FormError as refused:
         return Left(str(refused))
-    if node.op_type == "GatherND":
-        return GatherPlan(data, indices, 0, form, carriers.get(data.elem_type), None)
-    crop = _crop(data, indices, axis % data.rank) if node.op_type == "GatherElements" else None
-    return GatherPlan(data, indices, axis % data.rank, form, carriers.get(data.elem_type), crop)
+    axis = 0 if node.op_type == "GatherND" else axis % data.rank
+    output = ValueType(data.elem_type, _known_dims(_out_dims(form, data, indices, axis), types.get(node.output[0])))
+    crop = _crop(data, indices, axis) if node.op_type == "GatherElements" else None
+    return DmlPlan(form, (data, indices), output, axis, carriers.get(data.elem_type), crop=crop)
 
 
 def _out_rank(op_type: str, data: ValueType | None, indices: ValueType | None, batch: int) -> int | None:
@@ -345,14 +337,6 @@ def _out_rank(op_type: str, data: ValueType | None, indices: ValueType | None, b
         return None
     k = (indices.dims[-1:] or (None,))[0] if op_type == "GatherND" else 0
     return output_rank(op_type, data.rank, indices.rank, batch, k) if isinstance(k, int) else None
-
-
-class Crop(StrEnum):
-    """How GatherElements' data is cropped to its indices' sizes off the axis (DirectML takes equal sizes): by sizes
-    known in the graph, or by the indices' ``Shape`` at run time."""
-
-    STATIC = "static"
-    DYNAMIC = "dynamic"
 
 
 def _crop(data: ValueType, indices: ValueType, axis: int) -> Crop | None:
@@ -364,3 +348,43 @@ def _crop(data: ValueType, indices: ValueType, axis: int) -> Crop | None:
         needed = True
         dynamic = dynamic or not (isinstance(data_size, int) and isinstance(index_size, int))
     return (Crop.DYNAMIC if dynamic else Crop.STATIC) if needed else None
+
+
+def _out_dims(form: DmlForm, data: ValueType, indices: ValueType, axis: int) -> tuple:
+    """The standard output's dims: C of the DML op (``core.sizes``) of the standard input's and indices'."""
+    if form.op == "Gather":
+        return gather_c(data.dims, indices.dims, axis, len(indices.dims))
+    return gather_nd_c(data.dims, indices.dims, form.batch_dimension_count) if form.op == "GatherND" else indices.dims
+
+
+def _known_dims(dims: tuple, known: ValueType | None) -> tuple:
+    """``dims``, with each unknown one taken from ``known`` (what shape inference knew) where that has it."""
+    if known is None or known.rank != len(dims):
+        return dims
+    return tuple(d if d is not None else k for d, k in zip(dims, known.dims, strict=True))
+
+
+def _examine_scatter(
+    types: dict[str, ValueType], node: onnx.NodeProto, dimension_count: int | None, carrying: contract.Carrying
+) -> DmlPlan | Left:
+    """How to put scatter ``node`` into DML form, or why it stays standard; a ScatterElements of the shapes
+    DirectML refuses is planned with why the provider fails it."""
+    if len(node.input) != 3 or len(node.output) != 1:
+        return Left("it does not have exactly three inputs and one output")
+    inputs = tuple(types.get(name) for name in node.input)
+    for role, name, value_type in zip(("input", "indices", "updates"), node.input, inputs, strict=True):
+        if value_type is None or value_type.rank is None:
+            return Left(f"the rank of {role} {name!r} is unknown (no shape information)")
+    data, indices, updates = inputs
+    if data.elem_type not in carrying.node_types and data.elem_type not in carrying.carriers:
+        return Left(f"{_type_name(data.elem_type)} data cannot be expressed for DirectML")
+    axis = attribute(node, "axis", 0) % data.rank if node.op_type != "ScatterND" else 0
+    k = indices.dims[-1] if indices.dims else None
+    try:
+        form = scatter_form(node.op_type, (data.rank, indices.rank, updates.rank), axis, k, dimension_count)
+    except FormError as refused:
+        return Left(str(refused))
+    nd = node.op_type == "ScatterND"
+    refusal = "" if nd else scatter_elements_refusal(data.dims, indices.dims, updates.dims, axis)
+    fails = f"{refusal} (0x80070057)" if refusal else ""
+    return DmlPlan(form, inputs, data, axis, carrying.carriers.get(data.elem_type), fails)

@@ -1,12 +1,13 @@
-"""Standard ONNX ``Gather``, ``GatherElements`` and ``GatherND`` into DML form, as ONNX Runtime's DirectML provider
-maps them; what becomes of each gather is decided by ``graphs.analysis``.
+"""Standard ONNX gathers and scatters into DML form, as ONNX Runtime's DirectML provider maps them: what becomes of
+each is decided by ``graphs.analysis`` (a ``DmlPlan``), the nodes that stand for it written by
+``graphs.dml_plan.emit_dml``.
 
-The rules (docs/semantics.md section 6), for each node in every graph, subgraph and model-local function:
+The rules (docs/semantics.md sections 6 and 10), for each node in every graph, subgraph and model-local function:
 
-1. The DML form's geometry is ``core.form.dml_form``'s: the dimension count N (the fixed ``dimension_count`` or the
-   least each node needs), the leading ones of data, indices and output, the axis and the DML attributes; a node
-   that has no DML form (more than N, or 8, dimensions) stays standard.
-2. Data and indices get their leading ones with ``Unsqueeze``.
+1. The DML form's geometry is ``core.form``'s: the dimension count N (the fixed ``dimension_count`` or the
+   least each node needs), the leading ones of data, indices (updates) and output, the axis and the DML attributes;
+   a node that has no DML form (more than N, or 8, dimensions) stays standard.
+2. Data, indices and updates get their leading ones with ``Unsqueeze``.
 3. The DML output is the ONNX output with its leading ones, removed again with ``Squeeze``. Dynamic dims need no
    shape arithmetic for this.
 4. A gather the provider fails raises ``ProviderFailure``; where dims are dynamic, the DML node fails when it runs
@@ -15,17 +16,15 @@ The rules (docs/semantics.md section 6), for each node in every graph, subgraph 
 5. FLOAT16 and BFLOAT16 travel as FLOAT32, BOOL as UINT8 (exact); STRING and other types stay standard.
 6. Every DML node carries every attribute, is named after the node it replaces, and its output gets a
    ``value_info`` so that shape inference carries on through it.
-7. Every DML node says what was written around it: its ``metadata_props`` entry ``WROTE`` names the nodes of rules
-   2 to 5 by their role (``lowering.through`` takes away those, and only those).
+7. Every DML node says what was written around it: its ``metadata_props`` entry ``dml_plan.WROTE`` names the nodes of
+   rules 2 to 5 by their role (``lowering.through`` takes away those, and only those).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
-import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -33,23 +32,16 @@ from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
 from onnx_gather.core.scatter import DUPLICATE_MODES
-from onnx_gather.graphs.analysis import Analysis, Crop, GatherPlan, Left, carried_note, parse_dimension_count
+from onnx_gather.graphs.analysis import Analysis, Options, parse_dimension_count
 from onnx_gather.graphs.changes import NodeChange, Report, count_ops
+from onnx_gather.graphs.dml_plan import DmlPlan, Left, emit_dml
 from onnx_gather.graphs.emit import Emitter
-from onnx_gather.graphs.placement.gather import FEATURE_LEVELS, cpu_reason
-from onnx_gather.graphs.placement.nodes import provider_refusal
-from onnx_gather.graphs.plumbing import Body, bodies, node_label, sort_topologically
+from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
+from onnx_gather.graphs.plumbing import Body, bodies, sort_topologically
 from onnx_gather.graphs.ranks import Observer
-from onnx_gather.graphs.scatter_form import emit_scatter, plan_scatter
 from onnx_gather.graphs.types import ValueType
 
-# An end past any size: Slice clamps it, so the slice keeps the whole axis (lowering.through recognises it).
-WHOLE_AXIS = 2**62
-# The key of a DML node's ``metadata_props`` entry naming the nodes ``to_dml`` wrote around it: a JSON object, each
-# role it wrote (slice_input, carry_input, pad_input, pad_indices, unpad_output, carry_output) -> that node's name.
-WROTE = f"{DOMAIN}.wrote"
-
-
+_CONVERTED = {*contract.GATHER_OPS, *contract.SCATTER_BY_STANDARD}
 PROVIDER_FAILURES = ("raise", "onnx")  # what to_dml does with a gather the provider fails
 
 
@@ -58,15 +50,11 @@ class ProviderFailure(semantics.GatherError):
 
 
 class _Converter:
-    def __init__(
-        self, model: onnx.ModelProto, analysis: Analysis, out_of_bounds: str, provider_failures: str, duplicates: str
-    ) -> None:
+    def __init__(self, model: onnx.ModelProto, analysis: Analysis) -> None:
         self.model = model
         self.analysis = analysis
+        self.options = analysis.options
         self.names = analysis.names
-        self.out_of_bounds = out_of_bounds
-        self.scatter_duplicates = duplicates
-        self.provider_failures = provider_failures
         self.report = Report()
 
     def run(self) -> None:
@@ -75,10 +63,8 @@ class _Converter:
             rebuilt, changed, declared = [], False, _declarations(body)
             for index, node in enumerate(body.nodes):
                 new_nodes = None
-                if node.domain in ("", "ai.onnx") and node.op_type in contract.GATHER_OPS:
+                if node.domain in ("", "ai.onnx") and node.op_type in _CONVERTED:
                     new_nodes, typed = self._convert(body, types, node, index)
-                elif node.domain in ("", "ai.onnx") and node.op_type in contract.SCATTER_BY_STANDARD:
-                    new_nodes, typed = self._convert_scatter(body, types, node, index)
                 if new_nodes is not None:
                     rebuilt.extend(new_nodes)
                     _record(body, declared, typed)
@@ -94,115 +80,26 @@ class _Converter:
     def _convert(
         self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
     ) -> tuple[list[onnx.NodeProto] | None, dict[str, ValueType]]:
+        """A standard gather or scatter into DML form (``graphs.dml_plan``), or None where it stays standard."""
         plan, change = self.analysis.decide(body, types, node, index)
-        if change.fails and self.provider_failures == "raise":
+        if change.fails and self.options.provider_failures == "raise":
             raise _failure(change)
         if isinstance(plan, Left):
             self.report.left.append(change)
             return None, {}
-        if plan.crop is not None and self.provider_failures == "raise":
+        if plan.crop is not None and self.options.provider_failures == "raise":
             plan = dataclasses.replace(plan, crop=None)  # dynamic dims: the DML node fails if they differ, as DirectML
         self.report.changed.append(change)
-        return self._emit(body, node, change.result, plan, types.get(node.output[0]))
+        return emit_dml(Emitter(body, self.names, change.result), node, change.result, plan, self._modes(plan))
 
-    def _emit(
-        self, body: Body, node: onnx.NodeProto, name: str, plan: GatherPlan, known: ValueType | None
-    ) -> tuple[list[onnx.NodeProto], dict[str, ValueType]]:
-        """Slice, carry, pad -> the DML node -> unpad, carry back, ending in the original output's name.
-
-        Returns also the type of every value it makes, and of its inputs and output, with all that is known of
-        their shapes (``known``: the output's type before), for ``_record``: the lowering needs the DML node's
-        ranks, and shape inference cannot see through the DML node, nor past a contrib operator in front of it."""
-        emit = Emitter(body, self.names, name)
-        data, indices, form = plan.data, plan.indices, plan.form
-        carried = plan.carrier or data.elem_type
-        typed: dict[str, ValueType] = {}
-        wrote: dict[str, str] = {}  # role -> the value its node makes (rule 7)
-        x = node.input[0]
-        x_dims = data.dims
-        if plan.crop is not None:
-            x = wrote["slice_input"] = _emit_crop(emit, x, node.input[1], indices.dims, plan.axis, plan.crop)
-            x_dims = tuple(d if k == plan.axis else indices.dims[k] for k, d in enumerate(data.dims))
-            typed[x] = ValueType(data.elem_type, x_dims)
-        if plan.carrier is not None:
-            x = wrote["carry_input"] = emit.node("Cast", [x], "carry_input", to=plan.carrier)
-            typed[x] = ValueType(carried, x_dims)
-        if form.input_ones:
-            x = wrote["pad_input"] = emit.pad(x, form.input_ones, "pad_input")
-        typed[x] = ValueType(carried, (1,) * form.input_ones + x_dims)
-        i = node.input[1]
-        if form.indices_ones:
-            i = wrote["pad_indices"] = emit.pad(i, form.indices_ones, "pad_indices")
-        typed[i] = ValueType(indices.elem_type, (1,) * form.indices_ones + indices.dims)
-        last = form.output_ones == 0 and plan.carrier is None
-        dml_output = node.output[0] if last else self.names.fresh(f"{name}/output")
-        mode = self.out_of_bounds
+    def _modes(self, plan: DmlPlan) -> dict[str, str]:
+        """The DML node's string attributes: what an out-of-bounds index does, and for a scatter duplicates."""
+        mode = self.options.out_of_bounds
+        if plan.op in contract.SCATTER_BY_STANDARD:
+            return {"out_of_bounds": mode, "duplicates": self.options.scatter_duplicates}
         if mode == "directml" and plan.carrier is not None and plan.data.elem_type != TensorProto.BOOL:
-            mode = contract.DIRECTML_16BIT  # the op sees FLOAT32; DirectML's reading depends on the 2-byte type
-        attributes = {**form.attributes, "out_of_bounds": mode}
-        dml = helper.make_node(
-            contract.BY_STANDARD[node.op_type].op_type, [x, i], [dml_output], name=name, domain=DOMAIN, **attributes
-        )
-        emit.nodes.append(dml)
-        out_dims = _known_dims(plan.out_dims, known)
-        typed[dml_output] = ValueType(carried, (1,) * form.output_ones + out_dims)
-        y = dml_output
-        if form.output_ones:
-            y = wrote["unpad_output"] = emit.unpad(
-                y, form.output_ones, "unpad_output", None if plan.carrier else node.output[0]
-            )
-            typed[y] = ValueType(carried, out_dims)
-        if plan.carrier is not None:
-            wrote["carry_output"] = emit.node("Cast", [y], "carry_output", node.output[0], to=data.elem_type)
-        typed[node.output[0]] = ValueType(data.elem_type, out_dims)
-        _mark_wrote(dml, emit.nodes, wrote)
-        return emit.nodes, typed
-
-    def _convert_scatter(
-        self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
-    ) -> tuple[list[onnx.NodeProto] | None, dict[str, ValueType]]:
-        """A standard scatter into DML form (``graphs.scatter_form``), or None where it stays standard."""
-        refusal = provider_refusal(node, body.opset, types)
-        placed = self.analysis.placed.get(body.where)
-        if not refusal and placed is not None and placed[index].by_its_graph:  # keep_on_cpu: as the provider does
-            refusal = cpu_reason(placed[index].why)
-        analysis = self.analysis
-        plan = plan_scatter(body, types, node, analysis.dimension_count, analysis.carrying, self.out_of_bounds, refusal)
-        label = node_label(node, index)
-        if not isinstance(plan, Left) and plan.fails and self.provider_failures == "onnx":
-            plan = Left(f"DirectML fails it ({plan.fails}); left standard for ONNX's values")
-        if isinstance(plan, Left):
-            self.report.left.append(
-                NodeChange(where=body.where, node=label, op_type=node.op_type, result="", reason=plan.reason)
-            )
-            return None, {}
-        name = node.name or self.names.fresh(f"{node.op_type}_{index}")
-        data, indices = plan.data, plan.inputs[1]
-        change = NodeChange(
-            where=body.where,
-            node=label,
-            op_type=node.op_type,
-            result=name,
-            fails=plan.fails,
-            dimension_count=plan.dimension_count,
-            data_type=data.elem_type,
-            index_type=indices.elem_type,
-            note=carried_note(data.elem_type, plan.carrier),
-            data=data,
-            indices=indices,
-            axis=plan.attributes.get("axis"),
-            out_rank=data.rank,
-        )
-        if plan.fails:
-            raise _failure(change)
-        self.report.changed.append(change)
-        emit = Emitter(body, self.names, name)
-        last = plan.ones(data) == 0 and plan.carrier is None
-        output = node.output[0] if last else self.names.fresh(f"{name}/output")
-        modes = (self.out_of_bounds, self.scatter_duplicates)
-        dml, typed, wrote = emit_scatter(emit, node, name, plan, modes, output)
-        _mark_wrote(dml, emit.nodes, wrote)
-        return emit.nodes, typed
+            return {"out_of_bounds": contract.DIRECTML_16BIT}  # the op sees FLOAT32; DirectML's reading is 2-byte
+        return {"out_of_bounds": mode}
 
 
 def _failure(change: NodeChange) -> ProviderFailure:
@@ -210,19 +107,6 @@ def _failure(change: NodeChange) -> ProviderFailure:
         f"{change.op_type} node {change.node!r} ({change.where}) fails on DirectML: {change.fails}. To compute "
         "ONNX's values instead, convert with provider_failures='onnx' (--provider-failures onnx)"
     )
-
-
-def _mark_wrote(dml: onnx.NodeProto, nodes: list[onnx.NodeProto], wrote: dict[str, str]) -> None:
-    """Rule 7: the DML node's ``WROTE`` entry, each role -> the name of the node that made its value."""
-    made_by = {output: made.name for made in nodes for output in made.output}
-    dml.metadata_props.add(key=WROTE, value=json.dumps({role: made_by[value] for role, value in wrote.items()}))
-
-
-def _known_dims(dims: tuple, known: ValueType | None) -> tuple:
-    """``dims``, with each unknown one taken from ``known`` (what shape inference knew) where that has it."""
-    if known is None or known.rank != len(dims):
-        return dims
-    return tuple(d if d is not None else k for d, k in zip(dims, known.dims, strict=True))
 
 
 def _declarations(body: Body) -> dict[str, onnx.ValueInfoProto]:
@@ -246,22 +130,6 @@ def _record(body: Body, declared: dict[str, onnx.ValueInfoProto], typed: dict[st
             declared[name] = container.value_info[-1]
         elif found.type.HasField("tensor_type") and not found.type.tensor_type.HasField("shape"):
             found.type.tensor_type.shape.CopyFrom(value_type.value_info(name).type.tensor_type.shape)
-
-
-def _emit_crop(emit: Emitter, data: str, indices: str, index_dims: tuple, axis: int, crop: Crop) -> str:
-    """``data`` sliced to the sizes of ``indices`` on every dimension but ``axis`` (GatherElements is opset 11+)."""
-    rank = len(index_dims)
-    if crop == Crop.DYNAMIC:
-        # Slice clamps its ends to the data's sizes: a huge end keeps the whole axis.
-        keep_axis = [WHOLE_AXIS if d == axis else 0 for d in range(rank)]
-        shape = emit.node("Shape", [indices], "indices_shape")
-        ends = emit.node("Add", [shape, emit.constant(keep_axis, np.int64, "keep_axis")], "slice_ends")
-    else:
-        ends = emit.constant(
-            [WHOLE_AXIS if d == axis else size for d, size in enumerate(index_dims)], np.int64, "slice_ends"
-        )
-    starts = emit.constant([0] * rank, np.int64, "slice_starts")
-    return emit.node("Slice", [data, starts, ends], "slice_input")
 
 
 def _import_domain(imports: object) -> None:
@@ -292,10 +160,15 @@ def convert(
     result = onnx.ModelProto()
     result.CopyFrom(model)
     sort_topologically(result)
-    level = None if keep_on_cpu is None else FEATURE_LEVELS[keep_on_cpu]
-    carrying = contract.NATIVE_FLOAT16 if native_float16 else contract.CUSTOM_OPS
-    analysis = Analysis(result, count, observation, level, carrying)
-    converter = _Converter(result, analysis, out_of_bounds, provider_failures, scatter_duplicates)
+    chosen = Options(
+        dimension_count=count,
+        out_of_bounds=out_of_bounds,
+        keep_on_cpu=None if keep_on_cpu is None else FEATURE_LEVELS[keep_on_cpu],
+        carrying=contract.NATIVE_FLOAT16 if native_float16 else contract.CUSTOM_OPS,
+        provider_failures=provider_failures,
+        scatter_duplicates=scatter_duplicates,
+    )
+    converter = _Converter(result, Analysis(result, chosen, observation))
     converter.report.before = count_ops(model)
     converter.run()
     converter.report.after = count_ops(result)

@@ -4,7 +4,7 @@ The rules, for each ``DmlGather``, ``DmlGatherElements`` and ``DmlGatherNd`` nod
 
 1. Padding that ``to_dml`` added (a leading-ones ``Unsqueeze`` in front, a ``Squeeze`` behind, the
    ``Cast`` pairs that carry FLOAT16, BFLOAT16 and BOOL) is looked through and removed where nothing
-   else uses it, so a round trip does not grow the graph: the nodes the DML node names (``convert.WROTE``), or
+   else uses it, so a round trip does not grow the graph: the nodes the DML node names (``dml_plan.WROTE``), or
    where it has no such entry, those recognised by their pattern (``lowering.through``).
 2. The node becomes the standard op on what remains: the DML output is the standard output with
    leading ones (docs/semantics.md section 6), added back with ``Unsqueeze`` where anything needs them.

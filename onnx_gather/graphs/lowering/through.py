@@ -2,7 +2,7 @@
 the indices and the output with, the Slice before GatherElements, a Cast pair carrying a type (``look_through``);
 and the ranks of a DML node's values where a graph declares none (``complete``).
 
-A DML node says which nodes ``to_dml`` wrote around it (``convert.WROTE``): only those are taken away. A DML node
+A DML node says which nodes ``to_dml`` wrote around it (``dml_plan.WROTE``): only those are taken away. A DML node
 without that entry (converted before onnx-gather wrote it, or made by hand) has them recognised by their pattern
 alone, as before."""
 
@@ -16,7 +16,7 @@ import onnx
 
 from onnx_gather.core import contract
 from onnx_gather.core.sizes import Refusal, gather_sizes, output_rank
-from onnx_gather.graphs.convert import WHOLE_AXIS, WROTE
+from onnx_gather.graphs.dml_plan import WHOLE_AXIS, WROTE
 from onnx_gather.graphs.plumbing import DefUse
 from onnx_gather.graphs.types import ValueType
 
