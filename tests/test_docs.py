@@ -188,6 +188,16 @@ def test_onnx_gather_docs_lists_every_document_of_docs(capsys):
         assert main(["docs", name]) == 0 and capsys.readouterr().out == (ROOT / "docs" / f"{name}.md").read_text()
 
 
+def test_imported_from_a_source_tree_the_documents_and_models_are_the_trees(tmp_path):
+    """``onnx-gather docs`` and the sample model of a source tree are its own docs/ and models/, even where another
+    copy of the package is installed (an editable install of another work tree)."""
+    code = "from onnx_gather.graphs.bundled import installed_folder as f; print(f('onnx_gather.docs', 'docs'))"
+    code += "; print(f('onnx_gather.models', 'models'))"
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environment, capture_output=True, text=True)
+    assert done.stdout.split() == [str(ROOT / "docs"), str(ROOT / "models")], done.stderr
+
+
 def test_the_licence_pyproject_declares_is_the_one_in_license():
     import tomllib
 
