@@ -1,22 +1,7 @@
 """Standard ONNX ``Gather``, ``GatherElements`` and ``GatherND`` into DML form, as ONNX Runtime's DirectML provider
-maps them; what becomes of each gather is decided by ``graphs.analysis``.
-
-The rules (docs/semantics.md section 6), for each node in every graph, subgraph and model-local function:
-
-1. The DML form's geometry is ``core.form.dml_form``'s: the dimension count N (the fixed ``dimension_count`` or the
-   least each node needs), the leading ones of data, indices and output, the axis and the DML attributes; a node
-   that has no DML form (more than N, or 8, dimensions) stays standard.
-2. Data and indices get their leading ones with ``Unsqueeze``.
-3. The DML output is the ONNX output with its leading ones, removed again with ``Squeeze``. Dynamic dims need no
-   shape arithmetic for this.
-4. A gather the provider fails raises ``ProviderFailure``; where dims are dynamic, the DML node fails when it runs
-   as the provider does. Asked for ONNX's values instead, GatherElements indices smaller than the data off the axis
-   (ONNX allows it, DirectML does not) get the data sliced to them first, from ``Shape(indices)`` where dynamic.
-5. FLOAT16 and BFLOAT16 travel as FLOAT32, BOOL as UINT8 (exact); STRING and other types stay standard.
-6. Every DML node carries every attribute, is named after the node it replaces, and its output gets a
-   ``value_info`` so that shape inference carries on through it.
-7. Every DML node says what was written around it: its ``metadata_props`` entry ``WROTE`` names the nodes of rules
-   2 to 5 by their role (``lowering.through`` takes away those, and only those).
+maps them, in every graph, subgraph and model-local function; what becomes of each gather is decided by
+``graphs.analysis``, each scatter's by ``graphs.scatter_form``. What ``to_dml`` writes for a node, and each of its
+parameters: docs/semantics.md, "6.1 What to_dml does" (``onnx-gather docs semantics``).
 """
 
 from __future__ import annotations
@@ -117,7 +102,7 @@ class _Converter:
         data, indices, form = plan.data, plan.indices, plan.form
         carried = plan.carrier or data.elem_type
         typed: dict[str, ValueType] = {}
-        wrote: dict[str, str] = {}  # role -> the value its node makes (rule 7)
+        wrote: dict[str, str] = {}  # role -> the value its node makes (the WROTE entry)
         x = node.input[0]
         x_dims = data.dims
         if plan.crop is not None:
@@ -213,7 +198,7 @@ def _failure(change: NodeChange) -> ProviderFailure:
 
 
 def _mark_wrote(dml: onnx.NodeProto, nodes: list[onnx.NodeProto], wrote: dict[str, str]) -> None:
-    """Rule 7: the DML node's ``WROTE`` entry, each role -> the name of the node that made its value."""
+    """The DML node's ``WROTE`` entry, each role -> the name of the node that made its value."""
     made_by = {output: made.name for made in nodes for output in made.output}
     dml.metadata_props.add(key=WROTE, value=json.dumps({role: made_by[value] for role, value in wrote.items()}))
 
@@ -305,16 +290,9 @@ def convert(
 def to_dml(
     model: onnx.ModelProto, dimension_count: str | int = "auto", out_of_bounds: str = "directml", **options: Any
 ) -> onnx.ModelProto:
-    """Every standard Gather, GatherElements and GatherND that DirectML can express, and every ScatterElements,
-    Scatter and ScatterND the DirectML provider runs, rewritten into DML form.
-
-    ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider does) or a
-    fixed N from 1 to 8. ``out_of_bounds`` is written on every DML node. ``options`` are ``convert``'s:
-    ``observation`` (inputs for one run that tells the ranks inference cannot), ``keep_on_cpu`` (a feature level),
-    ``native_float16``, ``provider_failures`` (``"raise"``, the default, or ``"onnx"``) and ``scatter_duplicates``
-    (``"error"``, the default: a scatter writing different values to one element fails, for which one DirectML keeps
-    is a race; or ``"last"``: the last stays, as on ONNX Runtime's CPU); docs/design.md, "What
-    to_dml does", tells each. Nodes that cannot be expressed stay standard (``convert`` reports them); a gather or
-    scatter ONNX Runtime's DirectML provider fails raises ``ProviderFailure`` unless ``provider_failures="onnx"``.
+    """``model`` with every standard gather DirectML can express, and every scatter ONNX Runtime's DirectML provider
+    runs, in DML form; the others stay standard (``convert`` reports why), and one the provider fails raises
+    ``ProviderFailure`` unless ``provider_failures="onnx"``. The parameters, ``convert``'s options among them:
+    docs/semantics.md, "6.1 What to_dml does" (``onnx-gather docs semantics``).
     """
     return convert(model, dimension_count, out_of_bounds, **options)[0]

@@ -103,7 +103,7 @@ def emit_scatter(
     emit: Emitter, node: onnx.NodeProto, name: str, plan: ScatterPlan, modes: tuple[str, str], output: str
 ) -> tuple[onnx.NodeProto, dict[str, ValueType], dict[str, str]]:
     """Carry, pad -> the DML node, named ``name`` -> unpad, carry back, into ``node``'s output; the DML node's output
-    is ``output``. Returns the DML node, the type of each value made, and what it wrote by role (convert's rule 7)."""
+    is ``output``. Returns the DML node, the type of each value made, and what it wrote by role (``convert.WROTE``)."""
     carried = plan.carrier or plan.data.elem_type
     typed: dict[str, ValueType] = {}
     wrote: dict[str, str] = {}
