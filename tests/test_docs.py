@@ -188,6 +188,16 @@ def test_onnx_gather_docs_lists_every_document_of_docs(capsys):
         assert main(["docs", name]) == 0 and capsys.readouterr().out == (ROOT / "docs" / f"{name}.md").read_text()
 
 
+def test_imported_from_a_source_tree_the_documents_and_models_are_the_trees(tmp_path):
+    """``onnx-gather docs`` and the sample model of a source tree are its own docs/ and models/, even where another
+    copy of the package is installed (an editable install of another work tree)."""
+    code = "from onnx_gather.graphs.bundled import installed_folder as f; print(f('onnx_gather.docs', 'docs'))"
+    code += "; print(f('onnx_gather.models', 'models'))"
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environment, capture_output=True, text=True)
+    assert done.stdout.split() == [str(ROOT / "docs"), str(ROOT / "models")], done.stderr
+
+
 def test_the_licence_pyproject_declares_is_the_one_in_license():
     import tomllib
 
@@ -235,3 +245,105 @@ def test_the_readme_is_under_200_lines_and_its_first_screen_says_what_for_whom_a
     assert len(readme.splitlines()) < 200
     assert "Windows GPUs" in first_screen and "DirectML" in first_screen
     assert "pip install . && onnx-gather demo" in first_screen
+
+
+# The design page (docs/design.md) is held to the tree: its module table by tests/test_layout.py, its names here.
+DESIGN = ROOT / "docs" / "design.md"
+DESIGN_LINES = 150  # one page, read in five minutes
+LAYER_NAMES = ("core", "graphs", "directml", "runtime", "conformance", "app")
+# A name of the package as the design page writes it: `layer.module.name`, in backquotes.
+DOTTED = re.compile(rf"`((?:{'|'.join(LAYER_NAMES)})\.[A-Za-z_][\w.]*)`")
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``onnx_gather.<dotted>`` is a module, or a name defined in one (``Class.method`` too)."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(["onnx_gather", *parts[:cut]]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+def _rule_rows() -> list[list[str]]:
+    """The rows of the design page's "One home per rule" table: rule, home, called by."""
+    section = DESIGN.read_text().split("\n## One home per rule\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| rule |")]
+    return [[cell.strip() for cell in row.strip().strip("|").split(" | ")] for row in rows]
+
+
+def test_the_design_is_one_page():
+    assert len(DESIGN.read_text().splitlines()) <= DESIGN_LINES
+
+
+def test_every_rule_of_the_design_has_a_home_in_the_tree():
+    """Each row of "One home per rule" names its home as `layer.module.name`, and that name exists in the tree."""
+    rows = _rule_rows()
+    assert len(rows) >= 10, "the design page's table of rules is gone or has another form: update this test"
+    assert all(len(row) == 3 and all(row) for row in rows), [row for row in rows if len(row) != 3 or not all(row)]
+    homeless = [row[0] for row in rows if not DOTTED.search(row[1])]
+    assert not homeless, f"rules whose home names no module of the tree: {homeless}"
+
+
+def test_every_name_the_design_gives_is_in_the_tree():
+    """Every `layer.module.name` the design page names (the homes, the callers, the walks) is a module or a name
+    defined in one, so the page cannot go on naming code that was moved or renamed."""
+    names = sorted(set(DOTTED.findall(DESIGN.read_text())))
+    assert len(names) >= 30, names
+    assert [name for name in names if not _resolves(name)] == []
+
+
+# What the documents and the code cite of the documents: a link's file, a section by its quoted heading (`ops.md,
+# "Known deviations"`) or by its number (`semantics.md section 6`, `semantics.md 4.3`).
+CITED_FILES = [
+    *DOCUMENTS,
+    *sorted((ROOT / "onnx_gather").rglob("*.py")),
+    *sorted((ROOT / "tests").glob("*.py")),
+    *sorted((ROOT / "tools").glob("*.py")),
+]
+QUOTED = re.compile(r"([\w-]+)\.md\)?(?:,\s*|\s*\()\"([^\"\s][^\"]*)\"")
+NUMBERED = re.compile(r"([\w-]+)\.md\)?,?\s+(?:sections?\s+)?(\d+(?:\.\d+)?[a-z]?)\b")
+
+
+def _headings(name: str) -> list[str]:
+    lines = (ROOT / "docs" / f"{name}.md").read_text().splitlines()
+    return [line.lstrip("#").strip() for line in lines if line.startswith("##")]
+
+
+def _flat(path: Path) -> str:
+    """The file's text with line breaks (and a comment's ``#`` after one) made spaces: a citation may span lines."""
+    return re.sub(r"\s*\n\s*(?:#\s*)?", " ", path.read_text())
+
+
+def test_every_section_cited_of_the_docs_is_there():
+    missing = []
+    for path in CITED_FILES:
+        text = _flat(path)
+        for name, heading in QUOTED.findall(text):
+            if (ROOT / "docs" / f"{name}.md").exists() and not any(h.startswith(heading) for h in _headings(name)):
+                missing.append(f"{path.relative_to(ROOT)}: {name}.md, {heading!r}")
+        for name, number in NUMBERED.findall(text):
+            if name == "semantics" and not any(re.match(rf"{re.escape(number)}\.? ", h) for h in _headings(name)):
+                missing.append(f"{path.relative_to(ROOT)}: {name}.md section {number}")
+    assert not missing
+
+
+def test_every_link_of_the_documents_is_a_file_of_the_repository():
+    """A relative link in the README or docs/ names a file that exists inside the repository (none leads out of it)."""
+    broken = []
+    for path in DOCUMENTS:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            where = (path.parent / target).resolve()
+            if not where.is_relative_to(ROOT) or not where.exists():
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert not broken

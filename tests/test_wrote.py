@@ -13,7 +13,7 @@ from onnx import helper as h
 
 import onnx_gather
 from onnx_gather.core.contract import DOMAIN
-from onnx_gather.graphs.convert import WROTE
+from onnx_gather.graphs.dml_plan import WROTE
 from onnx_gather.graphs.plumbing import bodies
 
 

@@ -11,11 +11,15 @@ from pathlib import Path
 def installed_folder(package: str, source: str) -> Traversable:
     """The data package ``package`` (``onnx_gather.docs``) as installed; run from a source tree (``python -m
     onnx_gather`` in the repository, which imports the tree, not the installed package), its folder ``source``
-    at the tree's top."""
+    at the tree's top, even where another copy is installed (an editable install of another work tree maps the
+    data package to that tree's folder)."""
+    top = Path(__file__).resolve().parents[2]
+    if (top / "pyproject.toml").is_file() and (top / source).is_dir():
+        return top / source
     try:
         return resources.files(package)
     except ModuleNotFoundError:
-        return Path(__file__).resolve().parents[2] / source
+        return top / source
 
 
 def sample_model_path() -> str:

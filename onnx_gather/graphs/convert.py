@@ -1,23 +1,7 @@
-"""Standard ONNX gathers and scatters into DML form, as ONNX Runtime's DirectML provider maps them: what becomes of
-each is decided by ``graphs.analysis`` (a ``DmlPlan``), the nodes that stand for it written by
-``graphs.dml_plan.emit_dml``.
-
-The rules (docs/semantics.md sections 6 and 10), for each node in every graph, subgraph and model-local function:
-
-1. The DML form's geometry is ``core.form``'s: the dimension count N (the fixed ``dimension_count`` or the
-   least each node needs), the leading ones of data, indices (updates) and output, the axis and the DML attributes;
-   a node that has no DML form (more than N, or 8, dimensions) stays standard.
-2. Data, indices and updates get their leading ones with ``Unsqueeze``.
-3. The DML output is the ONNX output with its leading ones, removed again with ``Squeeze``. Dynamic dims need no
-   shape arithmetic for this.
-4. A gather the provider fails raises ``ProviderFailure``; where dims are dynamic, the DML node fails when it runs
-   as the provider does. Asked for ONNX's values instead, GatherElements indices smaller than the data off the axis
-   (ONNX allows it, DirectML does not) get the data sliced to them first, from ``Shape(indices)`` where dynamic.
-5. FLOAT16 and BFLOAT16 travel as FLOAT32, BOOL as UINT8 (exact); STRING and other types stay standard.
-6. Every DML node carries every attribute, is named after the node it replaces, and its output gets a
-   ``value_info`` so that shape inference carries on through it.
-7. Every DML node says what was written around it: its ``metadata_props`` entry ``dml_plan.WROTE`` names the nodes of
-   rules 2 to 5 by their role (``lowering.through`` takes away those, and only those).
+"""Standard ONNX gathers and scatters into DML form, as ONNX Runtime's DirectML provider maps them, in every graph,
+subgraph and model-local function: what becomes of each node is decided by ``graphs.analysis`` (a ``DmlPlan``), the
+nodes that stand for it written by ``graphs.dml_plan.emit_dml``. What ``to_dml`` writes for a node, and each of its
+parameters: docs/semantics.md, "6.1 What to_dml does" (``onnx-gather docs semantics``).
 """
 
 from __future__ import annotations
@@ -186,7 +170,7 @@ def to_dml(
     ``observation`` (inputs for one run that tells the ranks inference cannot), ``keep_on_cpu`` (a feature level),
     ``native_float16``, ``provider_failures`` (``"raise"``, the default, or ``"onnx"``) and ``scatter_duplicates``
     (``"error"``, the default: a scatter writing different values to one element fails, for which one DirectML keeps
-    is a race; or ``"last"``: the last stays, as on ONNX Runtime's CPU); docs/design.md, "What
+    is a race; or ``"last"``: the last stays, as on ONNX Runtime's CPU); docs/semantics.md, "6.1 What
     to_dml does", tells each. Nodes that cannot be expressed stay standard (``convert`` reports them); a gather or
     scatter ONNX Runtime's DirectML provider fails raises ``ProviderFailure`` unless ``provider_failures="onnx"``.
     """

@@ -147,7 +147,8 @@ def save(model: onnx.ModelProto, path: str | os.PathLike, source: str | os.PathL
     The data files (those of the model read from ``source``) get names of their own, ``out.onnx.<id>.data``:
     copied (streamed) from another folder, hard-linked in the same one (copied where links fail). Each is written
     before the model, whose rename is the one commit; the model records each file's SHA-1 as its ``checksum``
-    (ONNX's external data key), which ``load`` verifies. After the commit, data files of earlier writes of
+    (ONNX's own external data key, which onnx's checker, ``onnx.load`` and ONNX Runtime accept, where a key of our
+    own would be refused), which ``load`` verifies. After the commit, data files of earlier writes of
     ``path`` that no model of the folder names any more are removed, unless another process is writing ``path``
     (then the last one to finish removes them), and so are onnx-gather's temporary files whose writer is gone.
     """

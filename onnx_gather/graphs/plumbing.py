@@ -4,7 +4,7 @@ removal of helpers no node uses any more.
 
 onnx-ir offers all of these; measured on the 10,000-gather chain of ``tools/convert_speed.py``, converting to its
 IR and back alone costs about what the whole conversion costs now, and its deserialisation grows faster than the
-node count on lowered graphs (docs/design.md, "Graph plumbing"). So they stay here, in one small module.
+node count on lowered graphs (docs/design.md, "Hand-made, and why"). So they stay here, in one small module.
 """
 
 from __future__ import annotations

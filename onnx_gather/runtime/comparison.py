@@ -57,11 +57,11 @@ class Tie:
     key_gap: float  # the largest difference between two keys taken as equal there
 
 
-# Within float error (docs/cli.md, "Verdicts"): an output outside tolerance of the reference passes where it is no
-# farther from the exact (float64) value than MARGIN times the reference is, plus its type's rtol of the output's
-# scale (max |exact|): two float32 computations of one thing part by rounding, each by a few times the other's error
-# at most (the third-party models measured: 1.03 to 2.1), while a behaviour of its own (Pow(0, 0), a fused GELU, a
-# saturating Cast) puts a backend hundreds of times farther off than the reference.
+# Within float error (docs/cli.md, "run, parity and the backends"): an output outside tolerance of the reference
+# passes where it is no farther from the exact (float64) value than MARGIN times the reference is, plus its type's
+# rtol of the output's scale (max |exact|): two float32 computations of one thing part by rounding, each by a few
+# times the other's error at most (the third-party models measured: 1.03 to 2.1), while a behaviour of its own
+# (Pow(0, 0), a fused GELU, a saturating Cast) puts a backend hundreds of times farther off than the reference.
 MARGIN = 4.0
 # The yardstick is taken to be wrong on an output, and not used there, where every float result is farther from it
 # than FAULT_SPREAD times they are from each other and than FAULT_FLOOR times the type's rtol of the scale (onnx's

@@ -35,8 +35,8 @@ def _signed_indices(indices: np.ndarray, size: int) -> np.ndarray | None:
 
 
 # DmlGather runs ONNX Runtime's native Gather only where it beat np.take: slices (the contiguous run after the axis)
-# of at least 1 KiB and outputs of at least 8 MiB; the measurements are in docs/design.md ("np.take or the native
-# Gather").
+# of at least 1 KiB and outputs of at least 8 MiB; the measurements are in docs/measurements.md ("np.take or the
+# native Gather").
 _NATIVE_GATHER_SLICE_BYTES = 2**10
 _NATIVE_GATHER_OUTPUT_BYTES = 2**23
 

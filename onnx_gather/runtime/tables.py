@@ -7,7 +7,7 @@ or made from such by standard, deterministic nodes: what ONNX Runtime's constant
 CPU kernels compute that data once, and rewrites the node into its ``Table`` twin: the data input becomes an empty
 tensor of the same type, and a ``table`` attribute names the data by the SHA-256 of its type, shape and bytes. The
 kernel reads the table from ``TABLES`` under that name and computes the gather from it exactly as from an input
-(docs/design.md, "What the custom ops cost, and constant tables").
+(docs/ops.md, "What the custom ops cost, and constant tables").
 
 A name cannot go stale: it is a digest of the contents, so a name only ever stands for the same contents, and the
 array it names is a private, read-only copy that only the sessions using it hold. An entry lives as long as one of
