@@ -60,17 +60,12 @@ def look_through(
     n = types[node.input[0]].rank
     around = Surroundings(node.input[0], 0, node.input[1], 0, node.output[0])
     wrote = _wrote(node)
-
-    def ours(found: onnx.NodeProto | None, role: str) -> onnx.NodeProto | None:
-        return _ours(found, role, wrote)
-
-    pad = ours(work.private_producer(node.input[0]), "pad_input")
-    if pad is not None and (count := leading_ones(work, pad, "Unsqueeze")) is not None and count <= axis:
-        around.data, around.data_ones = pad.input[0], count
-    pad_i = ours(work.private_producer(node.input[1]), "pad_indices")
-    if pad_i is not None and (count := leading_ones(work, pad_i, "Unsqueeze")) is not None:
-        if elements or n - count >= index_dimensions:
-            around.indices, around.index_ones = pad_i.input[0], count
+    pad = _padding(work, node.input[0], "pad_input", wrote)
+    if pad is not None and pad[1] <= axis:
+        around.data, around.data_ones = pad[0].input[0], pad[1]
+    pad_i = _padding(work, node.input[1], "pad_indices", wrote)
+    if pad_i is not None and (elements or n - pad_i[1] >= index_dimensions):
+        around.indices, around.index_ones = pad_i[0].input[0], pad_i[1]
     if elements and around.data_ones != around.index_ones:  # GatherElements needs equal ranks
         around.data, around.data_ones, around.indices, around.index_ones = node.input[0], 0, node.input[1], 0
     if gather and output_rank("Gather", n - around.data_ones, index_dimensions) > n:
@@ -82,28 +77,22 @@ def look_through(
             if not isinstance(sizes, Refusal):
                 around.crop_to = list(sizes)
         return around
-    around.removals += [(pad, pad.input[0])] if around.data_ones else []
-    around.removals += [(pad_i, pad_i.input[0])] if around.index_ones else []
-    unpad = ours(work.sole_consumer(around.final), "unpad_output")
-    if unpad is not None and (count := leading_ones(work, unpad, "Squeeze")) is not None:
-        around.final, around.unpadded = unpad.output[0], count
-        around.removals.append((unpad, unpad.input[0]))
-    cast_in = ours(work.private_producer(around.data), "carry_input")
-    if cast_in is not None and cast_in.op_type == "Cast":
-        source = types.get(cast_in.input[0])
-        cast_out = ours(work.sole_consumer(around.final), "carry_output")
-        if (
-            source is not None
-            and contract.CARRIERS.get(source.elem_type) == cast_in.attribute[0].i
-            and cast_out is not None
-            and cast_out.op_type == "Cast"
-            and cast_out.attribute[0].i == source.elem_type
-        ):
-            around.carried, around.data, around.final = source.elem_type, cast_in.input[0], cast_out.output[0]
-            around.removals += [(cast_in, cast_in.input[0]), (cast_out, cast_out.input[0])]
+    around.removals += [(pad[0], pad[0].input[0])] if around.data_ones else []
+    around.removals += [(pad_i[0], pad_i[0].input[0])] if around.index_ones else []
+    unpad = _unpadding(work, around.final, wrote)
+    if unpad is not None:
+        around.final, around.unpadded = unpad[0].output[0], unpad[1]
+        around.removals.append((unpad[0], unpad[0].input[0]))
+    carried = _carrying(work, types, [around.data], ["input"], around.final, wrote)
+    if carried is not None:
+        around.carried, casts = carried
+        around.data, around.final = casts[0].input[0], casts[-1].output[0]
+        around.removals += [(cast, cast.input[0]) for cast in casts]
     if elements and not mode.startswith("directml"):  # DirectML reads within the sliced tensor's memory
         index_dims = (types.get(around.indices) or types[node.input[1]]).dims
-        cut = ours(sliced_source(work, around.data, around.indices, index_dims, axis - around.data_ones), "slice_input")
+        cut = _ours(
+            sliced_source(work, around.data, around.indices, index_dims, axis - around.data_ones), "slice_input", wrote
+        )
         if cut is not None:
             around.data = cut.input[0]
             around.removals.append((cut, cut.input[0]))
@@ -134,29 +123,59 @@ def look_through_scatter(
     values = list(node.input[:3])
     around = ScatterSurroundings(*values[:1], 0, *values[1:], node.output[0])
     for position, role in ((1, "indices"), (2, "updates")):
-        pad = _ours(work.private_producer(values[position]), f"pad_{role}", wrote)
-        if pad is not None and leading_ones(work, pad, "Unsqueeze") is not None:
-            values[position] = pad.input[0]
-            around.removals.append((pad, pad.input[0]))
-    pad = _ours(work.private_producer(values[0]), "pad_input", wrote)
-    unpad = _ours(work.sole_consumer(around.final), "unpad_output", wrote)
-    if pad is not None and unpad is not None:  # the data's and the output's together: the output has its shape
-        count = leading_ones(work, pad, "Unsqueeze")
-        if count is not None and count <= most_ones and leading_ones(work, unpad, "Squeeze") == count:
-            values[0], around.data_ones, around.final = pad.input[0], count, unpad.output[0]
-            around.removals += [(pad, pad.input[0]), (unpad, unpad.input[0])]
-    casts = [_ours(work.private_producer(values[p]), f"carry_{r}", wrote) for p, r in ((0, "input"), (2, "updates"))]
-    casts.append(_ours(work.sole_consumer(around.final), "carry_output", wrote))
-    sources = [types.get(cast.input[0]) if cast is not None and cast.op_type == "Cast" else None for cast in casts]
-    if all(sources) and sources[0].elem_type == sources[1].elem_type:
-        source = sources[0].elem_type
-        carrier = contract.CARRIERS.get(source)
-        if carrier is not None and [c.attribute[0].i for c in casts] == [carrier, carrier, source]:
-            values[0], values[2], around.final = casts[0].input[0], casts[1].input[0], casts[2].output[0]
-            around.carried = source
-            around.removals += [(cast, cast.input[0]) for cast in casts]
+        pad = _padding(work, values[position], f"pad_{role}", wrote)
+        if pad is not None:
+            values[position] = pad[0].input[0]
+            around.removals.append((pad[0], pad[0].input[0]))
+    pad, unpad = _padding(work, values[0], "pad_input", wrote), _unpadding(work, around.final, wrote)
+    # the data's and the output's together: the output has its shape
+    if pad is not None and unpad is not None and pad[1] <= most_ones and unpad[1] == pad[1]:
+        values[0], around.data_ones, around.final = pad[0].input[0], pad[1], unpad[0].output[0]
+        around.removals += [(pad[0], pad[0].input[0]), (unpad[0], unpad[0].input[0])]
+    carried = _carrying(work, types, [values[0], values[2]], ["input", "updates"], around.final, wrote)
+    if carried is not None:
+        around.carried, casts = carried
+        values[0], values[2], around.final = casts[0].input[0], casts[1].input[0], casts[2].output[0]
+        around.removals += [(cast, cast.input[0]) for cast in casts]
     around.data, around.indices, around.updates = values
     return around
+
+
+def _padding(work: DefUse, value: str, role: str, wrote: dict[str, str] | None) -> tuple[onnx.NodeProto, int] | None:
+    """The ``Unsqueeze`` that ``to_dml`` wrote as ``role`` to make ``value``, and how many leading ones it adds."""
+    pad = _ours(work.private_producer(value), role, wrote)
+    count = None if pad is None else leading_ones(work, pad, "Unsqueeze")
+    return None if count is None else (pad, count)
+
+
+def _unpadding(work: DefUse, value: str, wrote: dict[str, str] | None) -> tuple[onnx.NodeProto, int] | None:
+    """The ``Squeeze`` that ``to_dml`` wrote to take the leading ones off DML output ``value``, and how many."""
+    unpad = _ours(work.sole_consumer(value), "unpad_output", wrote)
+    count = None if unpad is None else leading_ones(work, unpad, "Squeeze")
+    return None if count is None else (unpad, count)
+
+
+def _carrying(
+    work: DefUse,
+    types: dict[str, ValueType],
+    values: list[str],
+    roles: list[str],
+    final: str,
+    wrote: dict[str, str] | None,
+) -> tuple[int, list[onnx.NodeProto]] | None:
+    """The type ``to_dml`` carried as another (``contract.CARRIERS``) and the Casts that did it: one making each of
+    ``values`` (the DML node's carried inputs, ``roles``) from that type, and one from ``final`` back to it; None
+    unless all are there."""
+    casts = [_ours(work.private_producer(v), f"carry_{role}", wrote) for v, role in zip(values, roles, strict=True)]
+    casts.append(_ours(work.sole_consumer(final), "carry_output", wrote))
+    if not all(cast is not None and cast.op_type == "Cast" for cast in casts):
+        return None
+    sources = {types[cast.input[0]].elem_type if cast.input[0] in types else None for cast in casts[:-1]}
+    source = sources.pop() if len(sources) == 1 else None
+    carrier = contract.CARRIERS.get(source)
+    if source is None or carrier is None or [c.attribute[0].i for c in casts] != [carrier] * len(values) + [source]:
+        return None
+    return source, casts
 
 
 def _ours(found: onnx.NodeProto | None, role: str, wrote: dict[str, str] | None) -> onnx.NodeProto | None:
