@@ -18,9 +18,10 @@ from onnx_gather.core import semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.graphs.analysis import Analysis
 from onnx_gather.graphs.convert import convert
-from onnx_gather.graphs.dml_plan import DmlPlan, Left
+from onnx_gather.graphs.dml_plan import DmlPlan
 from onnx_gather.graphs.lowering.lower import lower
 from onnx_gather.graphs.placement.check import check
+from onnx_gather.graphs.placement.nodes import Where
 from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime.observe import Observation
 
@@ -231,9 +232,10 @@ def test_decisions_are_typed_a_left_gather_says_why_a_converted_one_its_n_a_lowe
     )
     analysis = Analysis(model)
     body = bodies(model)[0]
-    embed, words = (analysis.decide(body, analysis.types[0], node, i)[0] for i, node in enumerate(body.nodes))
+    embed, words = (analysis.decide(body, analysis.types[0], node, i).plan for i, node in enumerate(body.nodes))
     assert isinstance(embed, DmlPlan) and embed.form.dimension_count == 2
-    assert words == Left("STRING data cannot be expressed for DirectML")
+    assert words.reason == "STRING data cannot be expressed for DirectML" and not words.fails
+    assert (words.placement.provider, embed.placement.provider) == (Where.CPU, Where.DIRECTML)
     converted, report = convert(model, out_of_bounds="clamp")
     assert [(c.node, c.dimension_count, c.reason) for c in report.changed] == [("embed", 2, "")]
     assert [(c.node, c.dimension_count, c.reason) for c in report.left] == [("words", None, words.reason)]

@@ -51,7 +51,8 @@ class Options:
 
     dimension_count: int | None = None  # None: the least each node needs
     out_of_bounds: str = "directml"
-    keep_on_cpu: FeatureLevel | None = None  # leave standard what the provider keeps on the CPU, on this level
+    feature_level: FeatureLevel = FEATURE_LEVELS[HIGHEST_LEVEL]  # the device's: where the provider puts gathers
+    keep_on_cpu: bool = False  # leave standard what the provider keeps on the CPU on that device
     carrying: contract.Carrying = contract.CUSTOM_OPS
     provider_failures: str = "raise"  # or "onnx": ONNX's values where DirectML fails a node
     scatter_duplicates: str = "error"
@@ -67,7 +68,7 @@ class Analysis:
         self.model = model
         self.options = options = options or Options()
         # Where the provider puts each node, for the gathers it runs with its CPU kernels: shape computations, folded.
-        self.placed = place_nodes(model) if options.keep_on_cpu is not None else {}
+        self.placed = place_nodes(model) if options.keep_on_cpu else {}
         self.types = value_types(model)
         self.unknown: dict[str, str] = {}  # value -> why its rank stays unknown
         self.observed: dict[str, str] = {}  # value -> what of its shape symbolic inference or one run told
@@ -149,30 +150,25 @@ class Analysis:
         self.types[0][name] = ValueType(seen.elem_type, (None,) * (seen.rank - len(last)) + last)
         self.observed[name] = "rank and tuple length" if tuple_length else "rank"
 
-    def decide(
-        self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
-    ) -> tuple[DmlPlan | Left, NodeChange]:
+    def decide(self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int) -> NodeChange:
         """How DML form expresses gather or scatter ``node`` (the ``index``-th of ``body``), or why it is left as it
-        is; and what the report says of it (for a converted node, ``result`` is the DML node's name, fresh in the
-        model)."""
+        is: the report's row, holding the decision (``plan``); for a converted node, ``result`` is the DML node's
+        name, fresh in the model."""
         if node.op_type in contract.SCATTER_BY_STANDARD:
             plan = self._scatter(body, types, node, index)
-            if isinstance(plan, Left):
-                return plan, NodeChange(
-                    where=body.where, node=node_label(node, index), op_type=node.op_type, result="", reason=plan.reason
-                )
-            return plan, self._converted_change(body, node, index, plan, plan.fails)
-        referenced = referenced_attribute(node)
-        plan = (
-            Left(referenced)
-            if referenced
-            else _examine(body, types, node, self.options.dimension_count, self.unknown, self.options.carrying)
-        )
-        plan, fails = self._placed(body, node, index, plan)
+        else:
+            referenced = referenced_attribute(node)
+            examined = (
+                Left(referenced)
+                if referenced
+                else _examine(body, types, node, self.options.dimension_count, self.unknown, self.options.carrying)
+            )
+            plan = self._placed(body, types, node, index, examined)
+        row = NodeChange(where=body.where, node=node_label(node, index), op_type=node.op_type, plan=plan)
         if isinstance(plan, Left):
-            change = _left_change(body, types, node, index, plan)
-            return plan, dataclasses.replace(change, fails=_left_fails(change))
-        return plan, self._converted_change(body, node, index, plan, fails)
+            return dataclasses.replace(row, reason=plan.reason)
+        name = node.name or self.names.fresh(f"{node.op_type}_{index}")
+        return dataclasses.replace(row, result=name, ranks=self._ranks_told(node))
 
     def _scatter(self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int) -> DmlPlan | Left:
         """Scatter ``node`` in DML form, or why it stays standard: where the provider runs it on the CPU (without a
@@ -195,40 +191,32 @@ class Analysis:
             return Left(f"DirectML fails it ({plan.fails}); left standard for ONNX's values")
         return plan
 
-    def _placed(self, body: Body, node: onnx.NodeProto, index: int, plan: DmlPlan | Left) -> tuple[DmlPlan | Left, str]:
-        """The plan with where ONNX Runtime's DirectML provider puts the gather: left standard where ``keep_on_cpu``
-        keeps it on the CPU as the provider does; and why the provider fails it ("" where it does not)."""
+    def _placed(
+        self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int, plan: DmlPlan | Left
+    ) -> DmlPlan | Left:
+        """The plan with where ONNX Runtime's DirectML provider puts the gather on the options' device, and why it
+        fails it where it does; left standard where ``keep_on_cpu`` keeps it on the CPU as the provider does."""
         placed = self.placed[body.where][index] if body.where in self.placed else None
         if placed is not None and placed.by_its_graph:
-            return Left(f"kept standard, as the DirectML provider keeps it: {cpu_reason(placed.why)}"), ""
-        if not isinstance(plan, DmlPlan):
-            return plan, ""
-        level = self.options.keep_on_cpu or FEATURE_LEVELS[HIGHEST_LEVEL]
+            return Left(f"kept standard, as the DirectML provider keeps it: {cpu_reason(placed.why)}")
+        level = self.options.feature_level
+        if isinstance(plan, Left):
+            known = _known_inputs(types, node)
+            if known is None:
+                return plan
+            data, indices, axis, out_rank, batch = known
+            scalar = node.op_type == "GatherND" and indices.rank == 0  # indices a run brings as a scalar
+            if out_rank is None and not scalar:  # the output's rank untold: the provider decides when it runs
+                return plan
+            placement = place_gather(node.op_type, data, indices, axis, level, out_rank, batch)
+            # A gather DML form cannot express that the provider takes all the same, and fails.
+            fails = placement.reason if scalar and placement.provider == Where.FAILS else ""
+            return dataclasses.replace(plan, placement=placement, fails=fails)
         placement = place_gather(node.op_type, plan.data, plan.indices, plan.axis, level, plan.out_rank, plan.batch)
-        if placement.provider == Where.CPU and self.options.keep_on_cpu is not None:
-            return Left(f"kept standard, as the DirectML provider keeps it: {placement.reason}"), ""
-        return plan, placement.reason if placement.provider == Where.FAILS else ""
-
-    def _converted_change(self, body: Body, node: onnx.NodeProto, index: int, plan: DmlPlan, fails: str) -> NodeChange:
-        """What the report says of a gather or scatter DML form takes; names its DML node."""
-        name = node.name or self.names.fresh(f"{node.op_type}_{index}")
-        return NodeChange(
-            where=body.where,
-            node=node_label(node, index),
-            op_type=node.op_type,
-            result=name,
-            fails=fails,
-            dimension_count=plan.form.dimension_count,
-            data_type=plan.data.elem_type,
-            index_type=plan.indices.elem_type,
-            note=carried_note(plan.data.elem_type, plan.carrier),
-            ranks=self._ranks_told(node),
-            data=plan.data,
-            indices=plan.indices,
-            axis=plan.axis,
-            batch=plan.batch,
-            out_rank=plan.out_rank,
-        )
+        if placement.provider == Where.CPU and self.options.keep_on_cpu:
+            return Left(f"kept standard, as the DirectML provider keeps it: {placement.reason}")
+        fails = placement.reason if placement.provider == Where.FAILS else ""
+        return dataclasses.replace(plan, placement=placement, fails=fails)
 
     def _ranks_told(self, node: onnx.NodeProto) -> str:
         """Which of the gather's input ranks symbolic inference or a run told, and which of the two ("": none)."""
@@ -248,14 +236,6 @@ class Analysis:
         return f"{roles} {how}"
 
 
-def carried_note(elem_type: int, carrier: int | None) -> str:
-    """What the report says of data that travels as another type through a DML node ("" where it does not)."""
-    if carrier is None:
-        return ""
-    exact = "exact" if elem_type == TensorProto.BOOL else "exact but for NaN payloads, made canonical"
-    return f"{_type_name(elem_type)} data travels as {_type_name(carrier)} ({exact})"
-
-
 def _told(known: ValueType | None, tuple_length: bool) -> bool:
     """Whether a value's rank is known (and, for GatherND's indices, their tuple length: a number as last dim)."""
     if known is None or known.rank is None:
@@ -263,37 +243,17 @@ def _told(known: ValueType | None, tuple_length: bool) -> bool:
     return not tuple_length or (bool(known.dims) and isinstance(known.dims[-1], int))
 
 
-def _left_fails(change: NodeChange) -> str:
-    """Why the provider fails a gather DML form cannot express but the provider takes all the same: a GatherND of
-    indices a run brings as a scalar; "" for every other."""
-    if change.op_type != "GatherND" or change.data is None or change.indices is None or change.indices.rank != 0:
-        return ""
-    level = FEATURE_LEVELS[HIGHEST_LEVEL]
-    placement = place_gather(change.op_type, change.data, change.indices, 0, level, change.out_rank, change.batch)
-    return placement.reason if placement.provider == Where.FAILS else ""
-
-
-def _left_change(body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int, plan: Left) -> NodeChange:
-    """What the report says of a gather left standard: its inputs' types and axis where they are known."""
+def _known_inputs(
+    types: dict[str, ValueType], node: onnx.NodeProto
+) -> tuple[ValueType, ValueType, int, int | None, int] | None:
+    """What ``place_gather`` takes of a gather left standard: its inputs' types, its axis (non-negative), its output's
+    rank and GatherND's batch dims; None where an input's rank, or an attribute, is unknown."""
     data, indices = (types.get(name) for name in node.input[:2])
-    referenced = referenced_attribute(node)
-    known = data is not None and data.rank is not None and indices is not None and indices.rank is not None
-    known = known and not referenced
-    axis = attribute(node, "axis", 0) % data.rank if known and data.rank else None
-    data, indices = (data, indices) if known else (None, None)
-    batch = attribute(node, "batch_dims", 0) if not referenced else 0
-    return NodeChange(
-        where=body.where,
-        node=node_label(node, index),
-        op_type=node.op_type,
-        result="",
-        reason=plan.reason,
-        data=data,
-        indices=indices,
-        axis=axis,
-        batch=batch,
-        out_rank=_out_rank(node.op_type, data, indices, batch),
-    )
+    if data is None or data.rank is None or indices is None or indices.rank is None or referenced_attribute(node):
+        return None
+    axis = attribute(node, "axis", 0) % data.rank if data.rank else 0
+    batch = attribute(node, "batch_dims", 0)
+    return data, indices, axis, _out_rank(node.op_type, data, indices, batch), batch
 
 
 def _examine(

@@ -6,33 +6,45 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import onnx
+from onnx import TensorProto
 
+from onnx_gather.graphs.dml_plan import DmlPlan, Left
 from onnx_gather.graphs.plumbing import bodies
-from onnx_gather.graphs.types import ValueType
 
 
 @dataclass(frozen=True, kw_only=True)
 class NodeChange:
-    """One gather node: what became of it, and why where it stayed as it was (the reason, in words, is for a
-    node left; a converted or lowered node's figures are typed fields, worded where they are printed)."""
+    """One gather or scatter node, a row of a conversion's or a lowering's report: what became of it, and why where
+    it stayed as it was. A conversion's row holds its decision, the typed ``plan``; the words are made of it where
+    they are printed."""
 
     where: str
     node: str  # its name, or what reports call a node without one (``plumbing.node_label``)
     op_type: str
-    result: str  # the DML node's name, or "" where the node stayed standard
+    result: str = ""  # the DML node's name (a conversion) or the standard node's (a lowering); "": it stayed
     reason: str = ""  # why it stayed as it was
-    fails: str = ""  # why ONNX Runtime's DirectML provider fails the standard gather, where it does
-    dimension_count: int | None = None  # N of the DML node a conversion made
-    out_of_bounds: str = ""  # the mode of the DML node a lowering replaced
-    data_type: int | None = None  # the element types DirectML would see (before carrying)
-    index_type: int | None = None
-    note: str = ""  # how data the bridge cannot carry travels
+    plan: DmlPlan | Left | None = None  # a conversion's decision (``graphs.analysis``)
     ranks: str = ""  # where ranks came from when shape inference could not tell them
-    data: ValueType | None = None  # the input types the decision went by, where known
-    indices: ValueType | None = None
-    axis: int | None = None  # non-negative, where the rank is known
-    batch: int = 0  # GatherND's batch_dims
-    out_rank: int | None = None  # the standard output's rank, where known
+    out_of_bounds: str = ""  # the mode of the DML node a lowering replaced
+
+    @property
+    def fails(self) -> str:
+        """Why ONNX Runtime's DirectML provider fails the standard node, where it does ("" elsewhere)."""
+        return self.plan.fails if self.plan is not None else ""
+
+    @property
+    def dimension_count(self) -> int | None:
+        """N of the DML node a conversion made (None for any other row)."""
+        return self.plan.form.dimension_count if isinstance(self.plan, DmlPlan) else None
+
+    @property
+    def note(self) -> str:
+        """How data the bridge cannot carry travels through the DML node ("" where it travels as it is)."""
+        if not isinstance(self.plan, DmlPlan) or self.plan.carrier is None:
+            return ""
+        elem_type, name = self.plan.data.elem_type, TensorProto.DataType.Name
+        exact = "exact" if elem_type == TensorProto.BOOL else "exact but for NaN payloads, made canonical"
+        return f"{name(elem_type)} data travels as {name(self.plan.carrier)} ({exact})"
 
     def describe(self) -> str:
         """``node 'name' (OpType, where): reason``, as the command line and ``to_onnx``'s error word a left node."""

@@ -65,7 +65,8 @@ class _Converter:
         self, body: Body, types: dict[str, ValueType], node: onnx.NodeProto, index: int
     ) -> tuple[list[onnx.NodeProto] | None, dict[str, ValueType]]:
         """A standard gather or scatter into DML form (``graphs.dml_plan``), or None where it stays standard."""
-        plan, change = self.analysis.decide(body, types, node, index)
+        change = self.analysis.decide(body, types, node, index)
+        plan = change.plan
         if change.fails and self.options.provider_failures == "raise":
             raise _failure(change)
         if isinstance(plan, Left):
@@ -147,7 +148,7 @@ def convert(
     chosen = Options(
         dimension_count=count,
         out_of_bounds=out_of_bounds,
-        keep_on_cpu=None if keep_on_cpu is None else FEATURE_LEVELS[keep_on_cpu],
+        **({} if keep_on_cpu is None else {"feature_level": FEATURE_LEVELS[keep_on_cpu], "keep_on_cpu": True}),
         carrying=contract.NATIVE_FLOAT16 if native_float16 else contract.CUSTOM_OPS,
         provider_failures=provider_failures,
         scatter_duplicates=scatter_duplicates,

@@ -19,6 +19,7 @@ from onnx_gather.core import contract
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.form import DmlForm
 from onnx_gather.graphs.emit import Emitter
+from onnx_gather.graphs.placement.gather import Placement
 from onnx_gather.graphs.types import ValueType
 
 # An end past any size: Slice clamps it, so the slice keeps the whole axis (lowering.through recognises it).
@@ -35,6 +36,8 @@ class Left:
     """A gather or scatter DML form leaves as it is, and why (for the report, in words)."""
 
     reason: str
+    fails: str = ""  # why ONNX Runtime's DirectML provider fails it all the same ("" where it does not)
+    placement: Placement | None = None  # where the provider puts the gather, where its inputs' ranks are known
 
 
 class Crop(StrEnum):
@@ -56,6 +59,7 @@ class DmlPlan:
     carrier: int | None  # the element type data (and updates) travel as, where the bridge cannot carry theirs
     fails: str = ""  # why ONNX Runtime's DirectML provider fails it ("" where it does not)
     crop: Crop | None = None  # GatherElements data cropped to the indices' sizes off the axis; None: not needed
+    placement: Placement | None = None  # where the provider puts the gather (None for a scatter)
 
     @property
     def op(self) -> str:

@@ -13,18 +13,19 @@ import onnx
 from onnx_gather.core import contract
 from onnx_gather.core.contract import GATHER_OPS
 from onnx_gather.core.words import counted
-from onnx_gather.graphs.analysis import Analysis
+from onnx_gather.graphs.analysis import Analysis, Options
 from onnx_gather.graphs.changes import NodeChange
+from onnx_gather.graphs.dml_plan import Left
 from onnx_gather.graphs.placement import known
 from onnx_gather.graphs.placement.gather import (
     FEATURE_LEVELS,
+    FeatureLevel,
     cpu_reason,
     dml_operator,
     dml_type_name,
     has_type,
     judge,
     needed_level,
-    place_gather,
 )
 from onnx_gather.graphs.placement.nodes import (
     CONSTANT,
@@ -87,9 +88,9 @@ def _describe(op_type: str, n: int, data_type: int, index_type: int, batch: int 
     return f"{dml} with {counted(n, 'dimension')}, {types} ({needs})"
 
 
-def _standard(change: NodeChange, level_name: str, placed: Placed | None) -> Verdict:
-    """A standard gather, which DML form expresses (``change.result``) or not (``graphs.analysis``), and where the
-    provider's graph partitioning puts it (``placed``)."""
+def _standard(change: NodeChange, level: FeatureLevel, placed: Placed | None) -> Verdict:
+    """A standard gather, which DML form expresses (``change.plan`` a ``DmlPlan``) or not (a ``Left``), and where
+    the provider's graph partitioning puts it (``placed``) and a device of ``level`` (``plan.placement``)."""
 
     def verdict(status: str, reason: str) -> Verdict:
         cause = (placed.why if placed.provider == Where.CPU else DEVICE_TYPES) if placed and status == Where.CPU else ""
@@ -98,23 +99,18 @@ def _standard(change: NodeChange, level_name: str, placed: Placed | None) -> Ver
             change.where, change.node, change.op_type, status, reason, change.ranks, provider, gather=True, cause=cause
         )
 
+    plan = change.plan
     if placed is not None and placed.by_its_graph:
         return verdict(Where.CPU, cpu_reason(placed.why))
-    if change.fails and not change.result:  # a gather DML form cannot express that the provider takes and fails
-        return verdict(Where.FAILS, change.fails)
-    if change.data is None or change.indices is None:
-        return verdict("unknown", f"the provider decides when it runs: {change.reason}")
-    level = FEATURE_LEVELS[level_name]
-    if change.out_rank is None:  # a GatherND whose index tuples have no known length
-        return verdict("unknown", f"the provider decides when it runs: {change.reason}")
-    placement = place_gather(
-        change.op_type, change.data, change.indices, change.axis, level, change.out_rank, change.batch
-    )
-    if placement.provider != Where.DIRECTML:
-        return verdict(placement.provider, placement.reason)
-    if not change.result:
+    if isinstance(plan, Left) and plan.fails:  # a gather DML form cannot express that the provider takes and fails
+        return verdict(Where.FAILS, plan.fails)
+    if plan.placement is None:  # a rank, or the length of GatherND's index tuples, is unknown
+        return verdict(Where.UNKNOWN, f"the provider decides when it runs: {change.reason}")
+    if plan.placement.provider != Where.DIRECTML:
+        return verdict(plan.placement.provider, plan.placement.reason)
+    if isinstance(plan, Left):
         return verdict(Where.REFUSED, f"cannot be expressed: {change.reason}")
-    dml = (change.op_type, change.dimension_count, change.data_type, change.index_type, change.batch)
+    dml = (change.op_type, plan.form.dimension_count, plan.data.elem_type, plan.indices.elem_type, plan.batch)
     refusal = judge(level, *dml)
     if refusal is not None:  # the device has the node's types, so the provider takes it; DirectML refuses it
         return verdict(
@@ -124,7 +120,7 @@ def _standard(change: NodeChange, level_name: str, placed: Placed | None) -> Ver
             "operator tables; no device of that level was measured)",
         )
     described = _describe(*dml)
-    return verdict(Where.DIRECTML, f"{described}; {placement.reason}")
+    return verdict(Where.DIRECTML, f"{described}; {plan.placement.reason}")
 
 
 def check(
@@ -136,7 +132,9 @@ def check(
     nodes as ONNX Runtime's DirectML provider would take them, DML-form gathers (custom ops already in the model) by
     what the feature level accepts."""
     model = _sorted(model)
-    analysis = Analysis(model, observation=observation)  # what to_dml would do with the gathers, without converting
+    level = FEATURE_LEVELS[feature_level]
+    # What to_dml would do with the gathers, without converting, and where the provider puts them on such a device.
+    analysis = Analysis(model, Options(feature_level=level), observation)
     placed = place_nodes(model)
     uses = use_counts(model)
     verdicts = []
@@ -158,8 +156,7 @@ def check(
                 )
                 continue
             if node.domain in ("", "ai.onnx") and node.op_type in GATHER_OPS:
-                change = analysis.decide(body, types, node, position)[1]
-                verdict = _standard(change, feature_level, where)
+                verdict = _standard(analysis.decide(body, types, node, position), level, where)
             else:
                 verdict = _node(body, types, node, position, feature_level, where)
             if verdict.runs_on == Where.DIRECTML:
