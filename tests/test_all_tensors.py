@@ -57,21 +57,21 @@ def _nothing_outside_tolerance_under_passed(lines: list[str]) -> None:
 
 def test_an_intermediate_value_outside_tolerance_fails_the_run_though_the_outputs_agree(tmp_path, capsys):
     model, inputs = _positive_model(tmp_path)
-    code, document, lines = _parity(tmp_path, capsys, model, "--inputs", inputs, "--backends", "reference")
+    code, document, lines = _parity(tmp_path, capsys, model, "--inputs", inputs, "--backends", "evaluator")
     assert code == 0 and document["verdict"] == "passed"  # within the default tolerance
     _nothing_outside_tolerance_under_passed(lines)
-    arguments = [model, "--inputs", inputs, "--backends", "reference", "--atol", "0", "--rtol", "0"]
+    arguments = [model, "--inputs", inputs, "--backends", "evaluator", "--atol", "0", "--rtol", "0"]
     code, document, lines = _parity(tmp_path, capsys, *arguments)
     # Apart by rounding alone: no farther from the exact (float64) values than the reference pyop is.
     assert code == 0 and document["verdict"] == "passed"
-    assert document["all_tensors"]["rejected"] == {} and document["divergence"]["reference"] == []
+    assert document["all_tensors"]["rejected"] == {} and document["divergence"]["evaluator"] == []
     code, document, lines = _parity(tmp_path, capsys, *arguments, "--no-exact")  # judged by tolerance alone
     assert code == 1 and document["verdict"] == "failed"
-    assert document["outputs"]["y"]["reference"]["equal"] is True  # the output agrees
-    assert document["all_tensors"]["rejected"] == {"reference": ["grown", "root"]}
-    assert [entry["node"] for entry in document["divergence"]["reference"]] == ["grow"]
-    assert "reference: 2 intermediate values outside tolerance: 'grown', 'root'." in lines
-    assert lines[-1] == "FAILED: with every value marked (--all-tensors), values outside tolerance on reference."
+    assert document["outputs"]["y"]["evaluator"]["equal"] is True  # the output agrees
+    assert document["all_tensors"]["rejected"] == {"evaluator": ["grown", "root"]}
+    assert [entry["node"] for entry in document["divergence"]["evaluator"]] == ["grow"]
+    assert "evaluator: 2 intermediate values outside tolerance: 'grown', 'root'." in lines
+    assert lines[-1] == "FAILED: with every value marked (--all-tensors), values outside tolerance on evaluator."
     _nothing_outside_tolerance_under_passed(lines)
 
 

@@ -58,7 +58,7 @@ def test_backend_agrees_with_dml_semantics_on_in_range_indices(name):
 
 
 @pytest.mark.parametrize(
-    "name", ["pyop", "cpu", "lowered", OPENVINO, "reference", pytest.param("dml", marks=pytest.mark.directml)]
+    "name", ["pyop", "cpu", "lowered", OPENVINO, "evaluator", pytest.param("dml", marks=pytest.mark.directml)]
 )
 def test_an_input_with_a_default_takes_the_value_fed(tmp_path, name):
     # From IR version 4 a graph input that an initializer also provides is a default, which a feed overrides
@@ -326,7 +326,7 @@ def test_an_unknown_backend_is_refused():
 
 
 def test_a_parity_run_converts_once_for_each_set_of_parameters(monkeypatch):
-    """pyop and lowered share one to_dml; reference (FLOAT16 kept) has its own; other feeds convert anew."""
+    """pyop and lowered share one to_dml; evaluator (FLOAT16 kept) has its own; other feeds convert anew."""
     made = []
 
     def counting(proto, **options):
@@ -335,7 +335,7 @@ def test_a_parity_run_converts_once_for_each_set_of_parameters(monkeypatch):
 
     monkeypatch.setattr(model_module, "to_dml", counting)
     model = backends.Model.read(sample_model_path())
-    reference, *others = (backends.create(name) for name in ("pyop", "cpu", "lowered", "reference"))
+    reference, *others = (backends.create(name) for name in ("pyop", "cpu", "lowered", "evaluator"))
     assert run_parity(model, Feeds(IN_RANGE), others, reference, Tolerance()).passed
     assert made == [("directml", False, 1), ("directml", True, 1)]
     again = {"token_ids": IN_RANGE["token_ids"].copy()}  # equal feeds: the same conversions

@@ -208,7 +208,7 @@ def test_parity_of_cpu_and_dml_compares_strings_whole(tmp_path, capsys):
         "parity",
         str(path),
         "--backends",
-        "pyop,cpu,lowered,dml,reference",
+        "pyop,cpu,lowered,dml,evaluator",
         "--reference",
         "cpu",
         "--inputs",
@@ -219,7 +219,7 @@ def test_parity_of_cpu_and_dml_compares_strings_whole(tmp_path, capsys):
     assert main(arguments) == 0, capsys.readouterr().out
     outputs = json.loads(report.read_text())["outputs"]
     assert all(c["equal"] and c["mismatches"] == 0 for by in outputs.values() for c in by.values())
-    assert set(outputs["tuples"]) == {"pyop", "lowered", "dml", "reference"}
+    assert set(outputs["tuples"]) == {"pyop", "lowered", "dml", "evaluator"}
     assert "dml: nodes placed by ONNX Runtime: 3 on CPUExecutionProvider." in capsys.readouterr().out
 
 

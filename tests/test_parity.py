@@ -24,7 +24,7 @@ from onnx_gather.app.hints import parity_hint
 from onnx_gather.app.options import InputChoice
 from onnx_gather.app.report import comparison_entry
 from onnx_gather.core import semantics
-from onnx_gather.runtime import backends, reference
+from onnx_gather.runtime import backends, evaluator
 from onnx_gather.runtime.comparison import Tolerance, compare
 from onnx_gather.runtime.inputs import Feeds
 from onnx_gather.runtime.parity import one_line, run_parity
@@ -867,7 +867,7 @@ def test_the_reference_evaluator_backend_runs_the_dml_form_in_onnxs_own_evaluato
         "parity",
         str(model),
         "--backends",
-        "pyop,reference",
+        "pyop,evaluator",
         "--inputs",
         str(inputs),
         "--atol",
@@ -880,8 +880,8 @@ def test_the_reference_evaluator_backend_runs_the_dml_form_in_onnxs_own_evaluato
     assert main(arguments) == 0
     document = json.loads(report.read_text())
     assert document["out_of_bounds"] == {"lookup": 2, "pick": 1}
-    assert all(by["reference"]["equal"] for by in document["outputs"].values())
-    assert document["backends"]["reference"]["versions"] == {"onnx": importlib.metadata.version("onnx")}
+    assert all(by["evaluator"]["equal"] for by in document["outputs"].values())
+    assert document["backends"]["evaluator"]["versions"] == {"onnx": importlib.metadata.version("onnx")}
 
 
 def test_the_reference_evaluator_takes_float16_as_it_is(tmp_path):
@@ -901,12 +901,12 @@ def test_the_reference_evaluator_takes_float16_as_it_is(tmp_path):
     assert converted.graph.node[0].input[0] == "table"
     ids = np.array([0, 1, 4, -5, 5, 7], np.int64)  # in range, negative, and out of bounds past the odd end
     expected = semantics.dml_gather(table, ids, 0, 1)
-    assert reference.evaluate(converted, {"table": table, "ids": ids})[0].view(np.uint16).tolist() == (
+    assert evaluator.evaluate(converted, {"table": table, "ids": ids})[0].view(np.uint16).tolist() == (
         expected.view(np.uint16).tolist()
     )
     path = tmp_path / "half.onnx"
     onnx.save(model, path)
-    outcome = backends.create("reference").run(backends.Model(path, model), {"table": table, "ids": ids})
+    outcome = backends.create("evaluator").run(backends.Model(path, model), {"table": table, "ids": ids})
     assert outcome.outputs["rows"].view(np.uint16).tolist() == expected.view(np.uint16).tolist()
     assert expected.view(np.uint16).tolist()[:2] == [0x7C01, 0xFE33] and 0 in expected.view(np.uint16).tolist()[4:]
 

@@ -4,7 +4,7 @@ tests/peers/cases.json) on real DirectML, the oracle, and through the routes tha
 * Real DirectML (the ``dml`` backend) gives each case the verdict recorded in the data: the same output bit for
   bit, or the same failure at the same stage. The cases it runs are packed into one model per opset; a case that
   fails gets a session of its own (two runners side by side, ``directml.alone``).
-* ``pyop``, ``lowered`` and ``reference`` give DirectML's output bit for bit where it ran, and fail where it failed:
+* ``pyop``, ``lowered`` and ``evaluator`` give DirectML's output bit for bit where it ran, and fail where it failed:
   naming DirectML where the DirectML provider refused the node, with any error where ONNX Runtime refused the model
   before any provider saw it (an invalid axis). The cases that ran are packed into one model per route and opset
   (as are those ONNX Runtime's CPU kernels compute for the reference check), each case still checked and reported
@@ -29,7 +29,7 @@ from onnx_gather.graphs.placement.check import check
 from onnx_gather.runtime import backends
 
 CASES = peers.load()
-ROUTES = ("pyop", "lowered", "reference")
+ROUTES = ("pyop", "lowered", "evaluator")
 
 # Where ONNX Runtime's CPU kernels do not give the peer's expectation: the expectation of ORT's CUDA and ROCm build,
 # and WebNN's clamping, where the CPU kernels refuse an out-of-bounds index.
@@ -54,9 +54,9 @@ ROUTES_DIFFER_FROM_DIRECTML = {
         for name in ("updates_entire_tensor", "adds_multiple_updates", "empty_data")
     },
 }
-# Nodes left standard that the reference route computes with onnx's reference evaluator, where ONNX Runtime's CPU
+# Nodes left standard that the evaluator route computes with onnx's reference evaluator, where ONNX Runtime's CPU
 # provider (1.24.4's beside DirectML, and the host's) refuses them.
-REFERENCE_COMPUTES = {
+EVALUATOR_COMPUTES = {
     "ort/scatter_op_test.cc:ScatterElements.AddReduction_MLFloat16": "ONNX Runtime has no FLOAT16 add reduction",
 }
 # DirectML's E_INVALIDARG in a recorded failure: the DirectML provider itself refused the node (others are ONNX
@@ -125,7 +125,7 @@ def test_the_cases_are_the_peers_tests_as_transcribed():
     }
     names = {case.name for case in CASES}
     assert len(names) == len(CASES)
-    assert CPU_DIFFERS_FROM_THE_PEER | set(ROUTES_DIFFER_FROM_DIRECTML) | set(REFERENCE_COMPUTES) <= names
+    assert CPU_DIFFERS_FROM_THE_PEER | set(ROUTES_DIFFER_FROM_DIRECTML) | set(EVALUATOR_COMPUTES) <= names
     assert set(peers.document()["sources"]) == set(counts)
     table = Counter((case.source, peers.verdict_kind(case.directml)) for case in CASES)
     SUMMARIES.append(
@@ -209,7 +209,7 @@ def test_check_gives_directml_s_verdict(case):
 
 @pytest.mark.parametrize(("route", "case"), _route_params())
 def test_route_gives_directml_s_verdict(route, case, tmp_path, batches):
-    if case.name in ROUTES_DIFFER_FROM_DIRECTML or (route == "reference" and case.name in REFERENCE_COMPUTES):
+    if case.name in ROUTES_DIFFER_FROM_DIRECTML or (route == "evaluator" and case.name in EVALUATOR_COMPUTES):
         # the peer's expectation, which DirectML's build did not give
         assert_identical(_run(route, [case], tmp_path)[0], case.expected)
         RESULTS[route, "the peer's expectation, not DirectML's"] += 1

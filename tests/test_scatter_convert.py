@@ -190,14 +190,14 @@ def test_the_convert_command_counts_scatters_apart(tmp_path, capsys):
 
 
 def test_the_routes_with_a_scatter_out_of_bounds(tmp_path):
-    """pyop, reference and lowered compute DirectML's scatter."""
+    """pyop, evaluator and lowered compute DirectML's scatter."""
     path = tmp_path / "scatter.onnx"
     onnx.save(_scatter_model("ScatterElements", [3, 6], [3, 1], [3, 1], TensorProto.FLOAT16, axis=1), path)
     data = np.arange(18, dtype=np.float16).reshape(3, 6)
     feeds = {"data": data, "indices": np.array([[0], [7], [-7]]), "updates": np.full((3, 1), 100, np.float16)}
     expected = dml_scatter_elements(data, feeds["indices"], feeds["updates"], 1)
     model = Model.read(path)
-    for name in ("pyop", "reference", "lowered"):
+    for name in ("pyop", "evaluator", "lowered"):
         assert_identical(backends.create(name).run(model, feeds).outputs["output"], expected)
 
 
@@ -241,12 +241,12 @@ def test_parity_of_a_scatter_out_of_bounds_routes_agree_with_real_directml(tmp_p
     require_directml(wine=True)
     path, given = _chained_scatter(tmp_path)
     report = tmp_path / "report.json"
-    arguments = ["parity", str(path), "--inputs", str(given), "--backends", "lowered,dml,reference", "--report"]
+    arguments = ["parity", str(path), "--inputs", str(given), "--backends", "lowered,dml,evaluator", "--report"]
     assert main([*arguments, str(report)]) == 0
     assert "PASSED" in capsys.readouterr().out
     outputs = json.loads(report.read_text())["outputs"]["y"]
     assert {backend: row["equal"] for backend, row in outputs.items()} == dict.fromkeys(
-        ("lowered", "dml", "reference"), True
+        ("lowered", "dml", "evaluator"), True
     )
 
 

@@ -141,7 +141,7 @@ def test_the_cpu_backend_refuses_dml_ops_before_running(tmp_path):
     proto = onnx.load(converted)
     assert "DML ops" in backends.create("cpu").refusal(proto)
     assert "DML ops" in backends.create("openvino").refusal(proto)
-    assert all(backends.create(name).refusal(proto) is None for name in ("pyop", "lowered", "reference"))
+    assert all(backends.create(name).refusal(proto) is None for name in ("pyop", "lowered", "evaluator"))
     assert np.all([backends.create(name).refusal(onnx.load(sample_model_path())) is None for name in backends.BACKENDS])
 
 

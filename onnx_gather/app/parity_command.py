@@ -85,7 +85,7 @@ class ParityCommand(Command):
             "--backends",
             type=_backend_names,
             help=f"comma-separated, of: {', '.join(options.COMPARED)}; each must run, or the run is incomplete "
-            "(exit 4) (default: all but reference, those that cannot run here listed as skipped)",
+            "(exit 4) (default: all but evaluator, those that cannot run here listed as skipped)",
         )
         parser.add_argument(
             "--allow-skipped",

@@ -86,7 +86,7 @@ class Carrying:
 
 
 # For the custom ops (the default); for runtimes that take FLOAT16 on a DML node as it is (onnx's reference
-# evaluator with ``runtime.reference``'s op classes): DirectML's own types, BFLOAT16 and BOOL carried (it has neither).
+# evaluator with ``runtime.evaluator``'s op classes): DirectML's own types, BFLOAT16 and BOOL carried (it has neither).
 CUSTOM_OPS = Carrying(NODE_DATA_TYPES, CARRIERS)
 NATIVE_FLOAT16 = Carrying(
     NODE_DATA_TYPES | {TensorProto.FLOAT16}, {k: v for k, v in CARRIERS.items() if k != TensorProto.FLOAT16}

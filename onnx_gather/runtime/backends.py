@@ -28,7 +28,7 @@ from onnx_gather.graphs import model_io
 from onnx_gather.graphs.lowering.lower import to_onnx
 from onnx_gather.graphs.placement.nodes import CONSTANT, FOLDED, place_nodes
 from onnx_gather.graphs.plumbing import bodies, node_label
-from onnx_gather.runtime import exact, inputs, ops, reference
+from onnx_gather.runtime import evaluator, exact, inputs, ops
 from onnx_gather.runtime.model import Model, with_defaults_fed, with_outputs
 from onnx_gather.runtime.sessions import quiet_options
 
@@ -360,14 +360,14 @@ def _named_nodes(model: Model) -> Path | onnx.ModelProto:
     return proto
 
 
-class Reference(Backend):
-    name = "reference"
+class Evaluator(Backend):
+    name = "evaluator"
     runs_dml_ops = True
     description = "to_dml(model) in onnx's reference evaluator: DirectML's semantics, no ONNX Runtime, FLOAT16 kept"
 
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         converted = model.converted(feeds, self.out_of_bounds, native_float16=True)
-        return Outcome(_named(model, reference.evaluate(converted, feeds)))
+        return Outcome(_named(model, evaluator.evaluate(converted, feeds)))
 
     def versions(self) -> dict[str, str]:
         return {"onnx": importlib.metadata.version("onnx")}
@@ -395,7 +395,7 @@ class Exact(Backend):
         return {**super().versions(), "onnx": importlib.metadata.version("onnx")}
 
 
-_CLASSES = {backend.name: backend for backend in (PyOp, Cpu, Lowered, OpenVino, Cuda, DirectMl, Reference, Exact)}
+_CLASSES = {backend.name: backend for backend in (PyOp, Cpu, Lowered, OpenVino, Cuda, DirectMl, Evaluator, Exact)}
 BACKENDS = tuple(_CLASSES)
 # parity's and the demo's: the reference evaluator only when named; the exact yardstick is parity's own
 DEFAULT_BACKENDS = BACKENDS[:-2]

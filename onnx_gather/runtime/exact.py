@@ -33,7 +33,7 @@ from onnx.reference.op_run import OpRun
 from onnx_gather.graphs.plumbing import implicit_inputs, nested, orders, sort_topologically
 from onnx_gather.graphs.types import ValueType, value_types
 from onnx_gather.graphs.widen import type_text, widen
-from onnx_gather.runtime import reference
+from onnx_gather.runtime import evaluator
 from onnx_gather.runtime.sessions import quiet_options
 
 ONNXRUNTIME = "onnxruntime"  # the routes
@@ -70,7 +70,7 @@ class Erf(OpRun):
         return (np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype),)
 
 
-_EVALUATOR_OPS = [*reference.EVALUATOR_OPS, Erf]
+_EVALUATOR_OPS = [*evaluator.EVALUATOR_OPS, Erf]
 
 
 @functools.cache

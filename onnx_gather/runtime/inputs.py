@@ -333,7 +333,7 @@ def for_onnxruntime(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             continue  # a void array of no ONNX type: ONNX Runtime says so
         raise UserError(
             f"input {name!r} is {element}, which ONNX Runtime's Python binding does not take (the dml "
-            "and reference backends do)"
+            "and evaluator backends do)"
         )
     return {name: _strings(name, array) if array.dtype.kind in "OSU" else array for name, array in arrays.items()}
 

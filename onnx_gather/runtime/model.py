@@ -63,7 +63,7 @@ class Model:
     ) -> onnx.ModelProto:
         """``to_dml`` of it, the ranks shape inference cannot tell observed in a run on ``feeds`` (the very inputs
         the backend runs): made once for each set of parameters and shared by every backend that asks for it
-        (parity's ``pyop``, ``lowered`` and ``reference``), which must not change it."""
+        (parity's ``pyop``, ``lowered`` and ``evaluator``), which must not change it."""
         key = (out_of_bounds, native_float16, _digest(feeds))
         if key not in self.conversions:
             observation = Observation(feeds=dict(feeds), folder=self.folder)
