@@ -492,7 +492,7 @@ def test_check_predicts_where_the_directml_provider_puts_each_gather(directml, c
 @pytest.mark.directml
 def test_keep_cpu_gathers_leaves_what_the_provider_keeps_on_cpu_so_the_custom_ops_predict_it(directml):
     # A BFLOAT16 gather runs on ONNX Runtime's CPU provider, where an out-of-bounds index is an error: so it is in
-    # the route converted with keep_on_cpu. The FLOAT gather beside it runs on DirectML and reads as DirectML does.
+    # the route converted with keep_cpu_gathers. The FLOAT gather beside it runs on DirectML and reads as DirectML does.
     graph = h.make_graph(
         [
             h.make_node("Cast", ["f"], ["b"], name="to_bf16", to=T.BFLOAT16),
@@ -505,7 +505,7 @@ def test_keep_cpu_gathers_leaves_what_the_provider_keeps_on_cpu_so_the_custom_op
         [h.make_tensor_value_info("y", T.FLOAT, [2]), h.make_tensor_value_info("z", T.FLOAT, [2])],
     )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
-    kept, report = convert(model, keep_on_cpu="4.1")
+    kept, report = convert(model, keep_cpu_gathers=True)
     assert [c.node for c in report.left] == ["bf16"] and [c.node for c in report.changed] == ["f32"]
     assert "kept standard, as the DirectML provider keeps it: BFLOAT16" in report.left[0].reason
     loaded = directml.load(model, fallback=True)

@@ -116,7 +116,7 @@ def test_the_provider_has_no_kernel_for_string_data():
 
 
 def test_convert_keep_cpu_gathers_keeps_the_shape_computation_and_the_folded_gather(tmp_path, capsys):
-    _, report = convert(_model(), keep_on_cpu="4.1")
+    _, report = convert(_model(), keep_cpu_gathers=True)
     assert [c.node for c in report.changed] == ["embedding"]
     kept = {c.node: c.reason for c in report.left}
     assert kept["batch_size"].startswith("kept standard, as the DirectML provider keeps it: a shape computation")

@@ -161,7 +161,7 @@ def test_to_onnx_lowers_a_dml_scatter_into_standard_onnx():
     assert [o.domain for o in lowered.opset_import] == [""]
 
 
-def test_keep_on_cpu_leaves_a_scatter_the_provider_folds():
+def test_keep_cpu_gathers_leaves_a_scatter_the_provider_folds():
     model = _scatter_model("ScatterND", [4, 2], [1, 1], [1, 2])
     constants = {
         "data": np.zeros((4, 2), np.float32),
@@ -171,7 +171,7 @@ def test_keep_on_cpu_leaves_a_scatter_the_provider_folds():
     model.graph.initializer.extend(onnx.numpy_helper.from_array(v, k) for k, v in constants.items())
     del model.graph.input[:]
     assert _dml_ops(onnx_gather.to_dml(model)) == ["DmlScatterNd"]
-    converted, report = convert(model, keep_on_cpu="4.1")
+    converted, report = convert(model, keep_cpu_gathers=True)
     assert _dml_ops(converted) == [] and "constant folding" in report.left[0].reason
 
 

@@ -18,7 +18,7 @@ from onnx_gather.core.scatter import DUPLICATE_MODES
 from onnx_gather.core.sizes import MAX_DIMENSION_COUNT
 from onnx_gather.core.words import counted, listed
 from onnx_gather.graphs import allowzero, model_io
-from onnx_gather.graphs.analysis import parse_dimension_count
+from onnx_gather.graphs.analysis import HIGHEST_LEVEL, parse_dimension_count
 from onnx_gather.graphs.changes import Report
 from onnx_gather.graphs.convert import PROVIDER_FAILURES, convert
 from onnx_gather.graphs.lowering.lower import lower
@@ -148,7 +148,8 @@ class ConvertCommand(Command):
             args.dimension_count,
             args.out_of_bounds,
             observation,
-            args.keep_cpu_gathers,
+            keep_cpu_gathers=args.keep_cpu_gathers is not None,
+            feature_level=args.keep_cpu_gathers or HIGHEST_LEVEL,
             provider_failures=args.provider_failures,
             scatter_duplicates=args.scatter_duplicates,
         )

@@ -16,7 +16,7 @@ from onnx_gather.core import contract, semantics
 from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
 from onnx_gather.core.scatter import DUPLICATE_MODES
-from onnx_gather.graphs.analysis import Analysis, Options, parse_dimension_count
+from onnx_gather.graphs.analysis import HIGHEST_LEVEL, Analysis, Options, parse_dimension_count
 from onnx_gather.graphs.changes import NodeChange, Report, count_ops
 from onnx_gather.graphs.dml_plan import DmlPlan, Left, emit_dml
 from onnx_gather.graphs.emit import Emitter
@@ -127,7 +127,8 @@ def convert(
     dimension_count: str | int = "auto",
     out_of_bounds: str = "directml",
     observation: Observer | None = None,
-    keep_on_cpu: str | None = None,
+    keep_cpu_gathers: bool = False,
+    feature_level: str = HIGHEST_LEVEL,
     native_float16: bool = False,
     provider_failures: str = "raise",
     scatter_duplicates: str = "error",
@@ -140,15 +141,16 @@ def convert(
         raise UserError(f"provider_failures must be one of {', '.join(PROVIDER_FAILURES)}, got {provider_failures!r}")
     contract.register_schemas()
     count = parse_dimension_count(dimension_count)
-    if keep_on_cpu is not None and keep_on_cpu not in FEATURE_LEVELS:
-        raise UserError(f"keep_on_cpu must be a feature level ({', '.join(FEATURE_LEVELS)}), got {keep_on_cpu!r}")
+    if feature_level not in FEATURE_LEVELS:
+        raise UserError(f"feature_level must be one of {', '.join(FEATURE_LEVELS)}, got {feature_level!r}")
     result = onnx.ModelProto()
     result.CopyFrom(model)
     sort_topologically(result)
     chosen = Options(
         dimension_count=count,
         out_of_bounds=out_of_bounds,
-        **({} if keep_on_cpu is None else {"feature_level": FEATURE_LEVELS[keep_on_cpu], "keep_on_cpu": True}),
+        feature_level=FEATURE_LEVELS[feature_level],
+        keep_on_cpu=keep_cpu_gathers,
         carrying=contract.NATIVE_FLOAT16 if native_float16 else contract.CUSTOM_OPS,
         provider_failures=provider_failures,
         scatter_duplicates=scatter_duplicates,
@@ -168,7 +170,8 @@ def to_dml(
 
     ``dimension_count`` is ``"auto"`` (the least N each node needs, as ONNX Runtime's DirectML provider does) or a
     fixed N from 1 to 8. ``out_of_bounds`` is written on every DML node. ``options`` are ``convert``'s:
-    ``observation`` (inputs for one run that tells the ranks inference cannot), ``keep_on_cpu`` (a feature level),
+    ``observation`` (inputs for one run that tells the ranks inference cannot), ``keep_cpu_gathers`` (leave standard
+    the gathers the provider keeps on its CPU provider on a device of ``feature_level``, ``"4.1"`` unless given),
     ``native_float16``, ``provider_failures`` (``"raise"``, the default, or ``"onnx"``) and ``scatter_duplicates``
     (``"error"``, the default: a scatter writing different values to one element fails, for which one DirectML keeps
     is a race; or ``"last"``: the last stays, as on ONNX Runtime's CPU); docs/semantics.md, "6.1 What
