@@ -108,7 +108,7 @@ def gather(
             if native:
                 session = _native("Gather", input.dtype, index.dtype, axis=axis)
                 return session.run(None, {"input": input, "indices": index})[0].reshape(output_sizes)
-            return np.take(input, index, axis=axis).reshape(output_sizes)
+            return input.take(index, axis=axis).reshape(output_sizes)  # np.take, less its 0.8 us wrapper
         except (InvalidArgument, IndexError):  # an index out of bounds (the native kernel's error, np.take's)
             pass
     return semantics.gather_validated(input, indices, axis, index_dimensions, out_of_bounds, output_sizes)
