@@ -211,16 +211,18 @@ def interrupting_ops(monkeypatch):
     return calls
 
 
-def test_an_interrupt_inside_an_op_is_raised_from_run_not_recorded_as_its_error(interrupting_ops):
+@pytest.mark.parametrize("given", [True, False], ids=["the caller's options", "the thread's"])
+def test_an_interrupt_inside_an_op_is_raised_from_run_not_recorded_as_its_error(interrupting_ops, given):
     session = onnx_gather.InferenceSession(onnx_gather.to_dml(_chain(20)))
-    options = onnxruntime.RunOptions()
+    options = onnxruntime.RunOptions() if given else None
     x = np.ones((ROWS, 2), np.float32)
     with pytest.raises(KeyboardInterrupt) as raised:
         session.run(None, {"x": x}, options)
     assert len(interrupting_ops) == 3  # no op ran after it: ONNX Runtime stopped before the next node
     assert "terminate flag" in str(raised.value.__context__)
-    assert options.terminate is False  # the caller's options serve again
-    assert session.run(None, {"x": x}, options)[0].shape == (ROWS, 2)
+    if given:
+        assert options.terminate is False  # the caller's options serve again
+    assert session.run(None, {"x": x}, options)[0].shape == (ROWS, 2)  # (run without options: the thread's serve)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import _signal
 import contextlib
+import functools
 import importlib.metadata
 import logging
 import os
@@ -53,7 +54,7 @@ _REGISTERED_KEY = "onnx_gather.custom_ops"
 _log = logging.getLogger("onnx_gather")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # each one a registered op, hashed as itself (``_arguments``)
 class _Operator:
     op_type: str
     function: Callable[..., np.ndarray]
@@ -61,12 +62,17 @@ class _Operator:
     inputs: int = 2  # input, indices (and a scatter's updates, of the input's type)
 
     def call(self, feed: Sequence[np.ndarray], attributes: dict[str, str], max_output_elements: int) -> np.ndarray:
-        # The bridge checks each attribute's type when the session is created, then hands it over as a string.
-        arguments = {
-            name: text if self.attributes[name] == PyCustomOpDef.dt_string else int(text)
-            for name, text in attributes.items()
-        }
+        arguments = _arguments(self, tuple(attributes.items()))
         return self.function(*feed, **arguments, max_output_elements=max_output_elements)
+
+
+@functools.lru_cache(maxsize=4096)
+def _arguments(operator: _Operator, attributes: tuple[tuple[str, str], ...]) -> dict[str, int | str]:
+    """``operator``'s arguments of a node's ``attributes``, remembered: the bridge checks each attribute's type when
+    the session is created, then hands it over as a string on every run."""
+    return {
+        name: text if operator.attributes[name] == PyCustomOpDef.dt_string else int(text) for name, text in attributes
+    }
 
 
 def _count(input: np.ndarray, indices: np.ndarray, attributes: dict) -> int:
@@ -173,7 +179,7 @@ _OPERATORS = (
 MAX_OUTPUT_ELEMENTS = 2**31
 
 
-@dataclass
+@dataclass(eq=False)  # each run is itself: two runs of one session on the thread's options are equal in every field
 class _Run:
     """One ``InferenceSession.run`` under way: its session's output limit, its ``onnxruntime.RunOptions``, the errors
     its ops met, and what stops it (an interrupt: KeyboardInterrupt, SystemExit), to be raised once ONNX Runtime is
@@ -183,11 +189,12 @@ class _Run:
     options: onnxruntime.RunOptions
     errors: list[Exception] = field(default_factory=list)
     stop: BaseException | None = None
+    terminate: bool = False  # the options' terminate flag before the run was stopped, put back when it ends
 
     def interrupt(self, interrupt: BaseException) -> None:
         """Stop the run before its next node (ONNX Runtime's terminate flag); ``run`` raises ``interrupt``."""
         if self.stop is None:
-            self.stop = interrupt
+            self.stop, self.terminate = interrupt, self.options.terminate
         self.options.terminate = True
 
     def raise_stop(self) -> None:
@@ -218,13 +225,15 @@ def _interrupts_stop(run: _Run) -> Callable[..., object] | None:
 
 
 class _RunState(threading.local):
-    """Per thread: the ``InferenceSession.run`` under way, if any.
+    """Per thread: the ``InferenceSession.run`` under way, if any, and the ``onnxruntime.RunOptions`` of a run not
+    given any (not nested in another: it has them in use), made once.
 
     ONNX Runtime runs a session's kernels on the thread that called ``run`` (sequential execution).
     """
 
     def __init__(self) -> None:
         self.run: _Run | None = None
+        self.options = onnxruntime.RunOptions()  # its terminate flag put back after each run that set it
         self.out_of_bounds: Counter | None = None  # per node, while ``counting_out_of_bounds`` is active
 
 
@@ -253,7 +262,7 @@ def _invoke(op_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> t
         assert _bridge_invoke is not None  # set by _register_operators, before any op can run
         return _bridge_invoke(op_id, feed, attributes)
     run = _state.run
-    result = np.empty((0,), feed[0].dtype)  # what an op that fails returns, and every op of a stopped run
+    result = None  # for an op that fails, and every op of a stopped run: an empty output
     if run is None or run.stop is None:  # a stopped run ends before its next node
         try:  # anything that escapes into the bridge aborts the process
             limit = MAX_OUTPUT_ELEMENTS if run is None else run.max_output_elements
@@ -270,6 +279,8 @@ def _invoke(op_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> t
                 )
             else:
                 run.interrupt(interrupt)
+    if result is None:
+        result = np.empty((0,), feed[0].dtype)
     return (op_id, result.shape, result)
 
 
@@ -397,14 +408,16 @@ class InferenceSession(onnxruntime.InferenceSession):
         """Run the model as ``onnxruntime.InferenceSession.run`` does, raising any error a DML op met. Ctrl-C (SIGINT,
         on the main thread) stops the run before its next node and raises KeyboardInterrupt (or what the SIGINT
         handler raises; one that does not raise lets the run go on)."""
-        options = run_options if run_options is not None else onnxruntime.RunOptions()
-        terminate = options.terminate
-        run = _Run(self.max_output_elements, options)
-        outer, _state.run = _state.run, run
-        previous = _interrupts_stop(run)
+        state = _state
+        outer = state.run
+        if run_options is None:
+            run_options = state.options if outer is None else onnxruntime.RunOptions()
+        run = _Run(self.max_output_elements, run_options)
+        previous = _interrupts_stop(run)  # first: a Ctrl-C pending raises here, before anything needs undoing
+        state.run = run
         try:
             try:
-                outputs = super().run(output_names, input_feed, options)
+                outputs = super().run(output_names, input_feed, run_options)
             except Exception as runtime_error:  # "Exiting due to terminate flag" when stopped
                 run.raise_stop()
                 if run.errors:
@@ -415,8 +428,10 @@ class InferenceSession(onnxruntime.InferenceSession):
                 raise run.errors[0]
             return outputs
         finally:
+            # No Python function is called here, so no signal is handled in between: signal.signal first runs the
+            # handler of one pending (ours, which may set the flag), then the flag goes back.
             if previous is not None:
                 _signal.signal(_signal.SIGINT, previous)
-            if run.stop is not None:  # the flag was set here: the caller's options serve again
-                options.terminate = terminate
-            _state.run = outer
+            if run.stop is not None:  # the flag was set here: the caller's options (or the thread's) serve again
+                run_options.terminate = run.terminate
+            state.run = outer
