@@ -25,7 +25,7 @@ from onnx_gather.graphs.lowering.lower import lower
 from onnx_gather.graphs.placement.check import Verdict, check, flagged, measured, reads, with_session
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
 from onnx_gather.graphs.placement.known import Status
-from onnx_gather.graphs.placement.nodes import CONSTANT, FOLDED, REASONS, Where
+from onnx_gather.graphs.placement.nodes import Where, Why
 from onnx_gather.graphs.placement.session import Fate, Session, session
 from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime import session_graph
@@ -243,8 +243,8 @@ class CheckCommand(Command):
 
 _SHOWN = (Status.MET, Status.POSSIBLE)  # the flags shown without --all-nodes
 _GONE_REASONS = {
-    Fate.CONSTANT: REASONS[CONSTANT],
-    Fate.FOLDED: REASONS[FOLDED],
+    Fate.CONSTANT: Why.CONSTANT.sentence,
+    Fate.FOLDED: Why.FOLDED.sentence,
     Fate.REMOVED: "ONNX Runtime's optimizations remove it (an Identity, a Dropout, a no-op, a node no output needs)",
 }
 
