@@ -30,6 +30,8 @@ from onnx_gather.graphs.placement.session import Fate, Session, session
 from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime import session_graph
 
+_OUTPUT = "-o/--output"  # convert's and lower's output
+
 _RANK_RUN = (
     "The inputs options are those of the run of ONNX Runtime that tells the ranks no shape inference can (made only "
     "where one is needed)."
@@ -138,7 +140,7 @@ class ConvertCommand(Command):
         if args.assume_nonempty_inputs and not args.reshape_allowzero_0:
             raise UserError("--assume-nonempty-inputs is a word for --reshape-allowzero-0: give both, or neither")
         model, choice = model_io.load(args.model), InputChoice.of(args)
-        options.check_outputs({"-o/--output": args.output}, options.read_files(args.model, model, choice.inputs))
+        outputs = model_io.outputs({_OUTPUT: args.output}, [(args.model, model)], [choice.inputs])
         reshapes = None
         if args.reshape_allowzero_0:
             model, reshapes = allowzero.clear_allowzero(model, args.assume_nonempty_inputs)
@@ -152,8 +154,7 @@ class ConvertCommand(Command):
             provider_failures=args.provider_failures,
             scatter_duplicates=args.scatter_duplicates,
         )
-        with options.writing("-o/--output", args.output):
-            model_io.save(result, args.output, args.model)
+        outputs.save(_OUTPUT, result, args.model)
         _print_report(report, "Converted", args.model, args.output)
         if reshapes is not None:
             print(allowzero.tally(reshapes))
@@ -172,10 +173,9 @@ class LowerCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         model = model_io.load(args.model)
-        options.check_outputs({"-o/--output": args.output}, options.read_files(args.model, model))
+        outputs = model_io.outputs({_OUTPUT: args.output}, [(args.model, model)])
         result, report = lower(model)
-        with options.writing("-o/--output", args.output):
-            model_io.save(result, args.output, args.model)
+        outputs.save(_OUTPUT, result, args.model)
         _print_report(report, "Lowered", args.model, args.output)
         before, after = sum(report.before.values()), sum(report.after.values())
         reading = sum(1 for change in report.changed if change.out_of_bounds.startswith("directml"))
