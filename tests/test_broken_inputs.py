@@ -30,7 +30,8 @@ CASES = {
     "undefined_input.onnx": "node 'the_gather' (Gather) uses 'ghost', which nothing defines",
     "cycle.onnx": "node 'the_gather' (Gather) depends on its own output: node 'the_gather' (Gather) -> "
     "node 'shift' (Add) -> node 'pick' (ArgMax) -> node 'the_gather' (Gather)",
-    "axis_out_of_range.onnx": "node 'the_gather' (Gather): axis 5 is out of range for data 'x' of rank 2",
+    "axis_out_of_range.onnx": "node 'the_gather' (Gather): axis 5 is out of range [-2, 2) for data of rank 2 "
+    "(input 'x')",
     "dml_unknown_attribute.onnx": "node 'the_gather' (DmlGather): Unrecognized attribute: mode for operator DmlGather",
     "dml_missing_attribute.onnx": "(DmlGatherElements): Required attribute 'out_of_bounds' is missing",
     "external_missing.onnx": "tensor 'x' needs external data file 'missing.bin', which is missing",
@@ -116,7 +117,7 @@ def test_debug_adds_the_traceback(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["--debug", "check", str(CORPUS / "axis_out_of_range.onnx")]) == 2
     stderr = capsys.readouterr().err
-    assert "Traceback" in stderr and stderr.endswith("of rank 2\n")
+    assert "Traceback" in stderr and stderr.endswith("of rank 2 (input 'x')\n")
 
 
 def test_convert_onto_its_own_path_leaves_a_valid_model_or_the_original(tmp_path):

@@ -11,6 +11,7 @@ from onnx import helper as h
 
 import onnx_gather
 from onnx_gather.core import contract, semantics
+from onnx_gather.graphs.lowering.lower import lower
 from onnx_gather.graphs.validate import InvalidModel, validate
 from onnx_gather.runtime import ops
 
@@ -122,6 +123,38 @@ def test_the_checker_refuses_what_the_declaration_does_not_take():
         onnx.checker.check_model(model)
     with pytest.raises(InvalidModel, match=r"node 'the_node' \(DmlGather\): Mismatched attribute type .*axis"):
         validate(model)
+
+
+_WRAP = "out_of_bounds 'wrap' is unknown (expected one of: directml, clamp, zero, error)"
+
+
+@pytest.mark.parametrize(
+    ("op_type", "attributes", "reason", "where"),
+    [
+        (
+            "DmlGather",
+            {"axis": 2, "index_dimensions": 1},
+            "axis 2 is out of range [0, 2) for 2-dimensional tensors",
+            " (input 'input')",
+        ),
+        (
+            "DmlGatherNd",
+            {"input_dimension_count": 3, "indices_dimension_count": 1, "batch_dimension_count": 0},
+            "input_dimension_count 3 is out of range [1, 2]",
+            " (input 'input')",
+        ),
+        ("DmlGatherElements", {"axis": 0, "out_of_bounds": "wrap"}, _WRAP, ""),
+    ],
+)
+def test_the_validation_and_the_lowering_word_the_ranges_core_states(op_type, attributes, reason, where):
+    """validate and the lowering refuse a DML node's attributes in core's words (core.sizes, core.contract)."""
+    model = _dml_model(op_type, [2, 3], [1, 1], **{"out_of_bounds": "clamp", **attributes})
+    with pytest.raises(InvalidModel) as refused:
+        validate(model)
+    assert str(refused.value) == f"graph 'g': node 'the_node' ({op_type}): {reason}{where}"
+    _, report = lower(model)
+    (left,) = report.left
+    assert left.reason.startswith("its attributes are invalid for rank 2") and left.reason.endswith(f": {reason}")
 
 
 def test_every_layer_takes_the_declared_ops():

@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from onnx_gather.app.cli import main
 from onnx_gather.core.sizes import dim_size
 from onnx_gather.graphs.placement.check import check
-from onnx_gather.graphs.placement.nodes import CPU_PREFERRED
+from onnx_gather.graphs.placement.nodes import Why
 from onnx_gather.graphs.ranks import symbolic_types
 from onnx_gather.graphs.types import ValueType, value_types
 from onnx_gather.runtime import backends
@@ -110,14 +110,14 @@ def test_check_places_the_shape_computations_of_a_dynamic_input_not_folded(paddl
     # what computes on its output goes to the CPU provider; nothing is constant-folded (real DirectML places them
     # so: test_check_places_the_dynamic_model_where_real_directml_puts_it).
     assert {name: (v.runs_on, v.cause) for name, v in verdicts.items()} == {
-        "conv2d_0": ("DirectML", ""),
-        "shape_0": ("DirectML", ""),
-        "gather_0": ("CPU", CPU_PREFERRED),
-        "concat_0": ("CPU", CPU_PREFERRED),
-        "reshape_0": ("DirectML", ""),
-        "gather_1": ("DirectML", ""),
-        "shape_1": ("DirectML", ""),
-        "gather_2": ("CPU", CPU_PREFERRED),
+        "conv2d_0": ("DirectML", None),
+        "shape_0": ("DirectML", None),
+        "gather_0": ("CPU", Why.CPU_PREFERRED),
+        "concat_0": ("CPU", Why.CPU_PREFERRED),
+        "reshape_0": ("DirectML", None),
+        "gather_1": ("DirectML", None),
+        "shape_1": ("DirectML", None),
+        "gather_2": ("CPU", Why.CPU_PREFERRED),
     }
     inputs = tmp_path / "in.npz"
     np.savez(inputs, x=np.ones((2, 3, 8, 8), np.float32))

@@ -67,8 +67,8 @@ def test_attributes_are_the_dml_ops_integer_attributes(arguments, attributes):
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (("Gather", 2, 1, 2), "axis 2 is out of range for data of rank 2"),
-        (("Gather", 2, 1, -3), "axis -3 is out of range for data of rank 2"),
+        (("Gather", 2, 1, 2), "axis 2 is out of range [-2, 2) for data of rank 2"),
+        (("Gather", 2, 1, -3), "axis -3 is out of range [-2, 2) for data of rank 2"),
         (("GatherElements", 3, 2, 0), "indices rank 2 differs from data rank 3"),
         (("GatherND", 2, 3, 0, 2, 1), "batch_dims 2 is out of range [0, 2) for data rank 2 and indices rank 3"),
         (("GatherND", 2, 0, 0, 0, 1), "batch_dims 0 is out of range [0, 0) for data rank 2 and indices rank 0"),

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 from onnx_gather.conformance import node_suite
 from onnx_gather.graphs.placement.check import check
-from onnx_gather.graphs.placement.nodes import DIRECTML, EXPANDED, NO_KERNEL, UNSUPPORTED, place_nodes
+from onnx_gather.graphs.placement.nodes import Why, place_nodes
 from onnx_gather.runtime import backends
 
 F = TensorProto.FLOAT
@@ -65,36 +65,36 @@ def _queried(what: str, attributes: dict) -> onnx.ModelProto:
 
 @pytest.mark.parametrize(("what", "refused", "taken"), QUERIED, ids=[q[0] for q in QUERIED])
 def test_each_support_query_refuses_what_its_source_refuses(what, refused, taken):
-    assert _why(_queried(what, refused)) == UNSUPPORTED
-    assert _why(_queried(what, taken)) == DIRECTML
+    assert _why(_queried(what, refused)) == Why.UNSUPPORTED
+    assert _why(_queried(what, taken)) == Why.DIRECTML
 
 
 def test_batch_normalization_of_mixed_types_and_layer_normalization_s_extra_outputs_are_refused():
     mixed = _single("BatchNormalization", [X4, *C2[:2], *[(n, TensorProto.FLOAT16, [2]) for n in ("m", "v")]], [Y4], 15)
-    assert _why(mixed) == UNSUPPORTED
+    assert _why(mixed) == Why.UNSUPPORTED
     inputs = [("x", F, [2, 4]), ("s", F, [4]), ("b", F, [4])]
-    assert _why(_single("LayerNormalization", inputs, [Y4, ("mean", F, None)], 17)) == UNSUPPORTED
-    assert _why(_single("LayerNormalization", inputs, [Y4], 17)) == DIRECTML
+    assert _why(_single("LayerNormalization", inputs, [Y4, ("mean", F, None)], 17)) == Why.UNSUPPORTED
+    assert _why(_single("LayerNormalization", inputs, [Y4], 17)) == Why.DIRECTML
 
 
 def test_contrib_queries():
     ms = "com.microsoft"
     q = [("x", TensorProto.UINT8, [4]), ("xs", F, []), ("xz", TensorProto.UINT8, []), ("ys", F, [])]
     sig = [("y", TensorProto.UINT8, [4])]
-    assert _why(_single("QLinearSigmoid", q, sig, 17, domain=ms)) == UNSUPPORTED
-    assert _why(_single("QLinearSigmoid", [*q, ("yz", TensorProto.UINT8, [])], sig, 17, domain=ms)) == DIRECTML
+    assert _why(_single("QLinearSigmoid", q, sig, 17, domain=ms)) == Why.UNSUPPORTED
+    assert _why(_single("QLinearSigmoid", [*q, ("yz", TensorProto.UINT8, [])], sig, 17, domain=ms)) == Why.DIRECTML
     inputs = [("x", F, [1, 2, 4]), ("skip", F, [1, 2, 4]), ("gamma", F, [4])]
     outputs = [("y", F, [1, 2, 4]), ("mean", F, None)]
-    assert _why(_single("SkipLayerNormalization", inputs, outputs, 17, domain=ms)) == UNSUPPORTED
-    assert _why(_single("SkipLayerNormalization", inputs, outputs[:1], 17, domain=ms)) == DIRECTML
+    assert _why(_single("SkipLayerNormalization", inputs, outputs, 17, domain=ms)) == Why.UNSUPPORTED
+    assert _why(_single("SkipLayerNormalization", inputs, outputs[:1], 17, domain=ms)) == Why.DIRECTML
 
 
 def test_an_operator_neither_provider_has_is_expanded_into_its_function_body():
     mish = place_nodes(_single("Mish", [X4], [Y4], 22))["graph 'one'"][0]
-    assert (mish.provider, mish.why) == ("DirectML", EXPANDED)
+    assert (mish.provider, mish.why) == ("DirectML", Why.EXPANDED)
     assert "Mish-22" in mish.detail and "on DirectML" in mish.detail
     # Softplus-22 has a body and a CPU kernel (none on DirectML): no expansion, the CPU provider runs it
-    assert _why(_single("Softplus", [X4], [Y4], 22)) == NO_KERNEL
+    assert _why(_single("Softplus", [X4], [Y4], 22)) == Why.NO_KERNEL
 
 
 def test_the_cpu_kernel_table_agrees_with_the_installed_onnxruntime():

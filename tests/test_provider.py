@@ -17,7 +17,7 @@ from onnx_gather.directml import worker
 from onnx_gather.graphs.convert import convert
 from onnx_gather.graphs.placement.check import check
 from onnx_gather.graphs.placement.gather import cpu_reason
-from onnx_gather.graphs.placement.nodes import FOLDED, NO_KERNEL, Placed, place_nodes
+from onnx_gather.graphs.placement.nodes import Placed, Why, place_nodes
 from onnx_gather.runtime import backends
 
 
@@ -61,7 +61,7 @@ def test_a_shape_computation_and_a_gather_of_constants_run_on_the_cpu_the_lookup
     verdicts = {v.node: v for v in check(_model())}
     assert verdicts["batch_size"].status == "CPU" and verdicts["batch_size"].reason.startswith("a shape computation")
     assert verdicts["constant_pick"].status == "CPU"
-    assert verdicts["constant_pick"].reason == cpu_reason(FOLDED)
+    assert verdicts["constant_pick"].reason == cpu_reason(Why.FOLDED)
     assert verdicts["embedding"].status == "DirectML"
 
 
@@ -111,7 +111,7 @@ def test_the_provider_has_no_kernel_for_string_data():
         [h.make_tensor_value_info("picked", T.STRING, [2])],
     )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
-    assert place_nodes(model)["graph 'strings'"] == [Placed("CPU", NO_KERNEL)]
+    assert place_nodes(model)["graph 'strings'"] == [Placed("CPU", Why.NO_KERNEL)]
     assert check(model)[0].status == "CPU"  # with the reason check gives STRING gathers
 
 
@@ -177,7 +177,7 @@ def _padded_then_measured() -> onnx.ModelProto:
 
 def test_a_shape_onnx_runtime_knows_only_after_folding_is_folded_too():
     verdicts = {v.node: v for v in check(_padded_then_measured())}
-    assert [verdicts[n].cause for n in ("cast_pads", "measure", "width", "target")] == [FOLDED] * 4
+    assert [verdicts[n].cause for n in ("cast_pads", "measure", "width", "target")] == [Why.FOLDED] * 4
     assert verdicts["pad"].runs_on == verdicts["reshape"].runs_on == "DirectML"
 
 

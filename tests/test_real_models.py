@@ -35,7 +35,7 @@ from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import convert
 from onnx_gather.graphs.lowering.lower import lower
 from onnx_gather.graphs.placement.check import check
-from onnx_gather.graphs.placement.nodes import CONSTANT, FOLDED
+from onnx_gather.graphs.placement.nodes import Why
 from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime import backends
 from onnx_gather.runtime.inputs import Feeds
@@ -443,7 +443,7 @@ def test_check_places_every_node_where_real_directml_puts_it(package, file):
     counts = Counter()
     for verdict in verdicts:
         assert verdict.runs_on in ("DirectML", "CPU"), verdict
-        if verdict.cause in (FOLDED, CONSTANT):
+        if verdict.cause in (Why.FOLDED, Why.CONSTANT):
             assert verdict.node not in real, verdict  # computed or made an initializer as the session is created
             counts["folded"] += 1
         elif not listed:  # every node ONNX Runtime keeps runs on DirectML

@@ -10,6 +10,7 @@ import pytest
 
 from onnx_gather.core.sizes import (
     Refusal,
+    attribute_refusal,
     gather_c,
     gather_elements_sizes,
     gather_nd_c,
@@ -18,6 +19,7 @@ from onnx_gather.core.sizes import (
     off_axis_difference,
     output_rank,
     output_sizes,
+    standard_refusal,
 )
 
 _ND = ("input_dimension_count", "indices_dimension_count", "batch_dimension_count")
@@ -99,3 +101,42 @@ def test_output_rank_is_the_length_of_c():
             for k in range(1, r - batch + 1):
                 c = gather_nd_c(data, (*indices[:-1], k), batch)
                 assert len(c) == output_rank("GatherND", r, q, batch, k)
+
+
+@pytest.mark.parametrize(
+    ("attributes", "n", "reason"),
+    [
+        ({"axis": 2, "index_dimensions": 1}, 2, "axis 2 is out of range [0, 2) for 2-dimensional tensors"),
+        ({"axis": 0, "index_dimensions": 3}, 2, "index_dimensions 3 is out of range [0, 2]"),
+        (_nd(0, 1, 0), 0, "input_dimension_count 0 is out of range [1, 0]"),  # no axis to hold: GatherND has none
+        (
+            _nd(3, 2, 2),
+            3,
+            "batch_dimension_count 2 is out of range [0, 2) for input_dimension_count 3 and indices_dimension_count 2",
+        ),
+        ({"input_dimension_count": 1}, 1, None),  # a scatter's count, without batches
+        ({"axis": 0, "index_dimensions": 0}, 1, None),
+    ],
+)
+def test_attribute_ranges_are_stated_once(attributes, n, reason):
+    # The shape inference, the numpy semantics, the validation of a model and the lowering all ask this.
+    refused = attribute_refusal(attributes, n)
+    assert (refused.reason if refused else None) == reason
+    if reason is not None and set(attributes) <= {"axis", "index_dimensions"} and n:
+        assert gather_sizes((1,) * n, (1,) * n, attributes) == refused
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        (("Gather", 2, None, 2), "axis 2 is out of range [-2, 2) for data of rank 2"),
+        (("GatherElements", 2, 2, -2), None),
+        (("Gather", None, None, 7), None),  # an unknown rank holds nothing
+        (("GatherND", 2, None, 0, 2), "batch_dims 2 is out of range [0, 2) for data rank 2"),
+        (("GatherND", None, 1, 0, 1), "batch_dims 1 is out of range [0, 1) for indices rank 1"),
+        (("GatherND", 3, 2, 0, 1), None),
+    ],
+)
+def test_standard_ranges_hold_the_known_ranks(arguments, reason):
+    refused = standard_refusal(*arguments)
+    assert (refused.reason if refused else None) == reason

@@ -7,27 +7,18 @@ from collections import Counter
 
 from onnx_gather.core.words import counted
 from onnx_gather.graphs.placement import known
-from onnx_gather.graphs.placement.check import DEVICE_TYPES, Verdict
-from onnx_gather.graphs.placement.nodes import (
-    CONSTANT,
-    CPU_PREFERRED,
-    EXPANDED,
-    FOLDED,
-    NO_KERNEL,
-    REASONS,
-    UNSUPPORTED,
-    Where,
-)
+from onnx_gather.graphs.placement.check import Verdict
+from onnx_gather.graphs.placement.nodes import Where, Why
 from onnx_gather.graphs.placement.session import Fate, Session
 
 _CAUSES = {  # how the summary counts nodes on the CPU provider
-    CONSTANT: "constants (initializers)",
-    FOLDED: "folded",
-    CPU_PREFERRED: "shape computations",
-    NO_KERNEL: "without a DirectML kernel",
-    UNSUPPORTED: "refused by the provider's support query",
-    EXPANDED: "expanded into function bodies whose nodes run there",
-    DEVICE_TYPES: "of a type the device lacks",
+    Why.CONSTANT: "constants (initializers)",
+    Why.FOLDED: "folded",
+    Why.CPU_PREFERRED: "shape computations",
+    Why.NO_KERNEL: "without a DirectML kernel",
+    Why.UNSUPPORTED: "refused by the provider's support query",
+    Why.EXPANDED: "expanded into function bodies whose nodes run there",
+    Why.DEVICE_TYPES: "of a type the device lacks",
 }
 
 
@@ -39,8 +30,9 @@ def summary(verdicts: list[Verdict], feature_level: str, session: Session | None
     running = [v for v in verdicts if v.fate not in _GONE]
     runs = Counter(v.runs_on for v in running)
     causes = Counter(v.cause for v in running if v.runs_on == Where.CPU and v.cause)
-    why = ", ".join(f"{count} {_CAUSES.get(cause, cause)}" for cause, count in causes.most_common())
-    parts = [f"{runs['DirectML']} on DirectML", f"{runs['CPU']} on the CPU provider" + (f" ({why})" if why else "")]
+    why = ", ".join(f"{count} {_CAUSES[cause]}" for cause, count in causes.most_common())
+    on_cpu = f"{runs[Where.CPU]} on the CPU provider" + (f" ({why})" if why else "")
+    parts = [f"{runs[Where.DIRECTML]} on DirectML", on_cpu]
     if gone:
         said = ", ".join(f"{gone[fate]} {_GONE[fate]}" for fate in _GONE if gone[fate])
         parts.append(f"{sum(gone.values())} run by no provider ({said})")
@@ -48,7 +40,7 @@ def summary(verdicts: list[Verdict], feature_level: str, session: Session | None
     if failing:
         parts.append(f"{failing} failing")
     if runs[Where.UNKNOWN]:
-        parts.append(f"{runs['unknown']} unknown until the model runs")
+        parts.append(f"{runs[Where.UNKNOWN]} unknown until the model runs")
     lines = [f"{counted(len(verdicts), 'node')} at DirectML feature level {feature_level}: {', '.join(parts)}."]
     if session is not None:
         lines.append(_session_line(verdicts, session))
@@ -77,7 +69,7 @@ _GONE = {  # how the summary counts the nodes no provider runs
 
 def _session_line(verdicts: list[Verdict], session: Session) -> str:
     """The session's nodes by provider, the fusions, the DirectML partitions and the memory copies."""
-    nodes = [r for r in session.nodes if r.placed.why not in (FOLDED, CONSTANT)]
+    nodes = [r for r in session.nodes if r.placed.why.runs]
     verdict = {(v.where, v.session_node): v.runs_on for v in verdicts if v.fate == Fate.RUNS}
     where = Counter(verdict.get((r.where, r.name), r.placed.provider) for r in nodes)
     fused = [v for v in verdicts if v.fate == Fate.FUSED]
@@ -91,8 +83,8 @@ def _session_line(verdicts: list[Verdict], session: Session) -> str:
         else "no memory copy between them"
     )
     return (
-        f"ONNX Runtime's session runs {counted(len(nodes), 'node')}{fusion}: {where['DirectML']} on DirectML in "
-        f"{counted(len(session.partitions), 'partition')}, {where['CPU']} on the CPU provider; {copied}."
+        f"ONNX Runtime's session runs {counted(len(nodes), 'node')}{fusion}: {where[Where.DIRECTML]} on DirectML in "
+        f"{counted(len(session.partitions), 'partition')}, {where[Where.CPU]} on the CPU provider; {copied}."
     )
 
 
@@ -165,7 +157,7 @@ def check_document(
 
 
 def _session_document(session: Session) -> dict:
-    ran = [r for r in session.nodes if r.placed.why not in (FOLDED, CONSTANT)]
+    ran = [r for r in session.nodes if r.placed.why.runs]
     return {
         "nodes": [
             {
@@ -173,7 +165,7 @@ def _session_document(session: Session) -> dict:
                 "op_type": r.op_type,
                 "graph": r.where,
                 "provider": r.placed.provider,
-                "reason": REASONS.get(r.placed.why, r.placed.detail or r.placed.why),
+                "reason": r.placed.reason,
                 **({"fused_from": list(r.fused_from)} if r.fused_from else {}),
             }
             for r in ran

@@ -25,10 +25,12 @@ from onnx_gather.graphs.lowering.lower import lower
 from onnx_gather.graphs.placement.check import Verdict, check, flagged, measured, reads, with_session
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
 from onnx_gather.graphs.placement.known import Status
-from onnx_gather.graphs.placement.nodes import CONSTANT, FOLDED, REASONS, Where
+from onnx_gather.graphs.placement.nodes import Where, Why
 from onnx_gather.graphs.placement.session import Fate, Session, session
 from onnx_gather.graphs.plumbing import bodies
 from onnx_gather.runtime import session_graph
+
+_OUTPUT = "-o/--output"  # convert's and lower's output
 
 _RANK_RUN = (
     "The inputs options are those of the run of ONNX Runtime that tells the ranks no shape inference can (made only "
@@ -138,7 +140,7 @@ class ConvertCommand(Command):
         if args.assume_nonempty_inputs and not args.reshape_allowzero_0:
             raise UserError("--assume-nonempty-inputs is a word for --reshape-allowzero-0: give both, or neither")
         model, choice = model_io.load(args.model), InputChoice.of(args)
-        options.check_outputs({"-o/--output": args.output}, options.read_files(args.model, model, choice.inputs))
+        outputs = model_io.outputs({_OUTPUT: args.output}, [(args.model, model)], [choice.inputs])
         reshapes = None
         if args.reshape_allowzero_0:
             model, reshapes = allowzero.clear_allowzero(model, args.assume_nonempty_inputs)
@@ -153,8 +155,7 @@ class ConvertCommand(Command):
             provider_failures=args.provider_failures,
             scatter_duplicates=args.scatter_duplicates,
         )
-        with options.writing("-o/--output", args.output):
-            model_io.save(result, args.output, args.model)
+        outputs.save(_OUTPUT, result, args.model)
         _print_report(report, "Converted", args.model, args.output)
         if reshapes is not None:
             print(allowzero.tally(reshapes))
@@ -173,10 +174,9 @@ class LowerCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         model = model_io.load(args.model)
-        options.check_outputs({"-o/--output": args.output}, options.read_files(args.model, model))
+        outputs = model_io.outputs({_OUTPUT: args.output}, [(args.model, model)])
         result, report = lower(model)
-        with options.writing("-o/--output", args.output):
-            model_io.save(result, args.output, args.model)
+        outputs.save(_OUTPUT, result, args.model)
         _print_report(report, "Lowered", args.model, args.output)
         before, after = sum(report.before.values()), sum(report.after.values())
         reading = sum(1 for change in report.changed if change.out_of_bounds.startswith("directml"))
@@ -244,8 +244,8 @@ class CheckCommand(Command):
 
 _SHOWN = (Status.MET, Status.POSSIBLE)  # the flags shown without --all-nodes
 _GONE_REASONS = {
-    Fate.CONSTANT: REASONS[CONSTANT],
-    Fate.FOLDED: REASONS[FOLDED],
+    Fate.CONSTANT: Why.CONSTANT.sentence,
+    Fate.FOLDED: Why.FOLDED.sentence,
     Fate.REMOVED: "ONNX Runtime's optimizations remove it (an Identity, a Dropout, a no-op, a node no output needs)",
 }
 

@@ -1,22 +1,21 @@
 """Option groups several commands share, each declared once here and parsed once into typed values: the inputs of
 a run (``--inputs``, ``--shape``, ``--seed``, ``--int-range``), the tolerances, how to run (``--out-of-bounds``,
-``--device-id``, ``--max-elements``) and the outputs (checked before any work, written naming their flag)."""
+``--device-id``, ``--max-elements``) and the output option (``graphs.model_io.outputs`` checks and writes its path).
+"""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from onnx_gather.app.parser import UsageError, number
+from onnx_gather.app.parser import number
 from onnx_gather.core.contract import OUT_OF_BOUNDS_MODES
-from onnx_gather.graphs import model_io
 from onnx_gather.runtime import backends, inputs
 from onnx_gather.runtime.comparison import OTHER_TOLERANCE, TYPE_TOLERANCES, Tolerance
 from onnx_gather.runtime.inputs import Feeds
@@ -217,31 +216,3 @@ def add_model_argument(parser: argparse.ArgumentParser, what: str) -> None:
 
 def add_output_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("-o", "--output", required=True, help=f"where to write the {what} model")
-
-
-def read_files(model_path: str | Path, model: onnx.ModelProto, inputs_file: Path | None = None) -> list[Path]:
-    """The files a command reads: the model, its external data files, the --inputs file."""
-    return [Path(model_path), *model_io.data_files(model, model_path), *([inputs_file] if inputs_file else [])]
-
-
-def check_outputs(outputs: Mapping[str, str | None], reads: Sequence[Path]) -> None:
-    """Refuse, before any work, an output (flag -> path; None: not asked for) that cannot be written or is one of
-    the files the command ``reads``, or two outputs that are the same file."""
-    given: dict[str, str] = {}
-    for flag, path in outputs.items():
-        if path is None:
-            continue
-        model_io.check_output(path, flag, list(reads))
-        for other, other_path in given.items():
-            if model_io.same_file(Path(path), Path(other_path)):
-                raise UsageError(f"{flag} {path}: is also the {other} file; give each its own path")
-        given[flag] = path
-
-
-@contextlib.contextmanager
-def writing(flag: str, path: str) -> Iterator[None]:
-    """An error writing an output (a full disk, a quota) as bad input naming the flag and the file."""
-    try:
-        yield
-    except OSError as error:
-        raise model_io.OutputError(f"{flag} {path}: cannot write it: {error.strerror or error}") from error

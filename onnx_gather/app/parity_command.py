@@ -126,13 +126,10 @@ class ParityCommand(Command):
         if not single and (choice.inputs or args.save_inputs):
             raise UsageError("--inputs and --save-inputs take a single model")
         models, refused = _load_models(paths, single)
-        reads = [*refused, *([choice.inputs] if choice.inputs else [])]
-        for model in models:
-            reads += options.read_files(model.path, model.proto)
-        outputs = {"--report": args.report, "--markdown": args.markdown, "--save-inputs": args.save_inputs}
-        options.check_outputs(outputs, reads)
-        runs = self._run_models(args, choice, chosen, models, refused, single)
-        self._write_files(args, runs, refused, single)
+        written = {"--report": args.report, "--markdown": args.markdown, "--save-inputs": args.save_inputs}
+        outputs = model_io.outputs(written, [(m.path, m.proto) for m in models], [*refused, choice.inputs])
+        runs = self._run_models(args, choice, chosen, models, refused, single, outputs)
+        self._write_files(args, runs, refused, single, outputs)
         _print_verdicts(runs, refused, len(paths))
         verdicts = {run.parity.verdict for run in runs}
         if "failed" in verdicts or refused:
@@ -147,6 +144,7 @@ class ParityCommand(Command):
         models: list[backends.Model],
         refused: dict[Path, str],
         single: bool,
+        outputs: model_io.Outputs,
     ) -> list[Reported]:
         """Each model on the ``chosen`` backends; a model whose inputs cannot be made is refused (raised if
         ``single``)."""
@@ -165,8 +163,8 @@ class ParityCommand(Command):
                 progress.model_done()
                 continue
             if args.save_inputs:
-                with options.writing("--save-inputs", args.save_inputs):
-                    inputs.save_npz(args.save_inputs, feeds.arrays)
+                with outputs.writing("--save-inputs") as path:
+                    inputs.save_npz(path, feeds.arrays)
             shown = {name: Announced(backend, progress, model.path) for name, backend in built.items()}
             parity = run_parity(
                 model,
@@ -188,18 +186,22 @@ class ParityCommand(Command):
         return runs
 
     @staticmethod
-    def _write_files(args: argparse.Namespace, runs: list[Reported], refused: dict[Path, str], single: bool) -> None:
+    def _write_files(
+        args: argparse.Namespace,
+        runs: list[Reported],
+        refused: dict[Path, str],
+        single: bool,
+        outputs: model_io.Outputs,
+    ) -> None:
         """The --report and --markdown files of a parity run, written before its verdict is printed."""
         if args.report:
             documents = [report.document(run) for run in runs]
             documents += [{"model": str(path), "refused": reason, "passed": False} for path, reason in refused.items()]
             passed = all(run.parity.passed for run in runs) and not refused
             document = documents[0] if single else {"models": documents, "passed": passed}
-            with options.writing("--report", args.report):
-                model_io.write_bytes(args.report, json.dumps(document, indent=2).encode())
+            outputs.write_bytes("--report", json.dumps(document, indent=2).encode())
         if args.markdown:
-            with options.writing("--markdown", args.markdown):
-                model_io.write_bytes(args.markdown, report.markdown(runs, refused).encode())
+            outputs.write_bytes("--markdown", report.markdown(runs, refused).encode())
 
 
 def _print_verdicts(runs: list[Reported], refused: dict[Path, str], count: int) -> None:

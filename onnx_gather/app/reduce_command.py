@@ -18,6 +18,8 @@ from onnx_gather.graphs import model_io
 from onnx_gather.runtime import backends, inputs
 from onnx_gather.runtime.reduce import Budget, NoDifference, Reducer, ReferenceFailure
 
+_FEEDS = "-o's inputs file"  # the window's inputs, beside -o
+
 
 class ReduceCommand(Command):
     name = "reduce"
@@ -64,9 +66,8 @@ class ReduceCommand(Command):
         model, choice = backends.Model.read(args.model), InputChoice.of(args)
         output = Path(args.output)
         feeds_file = output.with_suffix(".npz")
-        options.check_outputs(
-            {"-o": args.output, f"-o's inputs file {feeds_file}": str(feeds_file)},
-            options.read_files(args.model, model.proto, choice.inputs),
+        outputs = model_io.outputs(
+            {"-o": args.output, _FEEDS: str(feeds_file)}, [(args.model, model.proto)], [choice.inputs]
         )
         built = options.usable_backends(args, [args.backend, args.reference], model)
         feeds = options.warned_feeds(choice, model.proto, args.max_elements)
@@ -95,11 +96,10 @@ class ReduceCommand(Command):
         except NoDifference as agreed:
             print(f"{args.model}: {agreed} ({tolerance.describe()}): nothing to reduce.")
             return 1
-        with options.writing("-o", args.output):
-            model_io.inline_small_data(reduction.model, model.path)  # not a copy of every data file of the model
-            model_io.save(reduction.model, output, model.path)
-        with options.writing("-o", str(feeds_file)):
-            inputs.save_npz(feeds_file, reduction.feeds)
+        model_io.inline_small_data(reduction.model, model.path)  # not a copy of every data file of the model
+        outputs.save("-o", reduction.model, model.path)
+        with outputs.writing(_FEEDS) as path:
+            inputs.save_npz(path, reduction.feeds)
         count = len(model.proto.graph.node)
         print(
             f"{args.model}: {count} nodes cut down to {len(reduction.nodes)} that still show it on {args.backend} "

@@ -14,6 +14,7 @@ from onnx_gather.app.hints import failure_hint
 from onnx_gather.app.options import InputChoice
 from onnx_gather.app.progress import Progress
 from onnx_gather.core.words import one_line
+from onnx_gather.graphs import model_io
 from onnx_gather.graphs.types import array_type
 from onnx_gather.runtime import backends, inputs
 
@@ -39,7 +40,7 @@ class RunCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         model, choice = backends.Model.read(args.model), InputChoice.of(args)
-        options.check_outputs({"--outputs": args.outputs}, options.read_files(args.model, model.proto, choice.inputs))
+        outputs = model_io.outputs({"--outputs": args.outputs}, [(args.model, model.proto)], [choice.inputs])
         backend = options.usable_backends(args, [args.backend], model)[args.backend]
         feeds = options.warned_feeds(choice, model.proto, args.max_elements)
         progress = Progress(1, sys.stderr)
@@ -67,6 +68,6 @@ class RunCommand(Command):
             if count:
                 print(f"  {count} out-of-bounds index values met by DML node {node!r}")
         if args.outputs:
-            with options.writing("--outputs", args.outputs):
-                inputs.save_npz(args.outputs, outcome.outputs)
+            with outputs.writing("--outputs") as path:
+                inputs.save_npz(path, outcome.outputs)
         return 0

@@ -30,6 +30,16 @@ DIRECTML_16BIT = "directml-16bit"
 ATTRIBUTE_VALUES = (*OUT_OF_BOUNDS_MODES, DIRECTML_16BIT)
 
 
+def mode_refusal(mode: str, attribute: str = "out_of_bounds", modes: Sequence[str] = ATTRIBUTE_VALUES) -> str | None:
+    """Why ``mode`` is none of ``modes``, the values a DML op's string ``attribute`` takes (by default a gather's
+    ``out_of_bounds``: one of ``OUT_OF_BOUNDS_MODES``, or ``DIRECTML_16BIT``, which only ``to_dml`` writes and no
+    list offers), in one line; None where it is one of them."""
+    if mode in modes:
+        return None
+    offered = ", ".join(m for m in modes if m != DIRECTML_16BIT)
+    return f"{attribute} {mode!r} is unknown (expected one of: {offered})"
+
+
 @dataclass(frozen=True)
 class ElementType:
     """One tensor element type under its three names."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from onnx_gather.core.errors import UserError
-from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, output_rank
+from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, output_rank, standard_refusal
 
 
 class FormError(UserError):
@@ -83,18 +83,15 @@ def dml_form(
        ``batch_dimension_count`` its ``batch_dims`` (``DmlForm.attributes``).
     """
     r, q = data_rank, indices_rank
+    refused = standard_refusal(op, r, q, axis, batch_dims)
+    if refused is not None:
+        raise FormError(refused.reason)
     if op == "GatherND":
-        if not 0 <= batch_dims < min(r, q):
-            raise FormError(
-                f"batch_dims {batch_dims} is out of range [0, {min(r, q)}) for data rank {r} and indices rank {q}"
-            )
         if not 1 <= tuple_length <= r - batch_dims:
             raise FormError(
                 f"index tuples of {tuple_length} coordinates do not fit data of rank {r} with batch_dims {batch_dims}"
             )
     else:
-        if not -r <= axis < r:
-            raise FormError(f"axis {axis} is out of range for data of rank {r}")
         if op == "GatherElements" and q != r:
             raise FormError(f"indices rank {q} differs from data rank {r}")
         batch_dims = tuple_length = 0

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from onnx_gather.core.contract import DATA_DTYPES, INDEX_DTYPES
+from onnx_gather.core.contract import DATA_DTYPES, INDEX_DTYPES, mode_refusal
 from onnx_gather.core.descs import packed_strides
 from onnx_gather.core.errors import UserError
 from onnx_gather.core.reading import MASK32, axis_words
@@ -32,14 +32,11 @@ class ScatterError(UserError):
 
 
 def _check(op: str, input: np.ndarray, indices: np.ndarray, updates: np.ndarray, out_of_bounds: str, duplicates: str):
-    if out_of_bounds not in SCATTER_MODES:
-        raise ScatterError(
-            f"{op}: out_of_bounds {out_of_bounds!r} is unknown (expected one of: {', '.join(SCATTER_MODES)})"
-        )
-    if duplicates not in DUPLICATE_MODES:
-        raise ScatterError(
-            f"{op}: duplicates {duplicates!r} is unknown (expected one of: {', '.join(DUPLICATE_MODES)})"
-        )
+    refusal = mode_refusal(out_of_bounds, modes=SCATTER_MODES) or mode_refusal(
+        duplicates, "duplicates", DUPLICATE_MODES
+    )
+    if refusal is not None:
+        raise ScatterError(f"{op}: {refusal}")
     if input.dtype not in DATA_DTYPES or updates.dtype != input.dtype:
         raise ScatterError(f"{op}: input {input.dtype.name} and updates {updates.dtype.name}: one of DirectML's types")
     if indices.dtype not in INDEX_DTYPES:

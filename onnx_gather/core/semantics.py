@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from onnx_gather.core.contract import ATTRIBUTE_VALUES, DATA_DTYPES, INDEX_DTYPES, OUT_OF_BOUNDS_MODES
+from onnx_gather.core.contract import DATA_DTYPES, INDEX_DTYPES, mode_refusal
 from onnx_gather.core.errors import UserError
 from onnx_gather.core.reading import axis_words, directml_desc_gather, directml_gather_nd, directml_read, element_size
 from onnx_gather.core.sizes import Refusal, gather_elements_sizes, gather_nd_sizes, gather_sizes
@@ -34,10 +34,9 @@ def check_types(op: str, input_dtype: np.dtype, indices_dtype: np.dtype) -> None
 
 def check_out_of_bounds(op: str, out_of_bounds: str) -> None:
     """Raise GatherError unless ``out_of_bounds`` names one of the modes."""
-    if out_of_bounds not in ATTRIBUTE_VALUES:
-        raise GatherError(
-            f"{op}: out_of_bounds {out_of_bounds!r} is unknown (expected one of: {', '.join(OUT_OF_BOUNDS_MODES)})"
-        )
+    refusal = mode_refusal(out_of_bounds)
+    if refusal is not None:
+        raise GatherError(f"{op}: {refusal}")
 
 
 def gather_output_sizes(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import onnx
 
@@ -81,9 +81,44 @@ def _dimension_counts(input: Sequence, indices: Sequence) -> Refusal | None:
     return None
 
 
-def _axis(axis: int, n: int, stated: tuple | None = None) -> Refusal | None:
-    if not 0 <= axis < n:
-        return Refusal(f"axis {axis} is out of range [0, {n}) for {n}-dimensional tensors", stated)
+def attribute_refusal(attributes: Mapping[str, int], n: int) -> Refusal | None:
+    """Why DirectML takes a DML op's integer ``attributes`` (those given; their sizes aside) for no tensors of ``n``
+    dimensions: ``axis`` in [0, n), ``index_dimensions`` in [0, n], ``input_dimension_count`` and
+    ``indices_dimension_count`` in [1, n], ``batch_dimension_count`` in [0, the lesser of those); None where it
+    takes them."""
+    axis, m = attributes.get("axis", 0), attributes.get("index_dimensions", 0)
+    if not 0 <= axis < n and "axis" in attributes:
+        return Refusal(f"axis {axis} is out of range [0, {n}) for {n}-dimensional tensors")
+    if not 0 <= m <= n:
+        return Refusal(f"index_dimensions {m} is out of range [0, {n}]")
+    counts = {
+        name: attributes[name] for name in ("input_dimension_count", "indices_dimension_count") if name in attributes
+    }
+    for name, count in counts.items():
+        if not 1 <= count <= n:
+            return Refusal(f"{name} {count} is out of range [1, {n}]")
+    batch = attributes.get("batch_dimension_count", 0)
+    if counts and not 0 <= batch < min(counts.values()):
+        words = " and ".join(f"{name} {count}" for name, count in counts.items())
+        return Refusal(f"batch_dimension_count {batch} is out of range [0, {min(counts.values())}) for {words}")
+    return None
+
+
+def standard_refusal(
+    op: str, data_rank: int | None, indices_rank: int | None, axis: int = 0, batch_dims: int = 0
+) -> Refusal | None:
+    """Why the standard gather ``op`` takes ``axis`` (Gather and GatherElements: [-r, r)) or ``batch_dims``
+    (GatherND: [0, min(r, q))) for no data of rank r and indices of rank q, as far as the ranks are known (None where
+    one is not); None where it takes them."""
+    r, q = data_rank, indices_rank
+    if op != "GatherND":
+        if r is not None and not -r <= axis < r:
+            return Refusal(f"axis {axis} is out of range [{-r}, {r}) for data of rank {r}")
+        return None
+    ranks = {what: rank for what, rank in (("data", r), ("indices", q)) if rank is not None}
+    if ranks and not 0 <= batch_dims < min(ranks.values()):
+        words = " and ".join(f"{what} rank {rank}" for what, rank in ranks.items())
+        return Refusal(f"batch_dims {batch_dims} is out of range [0, {min(ranks.values())}) for {words}")
     return None
 
 
@@ -122,12 +157,10 @@ def gather_sizes(input: Sequence, indices: Sequence, attributes: Mapping[str, in
     (``gather_c``), whatever they crop; for m = 0, C is one short and ``pad`` comes before it (DirectML takes any
     size there). Where DirectML is not safe, an ``unsafe`` refusal."""
     axis, m = attributes.get("axis", 0), attributes.get("index_dimensions", 0)
-    refused = _dimension_counts(input, indices) or _axis(axis, len(input))
+    refused = _dimension_counts(input, indices) or attribute_refusal({"axis": axis, "index_dimensions": m}, len(input))
     if refused is not None:
         return refused
     n = len(input)
-    if not 0 <= m <= n:
-        return Refusal(f"index_dimensions {m} is out of range [0, {n}]")
     c = gather_c(input, indices, axis, m)
     sizes = (pad,) * (n - len(c)) + c[max(len(c) - n, 0) :]
     unsafe = _gather_unsafe(input, indices, axis, m)
@@ -152,9 +185,9 @@ def gather_elements_sizes(input: Sequence, indices: Sequence, attributes: Mappin
     if refused is not None:
         return refused
     sizes = tuple(indices)
-    refused = _axis(axis, len(input), sizes)
+    refused = attribute_refusal({"axis": axis}, len(input))
     if refused is not None:
-        return refused
+        return replace(refused, stated=sizes)
     d = off_axis_difference(input, indices, axis)
     if d is not None:
         return Refusal(
@@ -175,30 +208,24 @@ def gather_nd_sizes(
     batches; the indices' last size k, an integer, is the tuple length. The output is C (``gather_nd_c``)
     right-aligned to N after ``pad``s, nothing cropped: its batch sizes are the indices', which DirectML lets differ
     from the input's (section 3b)."""
-    x, q = attributes.get("input_dimension_count", 0), attributes.get("indices_dimension_count", 0)
-    batch = attributes.get("batch_dimension_count", 0)
+    names = ("input_dimension_count", "indices_dimension_count", "batch_dimension_count")
+    x, q, batch = (attributes.get(name, 0) for name in names)
     refused = _dimension_counts(input, indices)
     if refused is not None:
         return refused
     n = len(input)
-    fits = 1 <= x <= n and 1 <= q <= n and 0 <= batch < min(x, q)
-    c = gather_nd_c(input[n - x :], indices[n - q :], batch) if fits else None
-    stated = (pad,) * (n - len(c)) + c if c is not None and len(c) <= n else None
+    refused = attribute_refusal(dict(zip(names, (x, q, batch), strict=True)), n)
+    if refused is not None:
+        return refused
+    c = gather_nd_c(input[n - x :], indices[n - q :], batch)
+    stated = (pad,) * (n - len(c)) + c if len(c) <= n else None
     for name, count, sizes in (("input", x, input), ("indices", q, indices)):
-        if not 1 <= count <= n:
-            return Refusal(f"{name}_dimension_count {count} is out of range [1, {n}]", stated)
         if any(_known(size) and size != 1 for size in sizes[: n - count]):
             return Refusal(
                 f"{name} sizes {tuple(sizes)} with {name}_dimension_count {count} have leading sizes "
                 f"{tuple(sizes[: n - count])}; the {n - count} irrelevant leading sizes must be 1",
                 stated,
             )
-    if not 0 <= batch < min(x, q):
-        return Refusal(
-            f"batch_dimension_count {batch} is out of range [0, {min(x, q)}) for input_dimension_count {x} "
-            f"and indices_dimension_count {q}",
-            stated,
-        )
     k = indices[-1]
     if not 1 <= k <= x - batch:
         return Refusal(

@@ -1,14 +1,18 @@
-"""Reading and writing model files: external data left on disk, outputs written atomically, inputs untouched."""
+"""Reading and writing model files: external data left on disk, outputs written atomically, inputs untouched. The
+one home of which paths a command may write (``outputs``, checked before any work) and how it writes them
+(``Outputs``): never over a file it reads, never half."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -112,12 +116,6 @@ def load(path: str | os.PathLike) -> onnx.ModelProto:
     except InvalidModel as error:
         raise ModelError(f"{path}: {error}") from None
     return model
-
-
-def data_files(model: onnx.ModelProto, path: str | os.PathLike) -> list[Path]:
-    """The external data files that the model read from ``path`` uses."""
-    folder = Path(path).parent
-    return [folder / location for location in sorted(_check_external_data(model, folder, Path(path)))]
 
 
 _CHUNK = 16 * 1024 * 1024
@@ -269,13 +267,61 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     files.write_atomically(Path(path), lambda file: file.write(data))
 
 
-def check_output(path: str | os.PathLike, flag: str, inputs: Iterable[str | os.PathLike] = ()) -> None:
-    """Refuse, before any work, an output path that cannot be written or that is one of ``inputs``.
+@dataclass(frozen=True)
+class Outputs:
+    """A command's output files by flag, as ``outputs`` checked them before any work. Each is written whole or not
+    at all (``save``, ``write_bytes``, or a writer of the caller's that ends in ``write_bytes``, inside ``writing``),
+    an OSError (a full disk, a quota) said as an OutputError naming the flag and the file."""
 
-    Raises OutputError naming ``flag``: a folder, a missing folder, a folder this user cannot write, something
-    that is not a regular file, or an input (the same file, also through symbolic or hard links).
-    """
-    path = Path(path)
+    paths: Mapping[str, str]  # as the user gave them
+
+    @contextlib.contextmanager
+    def writing(self, flag: str) -> Iterator[str]:
+        """The path of ``flag``, for a write whose OSError is said as an OutputError naming the flag and the file."""
+        path = self.paths[flag]
+        try:
+            yield path
+        except OSError as error:
+            raise OutputError(f"{flag} {path}: cannot write it: {error.strerror or error}") from error
+
+    def save(self, flag: str, model: onnx.ModelProto, source: str | os.PathLike) -> None:
+        """``save`` to the path of ``flag``."""
+        with self.writing(flag) as path:
+            save(model, path, source)
+
+    def write_bytes(self, flag: str, data: bytes) -> None:
+        """``write_bytes`` to the path of ``flag``."""
+        with self.writing(flag) as path:
+            write_bytes(path, data)
+
+
+def outputs(
+    paths: Mapping[str, str | os.PathLike | None],
+    models: Iterable[tuple[str | os.PathLike, onnx.ModelProto]],
+    reads: Iterable[str | os.PathLike | None] = (),
+) -> Outputs:
+    """The output ``paths`` by flag (None: not asked for), refused before any work where one could not be written
+    or would destroy a file the user has: OutputError naming the flag, for a folder, a missing folder, a folder this
+    user cannot write, something that is not a regular file, a file the command reads (one of ``models``, read from
+    their paths, an external data file of one, one of ``reads``: the same file, also through symbolic or hard links),
+    or the path of another output."""
+    read = [Path(path) for path in reads if path is not None]
+    for source, model in models:
+        folder = Path(source).parent
+        read += [Path(source), *(folder / name for name in sorted(_check_external_data(model, folder, Path(source))))]
+    given: dict[str, str] = {}
+    for flag, path in paths.items():
+        if path is None:
+            continue
+        _check_output(Path(path), flag, read)
+        for other, other_path in given.items():
+            if _same_file(Path(path), Path(other_path)):
+                raise OutputError(f"{flag} {path}: is also the {other} file; give each its own path")
+        given[flag] = str(path)
+    return Outputs(given)
+
+
+def _check_output(path: Path, flag: str, reads: Iterable[Path]) -> None:
     folder = path.absolute().parent
     if path.is_dir():
         raise OutputError(f"{flag} {path}: is a folder; give a file name")
@@ -285,12 +331,12 @@ def check_output(path: str | os.PathLike, flag: str, inputs: Iterable[str | os.P
         raise OutputError(f"{flag} {path}: cannot write in folder {folder} (permission denied)")
     if path.exists() and not path.is_file():
         raise OutputError(f"{flag} {path}: exists and is not a regular file")
-    for source in inputs:
-        if same_file(path, Path(source)):
+    for source in reads:
+        if _same_file(path, source):
             raise OutputError(f"{flag} {path}: is the input {source}; writing it would destroy it, choose another path")
 
 
-def same_file(first: Path, second: Path) -> bool:
+def _same_file(first: Path, second: Path) -> bool:
     """The same file: the same path once links are resolved, or the same inode (a hard link)."""
     if os.path.realpath(first) == os.path.realpath(second):
         return True

@@ -5,9 +5,11 @@ that names the node, instead of somewhere deep inside a runtime.
    a subgraph) a value of an enclosing graph, wherever it is listed (ONNX Runtime sorts the nodes); and no node
    depends on its own output (a cycle).
 2. Every standard Gather and GatherElements has an axis within the rank of its data, and every GatherND a batch_dims
-   below the ranks of its data and indices, where the ranks are known.
+   below the ranks of its data and indices, where the ranks are known (``core.sizes.standard_refusal``).
 3. Every DML node (DmlGather, DmlGatherElements, DmlGatherNd) passes onnx's checker against the ops' schemas
-   (``core.contract``: exactly its attributes, of their types; two inputs, one output), with valid values.
+   (``core.contract``: exactly its attributes, of their types; two inputs, one output), with valid values: a mode
+   (``core.contract.mode_refusal``), and integers in their ranges where the rank is known
+   (``core.sizes.attribute_refusal``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from onnx import AttributeProto
 
 from onnx_gather.core import contract
 from onnx_gather.core.errors import UserError
+from onnx_gather.core.sizes import attribute_refusal, standard_refusal
 from onnx_gather.graphs.plumbing import Body, bodies, may_hold_graphs, node_label, orders, subgraphs
 from onnx_gather.graphs.types import ValueType, value_types
 
@@ -79,10 +82,8 @@ def _check_gather(node: onnx.NodeProto, data: ValueType | None) -> str | None:
         return None
     if axis_attribute.type != AttributeProto.INT:
         return f"attribute 'axis' must be an integer, not {AttributeProto.AttributeType.Name(axis_attribute.type)}"
-    rank = data.rank if data is not None else None
-    if rank is not None and not -rank <= axis_attribute.i < rank:
-        return f"axis {axis_attribute.i} is out of range for data {node.input[0]!r} of rank {rank}"
-    return None
+    refused = standard_refusal(node.op_type, data.rank if data is not None else None, None, axis_attribute.i)
+    return f"{refused.reason} (input {node.input[0]!r})" if refused is not None else None
 
 
 def _check_gather_nd(node: onnx.NodeProto, data: ValueType | None, indices: ValueType | None) -> str | None:
@@ -91,10 +92,9 @@ def _check_gather_nd(node: onnx.NodeProto, data: ValueType | None, indices: Valu
         return None
     if batch.type != AttributeProto.INT:
         return f"attribute 'batch_dims' must be an integer, not {AttributeProto.AttributeType.Name(batch.type)}"
-    ranks = [value.rank for value in (data, indices) if value is not None and value.rank is not None]
-    if ranks and not 0 <= batch.i < min(ranks):
-        return f"batch_dims {batch.i} is out of range [0, {min(ranks)}) for data and indices of ranks {ranks}"
-    return None
+    ranks = [value.rank if value is not None else None for value in (data, indices)]
+    refused = standard_refusal("GatherND", *ranks, batch_dims=batch.i)
+    return refused.reason if refused is not None else None
 
 
 def _checker(model: onnx.ModelProto, body: Body) -> onnx.checker.C.CheckerContext:
@@ -112,23 +112,14 @@ def _check_dml(node: onnx.NodeProto, data: ValueType | None, checker: onnx.check
         onnx.checker.check_node(node, checker, onnx.checker.C.LexicalScopeContext())
     except onnx.checker.ValidationError as error:
         return str(error).split("\n")[0].strip()
-    present = {a.name: a for a in node.attribute}
-    mode = present["out_of_bounds"].s.decode(errors="replace")
-    if mode not in contract.ATTRIBUTE_VALUES:
-        return f"out_of_bounds {mode!r} is unknown (expected one of: {', '.join(contract.OUT_OF_BOUNDS_MODES)})"
-    rank = data.rank if data is not None else None
-    if rank is None:
+    mode = next(a.s for a in node.attribute if a.name == "out_of_bounds").decode(errors="replace")
+    refusal = contract.mode_refusal(mode)
+    if refusal is not None:
+        return refusal
+    if data is None or data.rank is None:
         return None
-    if "axis" in present and not 0 <= present["axis"].i < rank:
-        return f"axis {present['axis'].i} is out of range [0, {rank}) for input {node.input[0]!r} of rank {rank}"
-    if "index_dimensions" in present and not 0 <= present["index_dimensions"].i <= rank:
-        return f"index_dimensions {present['index_dimensions'].i} is out of range [0, {rank}]"
-    counts = [present[name].i for name in ("input_dimension_count", "indices_dimension_count") if name in present]
-    if any(not 1 <= count <= rank for count in counts):
-        return f"input and indices dimension counts {counts} must be in [1, {rank}] for input of rank {rank}"
-    if counts and not 0 <= present["batch_dimension_count"].i < min(counts):
-        return f"batch_dimension_count {present['batch_dimension_count'].i} is out of range [0, {min(counts)})"
-    return None
+    refused = attribute_refusal({a.name: a.i for a in node.attribute if a.type == AttributeProto.INT}, data.rank)
+    return f"{refused.reason} (input {node.input[0]!r})" if refused is not None else None
 
 
 def validate(model: onnx.ModelProto) -> None:

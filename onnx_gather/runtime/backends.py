@@ -26,7 +26,7 @@ from onnx_gather.directml import worker
 from onnx_gather.directml.process import DirectMlError
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.lowering.lower import to_onnx
-from onnx_gather.graphs.placement.nodes import CONSTANT, FOLDED, place_nodes
+from onnx_gather.graphs.placement.nodes import place_nodes
 from onnx_gather.graphs.plumbing import bodies, node_label
 from onnx_gather.runtime import evaluator, exact, inputs, ops
 from onnx_gather.runtime.model import Model, with_defaults_fed, with_outputs
@@ -340,10 +340,7 @@ def _why_absent(model: onnx.ModelProto, names: list[str]) -> dict[str, str]:
     main = bodies(model)[0]
     placed = place_nodes(model)[main.where]
     constants = {
-        name
-        for node, where in zip(main.nodes, placed, strict=True)
-        if where.why in (CONSTANT, FOLDED)
-        for name in node.output
+        name for node, where in zip(main.nodes, placed, strict=True) if not where.why.runs for name in node.output
     }
     return {name: worker.ABSENT_CONSTANT if name in constants else worker.ABSENT for name in names}
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from onnx_gather.graphs.placement.nodes import Where
 from onnx_gather.graphs.plumbing import is_constant, node_label
 from onnx_gather.graphs.types import value_types
 from onnx_gather.runtime.backends import Outcome
@@ -51,7 +52,7 @@ class Divergence:
     op_type: str
     output: str  # the first of its outputs that differs
     comparison: Comparison
-    placement: str | None  # where real DirectML ran it: "DirectML" or "CPU"; None for other backends
+    placement: Where | None  # where real DirectML ran it: DIRECTML or CPU; None for other backends
 
 
 def first_divergences(
@@ -75,7 +76,7 @@ def first_divergences(
         if not bad or not all(within.get(name, True) for name in node.input):
             continue
         label = node_label(node, position)  # as the dml backend names it for ONNX Runtime
-        where = ("CPU" if _on_cpu(placement, label) else "DirectML") if placement else None
+        where = (Where.CPU if _on_cpu(placement, label) else Where.DIRECTML) if placement else None
         found.append(Divergence(label, node.op_type, bad[0], outputs[bad[0]][backend], where))
         if len(found) == limit:
             break

@@ -26,6 +26,7 @@ The rules, for each ``DmlGather``, ``DmlGatherElements`` and ``DmlGatherNd`` nod
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
@@ -36,6 +37,7 @@ from onnx_gather.core.contract import DOMAIN
 from onnx_gather.core.errors import UserError
 from onnx_gather.core.form import DmlForm, FormError, dml_form
 from onnx_gather.core.scatter import DUPLICATE_MODES, SCATTER_MODES
+from onnx_gather.core.sizes import attribute_refusal
 from onnx_gather.core.words import counted
 from onnx_gather.graphs.changes import NodeChange, Report, count_ops
 from onnx_gather.graphs.emit import Emitter, Initializers, prune_initializers
@@ -336,9 +338,8 @@ class _Lowering:
         nd = node.op_type == "DmlScatterNd"
         first = n - attributes.get("input_dimension_count", 0) if nd else attributes.get("axis", -1)
         k = indices_type.dims[-1] if reason is None and nd and indices_type.rank else 0
-        duplicates = attributes.get("duplicates", "")
-        if reason is None and (mode not in SCATTER_MODES or duplicates not in DUPLICATE_MODES or not 0 <= first < n):
-            reason = f"its attributes are invalid for rank {n}: {attributes}"
+        if reason is None and (invalid := _invalid(attributes, n, SCATTER_MODES)):
+            reason = f"its attributes are invalid for rank {n}: {invalid}"
         elif reason is None and nd and not (isinstance(k, int) and 1 <= k <= n - first):
             reason = "the length of its index tuples (the last dim of its indices) is unknown or invalid"
         if reason is not None:
@@ -362,7 +363,7 @@ class _Lowering:
             around.final,
             first - around.data_ones,
             k,
-            duplicates,
+            attributes["duplicates"],
             types[around.data].elem_type if around.data in types else input_type.elem_type,
             not all(isinstance(d, int) and d > 0 for d in indices_type.dims[:-1]),
         )
@@ -414,14 +415,13 @@ class _Lowering:
             n, k = input_type.rank, indices_type.dims[-1]
             input_count, indices_count = attributes["input_dimension_count"], attributes["indices_dimension_count"]
             batch = attributes["batch_dimension_count"]
-            try:
-                form = dml_form("GatherND", input_count, indices_count, 0, batch, k, dimension_count=n)
-            except FormError:
-                form = None
-            if mode not in contract.ATTRIBUTE_VALUES or form is None:
-                reason = f"its attributes are invalid for rank {n} and tuples of {k}: {attributes}"
-            else:
-                return form, mode
+            invalid = _invalid(attributes, n)
+            if not invalid:
+                try:
+                    return dml_form("GatherND", input_count, indices_count, 0, batch, k, dimension_count=n), mode
+                except FormError as error:
+                    invalid = str(error)
+            reason = f"its attributes are invalid for rank {n} and tuples of {k}: {invalid}"
         self._leave(work, node, reason)
         return None
 
@@ -434,8 +434,8 @@ class _Lowering:
             axis, index_dimensions = attributes["axis"], attributes.get("index_dimensions", 0)
             n = types[node.input[0]].rank
             input_dims, indices_dims = types[node.input[0]].dims, types[node.input[1]].dims
-            if mode not in contract.ATTRIBUTE_VALUES or not 0 <= axis < n or not 0 <= index_dimensions <= n:
-                reason = f"its attributes are invalid for rank {n}: {attributes}"
+            if invalid := _invalid(attributes, n):
+                reason = f"its attributes are invalid for rank {n}: {invalid}"
             elif node.op_type == "DmlGather" and not semantics.plain_gather(
                 input_dims, indices_dims, axis, index_dimensions
             ):
@@ -466,6 +466,19 @@ def _read_attributes(types: dict[str, ValueType], node: onnx.NodeProto) -> tuple
     if input_type is None or input_type.rank is None or indices_type is None:
         return attributes, mode, f"the rank of input {node.input[0]!r} is unknown (no shape information)"
     return attributes, mode, None
+
+
+def _invalid(attributes: dict, n: int, modes: Sequence[str] = contract.ATTRIBUTE_VALUES) -> str | None:
+    """Why a DML node's ``attributes`` are invalid for rank ``n``, as ``core`` states it: its ``out_of_bounds`` (one
+    of ``modes``) and ``duplicates`` (``core.contract.mode_refusal``), its integers' ranges
+    (``core.sizes.attribute_refusal``); None where they are valid."""
+    duplicates = attributes.get("duplicates")
+    refused = attribute_refusal({name: value for name, value in attributes.items() if isinstance(value, int)}, n)
+    return (
+        contract.mode_refusal(attributes.get("out_of_bounds", ""), modes=modes)
+        or (contract.mode_refusal(duplicates, "duplicates", DUPLICATE_MODES) if duplicates is not None else None)
+        or (refused.reason if refused is not None else None)
+    )
 
 
 def _is_dml(node: onnx.NodeProto) -> bool:

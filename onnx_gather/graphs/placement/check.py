@@ -27,14 +27,7 @@ from onnx_gather.graphs.placement.gather import (
     judge,
     needed_level,
 )
-from onnx_gather.graphs.placement.nodes import (
-    CONSTANT,
-    FOLDED,
-    REASONS,
-    Placed,
-    Where,
-    place_nodes,
-)
+from onnx_gather.graphs.placement.nodes import Placed, Where, Why, place_nodes
 from onnx_gather.graphs.placement.session import Fate, Session
 from onnx_gather.graphs.plumbing import (
     Body,
@@ -51,7 +44,6 @@ from onnx_gather.graphs.ranks import Observer
 from onnx_gather.graphs.types import ValueType
 
 _PLACED = (Where.DIRECTML, Where.CPU, Where.FAILS)  # the statuses that say where the node runs
-DEVICE_TYPES = "a tensor type the device lacks"  # a cause, beside those of placement.nodes
 
 
 @dataclass(frozen=True)
@@ -68,7 +60,7 @@ class Verdict:
     provider: Where | None = None  # None for the status's own: DIRECTML or CPU
     known: tuple[known.Known, ...] = field(default=())
     gather: bool = False  # a standard gather or a DML-form one
-    cause: str = ""  # for a node on the CPU provider: a key of nodes.REASONS, nodes.NO_KERNEL...
+    cause: Why | None = None  # for a node on the CPU provider
     fate: Fate | None = None  # in ONNX Runtime's session, where it is known (``with_session``)
     session_node: str = ""  # the session's node it runs as or in
 
@@ -92,9 +84,11 @@ def _standard(change: NodeChange, level: FeatureLevel, placed: Placed | None) ->
     """A standard gather, which DML form expresses (``change.plan`` a ``DmlPlan``) or not (a ``Left``), and where
     the provider's graph partitioning puts it (``placed``) and a device of ``level`` (``plan.placement``)."""
 
-    def verdict(status: str, reason: str) -> Verdict:
-        cause = (placed.why if placed.provider == Where.CPU else DEVICE_TYPES) if placed and status == Where.CPU else ""
-        provider = placed.provider if placed is not None and status in (Where.UNKNOWN, Where.REFUSED) else ""
+    def verdict(status: Where, reason: str) -> Verdict:
+        cause = None
+        if placed and status == Where.CPU:
+            cause = placed.why if placed.provider == Where.CPU else Why.DEVICE_TYPES
+        provider = placed.provider if placed is not None and status in (Where.UNKNOWN, Where.REFUSED) else None
         return Verdict(
             change.where, change.node, change.op_type, status, reason, change.ranks, provider, gather=True, cause=cause
         )
@@ -185,9 +179,6 @@ def measured(verdicts: list[Verdict], values: Mapping[str, np.ndarray]) -> list[
     return [_with_known(v, tuple(k.measure(values) for k in v.known)) if v.known else v for v in verdicts]
 
 
-_GONE_CAUSES = (FOLDED, CONSTANT)
-
-
 def with_session(verdicts: list[Verdict], session: Session) -> list[Verdict]:
     """``verdicts`` with what became of each node in ONNX Runtime's session: its fate and the node it runs as or in,
     whose provider it takes (ONNX Runtime places the graph its optimizations leave)."""
@@ -206,15 +197,13 @@ def with_session(verdicts: list[Verdict], session: Session) -> list[Verdict]:
         # The session's placement where the graph changed around the node; the verdict's where it knows more (the
         # device's types, a gather DirectML refuses)
         moved = node.placed.provider == Where.CPU and v.runs_on == Where.DIRECTML
-        if moved or fate == Fate.FUSED or v.cause in _GONE_CAUSES:
-            cause = node.placed.why if node.placed.provider == Where.CPU else ""
-            reason = REASONS.get(node.placed.why, node.placed.detail or node.placed.why)
+        if moved or fate == Fate.FUSED or (v.cause is not None and not v.cause.runs):
             v = replace(
                 v,
                 status=node.placed.provider,
                 provider=None,
-                reason=f"in ONNX Runtime's session: {reason}",
-                cause=cause,
+                reason=f"in ONNX Runtime's session: {node.placed.reason}",
+                cause=_cause(node.placed),
             )
         result.append(v)
     return result
@@ -246,10 +235,13 @@ def _node(
         )
         if lacking:
             reason = f"a device of feature level {level_name} lacks {' and '.join(lacking)}: the CPU provider runs it"
-            return Verdict(body.where, name, node.op_type, Where.CPU, reason, cause=DEVICE_TYPES)
-    reason = REASONS.get(placed.why, placed.detail or placed.why)
-    cause = placed.why if placed.provider == Where.CPU else ""
-    return Verdict(body.where, name, node.op_type, placed.provider, reason, cause=cause)
+            return Verdict(body.where, name, node.op_type, Where.CPU, reason, cause=Why.DEVICE_TYPES)
+    return Verdict(body.where, name, node.op_type, placed.provider, placed.reason, cause=_cause(placed))
+
+
+def _cause(placed: Placed) -> Why | None:
+    """Why a node the provider places runs on the CPU provider; None where it runs on DirectML."""
+    return placed.why if placed.provider == Where.CPU else None
 
 
 def _dml_form(body: Body, types: dict[str, ValueType], node: onnx.NodeProto, position: int, level_name: str) -> Verdict:

@@ -21,7 +21,7 @@ from onnx import TensorProto
 from onnx_gather.core import contract
 from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, off_axis_difference
 from onnx_gather.core.words import counted
-from onnx_gather.graphs.placement.nodes import REASONS, Where
+from onnx_gather.graphs.placement.nodes import Where, Why
 from onnx_gather.graphs.types import ValueType
 
 _T = TensorProto
@@ -103,10 +103,10 @@ def has_type(level: FeatureLevel, elem_type: int) -> bool:
     return dml not in _JUDGED or dml in level.data_types | level.index_types
 
 
-def cpu_reason(why: str) -> str:
-    """Why the provider keeps a gather on its CPU provider (``why``, a key of ``nodes.REASONS``), and what that
-    means for its indices."""
-    return f"{REASONS[why]}, where an out-of-bounds index is an error"
+def cpu_reason(why: Why) -> str:
+    """Why the provider keeps a gather on its CPU provider (``why``, one the graph around it gives:
+    ``Why.by_its_graph``), and what that means for its indices."""
+    return f"{why.sentence}, where an out-of-bounds index is an error"
 
 
 @dataclass(frozen=True)

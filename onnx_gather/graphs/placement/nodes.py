@@ -83,17 +83,47 @@ class Where(StrEnum):
     DML = "DML"
 
 
-# Why a node goes where it goes.
-FOLDED, CPU_PREFERRED, NO_KERNEL, CONSTANT = "folded", "shape computation", "no kernel", "constant"
-UNSUPPORTED, DIRECTML = "refused by the provider's support query", "DirectML"
-EXPANDED = "expanded into its ONNX function body"
-REASONS = {
-    CONSTANT: "a Constant: ONNX Runtime makes its value an initializer as it loads the model; no provider runs it",
-    FOLDED: "its inputs are constants: ONNX Runtime computes it once, with its CPU kernel, when the session is "
-    "created (constant folding)",
-    CPU_PREFERRED: "a shape computation: ONNX Runtime keeps it on its CPU provider (each input is in CPU memory, "
-    "a graph input or a small initializer)",
-}
+class Why(StrEnum):
+    """Why a node goes where it goes; for the reasons the graph around a node gives (a Constant, folded, a shape
+    computation), the ``sentence`` saying so."""
+
+    sentence: str
+
+    def __new__(cls, value: str, sentence: str = "") -> Why:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.sentence = sentence
+        return member
+
+    CONSTANT = (
+        "constant",
+        "a Constant: ONNX Runtime makes its value an initializer as it loads the model; no provider runs it",
+    )
+    FOLDED = (
+        "folded",
+        "its inputs are constants: ONNX Runtime computes it once, with its CPU kernel, when the session is "
+        "created (constant folding)",
+    )
+    CPU_PREFERRED = (
+        "shape computation",
+        "a shape computation: ONNX Runtime keeps it on its CPU provider (each input is in CPU memory, "
+        "a graph input or a small initializer)",
+    )
+    NO_KERNEL = "no kernel"
+    UNSUPPORTED = "refused by the provider's support query"
+    EXPANDED = "expanded into its ONNX function body"
+    DEVICE_TYPES = "a tensor type the device lacks"  # the device's types aside here: ``placement.check`` says it
+    DIRECTML = "DirectML"
+
+    @property
+    def by_its_graph(self) -> bool:
+        """On the CPU for what the graph around the node makes of it, whatever the node itself is."""
+        return bool(self.sentence)
+
+    @property
+    def runs(self) -> bool:
+        """Whether some provider runs the node: not a Constant, nor folded."""
+        return self not in (Why.CONSTANT, Why.FOLDED)
 
 
 @dataclass(frozen=True)
@@ -134,18 +164,22 @@ def directml_versions(op_type: str, domain: str = "") -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Placed:
-    """Where one node runs: ``Where.DIRECTML`` or ``Where.CPU``, and why (``FOLDED``, ``CPU_PREFERRED``,
-    ``NO_KERNEL``...)."""
+    """Where one node runs: ``Where.DIRECTML`` or ``Where.CPU``, and why."""
 
     provider: Where
-    why: str
+    why: Why
     detail: str = field(default="", compare=False)  # for NO_KERNEL, DIRECTML, UNSUPPORTED, EXPANDED: which kernel, why
 
     @property
     def by_its_graph(self) -> bool:
         """On the CPU for what the graph around it makes of it (a Constant, folded, a shape computation), whatever
         the node itself is."""
-        return self.why in (CONSTANT, FOLDED, CPU_PREFERRED)
+        return self.why.by_its_graph
+
+    @property
+    def reason(self) -> str:
+        """Why, in a sentence: the graph's (``Why.sentence``), else the detail, else the why."""
+        return self.why.sentence or self.detail or str(self.why)
 
 
 def _schema(node: onnx.NodeProto, opset: int) -> onnx.defs.OpSchema | None:
@@ -334,19 +368,19 @@ def place_nodes(model: onnx.ModelProto) -> dict[str, list[Placed]]:
         verdicts = []
         for position, node in enumerate(body.nodes):
             if is_constant(node):
-                verdicts.append(Placed(Where.CPU, CONSTANT))
+                verdicts.append(Placed(Where.CPU, Why.CONSTANT))
             elif position in folded:
-                verdicts.append(Placed(Where.CPU, FOLDED))
+                verdicts.append(Placed(Where.CPU, Why.FOLDED))
             elif kernels[position] is None:
                 verdicts.append(
-                    _expanded(node, body.opset, graph.types) or Placed(Where.CPU, NO_KERNEL, found[position][1])
+                    _expanded(node, body.opset, graph.types) or Placed(Where.CPU, Why.NO_KERNEL, found[position][1])
                 )
             elif position in preferred:
-                verdicts.append(Placed(Where.CPU, CPU_PREFERRED))
+                verdicts.append(Placed(Where.CPU, Why.CPU_PREFERRED))
             elif refusal := queries.query_refusal(node, kernels[position].since, graph.types):
-                verdicts.append(Placed(Where.CPU, UNSUPPORTED, refusal))
+                verdicts.append(Placed(Where.CPU, Why.UNSUPPORTED, refusal))
             else:
-                verdicts.append(Placed(Where.DIRECTML, DIRECTML, found[position][1]))
+                verdicts.append(Placed(Where.DIRECTML, Why.DIRECTML, found[position][1]))
             stack.extend((inner, graph) for inner in inner_bodies(body, node, position))
         placed[body.where] = verdicts
     return placed
@@ -371,7 +405,7 @@ def _expanded(node: onnx.NodeProto, opset: int, types: dict[str, ValueType]) -> 
     if expanded is None:
         return None
     placed = [p for verdicts in place_nodes(expanded).values() for p in verdicts]
-    where = [p.provider for p in placed if p.why != CONSTANT]
+    where = [p.provider for p in placed if p.why != Why.CONSTANT]
     counts = ", ".join(
         f"{where.count(p)} on {name}"
         for p, name in ((Where.DIRECTML, "DirectML"), (Where.CPU, "the CPU provider"))
@@ -381,7 +415,7 @@ def _expanded(node: onnx.NodeProto, opset: int, types: dict[str, ValueType]) -> 
         f"neither provider has a kernel for {node.op_type}-{schema.since_version}: ONNX Runtime expands it into its "
         f"ONNX function body, whose nodes run {counts or 'nowhere (all constants)'}"
     )
-    return Placed(Where.DIRECTML if Where.DIRECTML in where else Where.CPU, EXPANDED, detail)
+    return Placed(Where.DIRECTML if Where.DIRECTML in where else Where.CPU, Why.EXPANDED, detail)
 
 
 MATERIALIZED = 4096  # elements: the folded values shape inference is given, as ONNX Runtime has them

@@ -182,7 +182,7 @@ def _partitions_and_copies(
     body: Body, nodes: list[onnx.NodeProto], ran: list[Ran], types: dict
 ) -> tuple[list[tuple[str, ...]], list[Copy]]:
     """The DirectML partitions and the memory copies of one graph."""
-    running = [r.placed.why not in (placement.FOLDED, placement.CONSTANT) for r in ran]
+    running = [r.placed.why.runs for r in ran]
     on_dml = [r.placed.provider == Where.DIRECTML and run for r, run in zip(ran, running, strict=True)]
     made: dict[str, tuple[int, bool]] = {}  # value -> (producer, in device memory)
     for position, node in enumerate(nodes):
