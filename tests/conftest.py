@@ -9,6 +9,7 @@ import os
 import signal
 import struct
 import sys
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,6 +120,9 @@ def assert_all_identical(actual: list[np.ndarray], expected: list[np.ndarray], c
 
 # Tables the real-DirectML tests print after the run (pytest_terminal_summary), in the order they were made.
 SUMMARIES: list[str] = []
+# Tables counted across many tests, by title: line -> count. Under xdist each worker counts the tests it ran; the
+# controller adds the workers' counts up and prints each table once, after SUMMARIES.
+TALLIES: defaultdict[str, Counter] = defaultdict(Counter)
 
 
 def pytest_configure(config):
@@ -132,19 +136,26 @@ def pytest_sessionfinish(session):
     output = getattr(session.config, "workeroutput", None)
     if output is not None:
         output["summaries"] = list(SUMMARIES)
+        output["tallies"] = {title: dict(counts) for title, counts in TALLIES.items()}
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
-    """In the controller of xdist: the tables a worker made, printed with this process's own."""
-    SUMMARIES.extend(getattr(node, "workeroutput", {}).get("summaries", []))
+    """In the controller of xdist: the tables a worker made, printed with this process's own; its tallies added."""
+    output = getattr(node, "workeroutput", {})
+    SUMMARIES.extend(output.get("summaries", []))
+    for title, counts in output.get("tallies", {}).items():
+        TALLIES[title].update(counts)
 
 
 def pytest_terminal_summary(terminalreporter, config):
     seed = config.getoption("randomly_seed", default=None)  # pytest-randomly's header is hidden by -q
     if seed is not None:
         terminalreporter.write_line(f"Tests ran in random order: --randomly-seed={seed} repeats it.")
-    for text in SUMMARIES:
+    tables = [
+        f"{title}:\n" + "\n".join(f"  {line} {n}" for line, n in sorted(c.items())) for title, c in TALLIES.items() if c
+    ]
+    for text in SUMMARIES + tables:
         terminalreporter.write_sep("-", "real DirectML")
         terminalreporter.write_line(text)
 

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 import peers
 import pytest
-from conftest import SUMMARIES, assert_identical, require_directml
+from conftest import SUMMARIES, TALLIES, assert_identical, require_directml
 from peers import directml, typed
 
 from onnx_gather.graphs.placement.check import check
@@ -65,7 +65,7 @@ REFERENCE_COMPUTES = {
 # DirectML's E_INVALIDARG in a recorded failure: the DirectML provider itself refused the node (others are ONNX
 # Runtime's own refusals of an invalid model, before any provider sees it).
 REFUSED_BY_DIRECTML = "80070057"
-RESULTS: Counter = Counter()  # (route, outcome) -> cases, for the summary
+RESULTS = TALLIES["Peer cases through the routes (cpu for reference only)"]  # "route: outcome" -> cases
 
 
 def _run(route: str, cases: list[peers.Case], folder) -> list[np.ndarray]:
@@ -237,7 +237,7 @@ def test_check_gives_directml_s_verdict(case):
         assert verdict.status == "CPU", verdict.reason
     else:  # ONNX Runtime refuses the model before any provider sees it
         assert verdict.status in ("fails", "refused"), verdict.reason
-    RESULTS["check", f"{verdict.status} (DirectML: {peers.verdict_kind(case.directml)})"] += 1
+    RESULTS[f"check: {verdict.status} (DirectML: {peers.verdict_kind(case.directml)})"] += 1
 
 
 @pytest.mark.parametrize(("route", "case"), _route_params())
@@ -245,17 +245,17 @@ def test_route_gives_directml_s_verdict(route, case, tmp_path, batches):
     if case.name in ROUTES_DIFFER_FROM_DIRECTML or (route == "reference" and case.name in REFERENCE_COMPUTES):
         # the peer's expectation, which DirectML's build did not give
         assert_identical(_run(route, [case], tmp_path)[0], case.expected)
-        RESULTS[route, "the peer's expectation, not DirectML's"] += 1
+        RESULTS[f"{route}: the peer's expectation, not DirectML's"] += 1
         return
     if not case.ran:
         with pytest.raises(Exception) as failure:
             _run(route, [case], tmp_path)
         if REFUSED_BY_DIRECTML in case.directml["message"]:
             assert "DirectML" in str(failure.value)
-        RESULTS[route, "fails as DirectML does"] += 1
+        RESULTS[f"{route}: fails as DirectML does"] += 1
         return
     assert_identical(batches.output(route, case, lambda each: each.ran, tmp_path), case.directml_output)
-    RESULTS[route, "bit-identical with DirectML"] += 1
+    RESULTS[f"{route}: bit-identical with DirectML"] += 1
 
 
 def test_the_peers_differ_from_directml_exactly_where_the_data_say_why():
@@ -281,12 +281,4 @@ def test_onnx_runtime_cpu_meets_the_peer_s_expectation(case, tmp_path, batches):
         met = case.expected is not None and peers.within_tolerance(case, actual)
         outcome = "bit-identical" if case.ran and peers.identical(actual, case.directml_output) else "computes"
     assert met != (case.name in CPU_DIFFERS_FROM_THE_PEER)
-    RESULTS["cpu", f"{outcome} (DirectML: {peers.verdict_kind(case.directml)})"] += 1
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _summary():
-    yield
-    if RESULTS:
-        lines = [f"  {route}: {outcome} {count}" for (route, outcome), count in sorted(RESULTS.items())]
-        SUMMARIES.append("Peer cases through the routes (cpu for reference only):\n" + "\n".join(lines))
+    RESULTS[f"cpu: {outcome} (DirectML: {peers.verdict_kind(case.directml)})"] += 1
