@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import hashlib
 import os
+import pickle
 import signal
 import struct
 import sys
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,12 +122,47 @@ def assert_all_identical(actual: list[np.ndarray], expected: list[np.ndarray], c
 
 # Tables the real-DirectML tests print after the run (pytest_terminal_summary), in the order they were made.
 SUMMARIES: list[str] = []
+# Tables counted across many tests, by title: line -> count. Under xdist each worker counts the tests it ran; the
+# controller adds the workers' counts up and prints each table once, after SUMMARIES.
+TALLIES: defaultdict[str, Counter] = defaultdict(Counter)
 
 
 def pytest_configure(config):
     # A shell that starts the suite in the background (`cmd &`, nohup) hands it SIGINT ignored, and every process a
     # test starts inherits that: the Ctrl-C tests would see no interrupt. They test Python's own handling.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if getattr(config, "cache", None) is not None:  # not under -p no:cacheprovider
+        _keep_node_test_cases(Path(config.cache.mkdir("onnx-node-test-cases")))
+
+
+def _keep_node_test_cases(folder: Path) -> None:
+    """ONNX's node test cases (``collect_testcases``: its generators compute every expected output, some 5 s in each
+    process that collects the tests) made once per installed onnx and kept in pytest's cache folder, a file named by
+    onnx's version and its generators' files; every caller of ``collect_testcases`` gets them from there."""
+    import onnx
+    from onnx.backend.test.case import node
+
+    generators = sorted(Path(node.__file__).parent.rglob("*.py"))
+    stamp = hashlib.sha256(repr([onnx.__version__, *((p.name, p.stat().st_mtime_ns) for p in generators)]).encode())
+    kept = folder / f"{stamp.hexdigest()[:16]}.pickle"
+    collect = node.collect_testcases
+
+    @functools.cache
+    def cases() -> list:
+        with contextlib.suppress(OSError, pickle.UnpicklingError, EOFError):
+            return pickle.loads(kept.read_bytes())
+        made = collect()
+        for old in folder.glob("*.pickle"):
+            old.unlink(missing_ok=True)
+        temporary = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
+        temporary.write_bytes(pickle.dumps(made))
+        os.replace(temporary, kept)  # two workers writing at once: the same cases, one file
+        return made
+
+    def collect_testcases(op_type: str | None = None) -> list:
+        return collect(op_type) if op_type is not None else cases()
+
+    node.collect_testcases = collect_testcases
 
 
 def pytest_sessionfinish(session):
@@ -132,19 +170,26 @@ def pytest_sessionfinish(session):
     output = getattr(session.config, "workeroutput", None)
     if output is not None:
         output["summaries"] = list(SUMMARIES)
+        output["tallies"] = {title: dict(counts) for title, counts in TALLIES.items()}
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
-    """In the controller of xdist: the tables a worker made, printed with this process's own."""
-    SUMMARIES.extend(getattr(node, "workeroutput", {}).get("summaries", []))
+    """In the controller of xdist: the tables a worker made, printed with this process's own; its tallies added."""
+    output = getattr(node, "workeroutput", {})
+    SUMMARIES.extend(output.get("summaries", []))
+    for title, counts in output.get("tallies", {}).items():
+        TALLIES[title].update(counts)
 
 
 def pytest_terminal_summary(terminalreporter, config):
     seed = config.getoption("randomly_seed", default=None)  # pytest-randomly's header is hidden by -q
     if seed is not None:
         terminalreporter.write_line(f"Tests ran in random order: --randomly-seed={seed} repeats it.")
-    for text in SUMMARIES:
+    tables = [
+        f"{title}:\n" + "\n".join(f"  {line} {n}" for line, n in sorted(c.items())) for title, c in TALLIES.items() if c
+    ]
+    for text in SUMMARIES + tables:
         terminalreporter.write_sep("-", "real DirectML")
         terminalreporter.write_line(text)
 

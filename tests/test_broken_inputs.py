@@ -5,6 +5,7 @@ leaves the input byte-identical and writes no output. One test per case of the c
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -91,6 +92,18 @@ def test_a_missing_file(tmp_path, capsys):
     _assert_refused_everywhere(tmp_path / "absent.onnx", "absent.onnx: no such file", tmp_path / "out", capsys)
 
 
+# Each command of argv[1] (JSON) in this one process, which cannot read the file: [exit code, stderr] of each.
+_EACH_COMMAND = """
+import contextlib, io, json, sys
+from onnx_gather.app.cli import main
+answers = []
+for arguments in json.loads(sys.argv[1]):
+    with contextlib.redirect_stderr(io.StringIO()) as error:
+        answers.append([main(arguments), error.getvalue()])
+print(json.dumps(answers))
+"""
+
+
 def test_an_unreadable_file(tmp_path):
     model = tmp_path / "secret.onnx"
     shutil.copy(CORPUS.parent.parent / "models" / "sample.onnx", model)
@@ -100,16 +113,15 @@ def test_an_unreadable_file(tmp_path):
         if shutil.which("setpriv") is None:
             pytest.skip("running as root without setpriv, so no file is unreadable")
         prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
-    for arguments in _commands(model, tmp_path):
-        result = subprocess.run(
-            [*prefix, sys.executable, "-m", "onnx_gather", *arguments],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            check=False,
-        )
-        assert result.returncode == 2, result
-        assert result.stderr == f"onnx-gather: error: {model}: permission denied\n"
+    commands = _commands(model, tmp_path)
+    result = subprocess.run(
+        [*prefix, sys.executable, "-c", _EACH_COMMAND, json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    )
+    assert json.loads(result.stdout) == [[2, f"onnx-gather: error: {model}: permission denied\n"]] * len(commands)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.onnx"]
 
 

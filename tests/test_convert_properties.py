@@ -22,6 +22,8 @@ from onnx_gather.graphs.convert import convert
 from onnx_gather.graphs.emit import single_node_model
 from onnx_gather.graphs.lowering.lower import lower
 
+pytestmark = pytest.mark.slow  # 60 to 150 random graphs a property, each converted, lowered and run
+
 # No deadline and no too-slow health check: how fast examples come depends on the machine, not on the code.
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

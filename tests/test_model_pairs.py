@@ -99,6 +99,7 @@ def test_two_writers_racing_leave_the_last_ones_pair(tmp_path, sources):
     assert sorted(p.name for p in out.iterdir()) == ["o.onnx", *_data(out)] and len(_data(out)) == 1
 
 
+@pytest.mark.slow  # 12 writers in processes of their own
 def test_writers_racing_freely_leave_a_consistent_pair(tmp_path, sources):
     out = tmp_path / "out"
     out.mkdir()

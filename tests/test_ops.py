@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,7 @@ import numpy as np
 import onnxruntime
 import pytest
 from conftest import assert_identical, run_dml
+from google.protobuf.internal import api_implementation
 
 import onnx_gather
 from onnx_gather.app.cli import main
@@ -20,6 +22,12 @@ from onnx_gather.core.examples import EXAMPLES
 from onnx_gather.core.semantics import GatherError
 from onnx_gather.graphs.emit import single_node_model
 from onnx_gather.runtime import ops
+
+
+def test_the_processes_started_after_the_import_parse_with_this_process_s_protobuf():
+    # onnxruntime-extensions sets PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python as ops imports it; ops undoes that.
+    loaded = api_implementation.Type()  # this process's: upb, unless the user chose pure Python
+    assert os.environ.get("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", loaded) == loaded
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.title)

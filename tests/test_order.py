@@ -119,7 +119,11 @@ def test_subgraphs_listed_out_of_order_are_sorted_too(tmp_path):
 
 @pytest.mark.parametrize(
     "arguments",
-    [["check"], ["run", "--backend", "pyop"], ["parity", "--backends", "pyop,cpu,lowered,openvino"]],
+    [
+        ["check"],
+        ["run", "--backend", "pyop"],
+        pytest.param(["parity", "--backends", "pyop,cpu,lowered,openvino"], marks=pytest.mark.openvino),
+    ],
 )
 def test_every_command_accepts_a_shuffled_model(tmp_path, arguments):
     source = tmp_path / "shuffled.onnx"

