@@ -15,6 +15,8 @@ import onnx
 
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import to_dml
+from onnx_gather.graphs.emulate import Emulation, emulate
+from onnx_gather.graphs.placement.check import check
 from onnx_gather.runtime import inputs
 from onnx_gather.runtime.observe import Observation
 
@@ -38,6 +40,7 @@ class Model:
     as_read: bool = False
     # ``converted``'s DML forms, by the conversion's parameters: made once for all the backends of a run.
     conversions: dict[tuple, onnx.ModelProto] = field(default_factory=dict, repr=False, compare=False)
+    emulations: dict[str, Emulation] = field(default_factory=dict, repr=False, compare=False)  # by the feeds
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> Model:
@@ -71,6 +74,24 @@ class Model:
                 self.proto, out_of_bounds=out_of_bounds, observation=observation, native_float16=native_float16
             )
         return self.conversions[key]
+
+    def emulated(self, feeds: Mapping[str, np.ndarray]) -> Emulation:
+        """The model as DirectML computes it (``graphs.emulate``), from ``check``'s verdicts and the DML form that
+        keeps standard the gathers the provider leaves on its CPU provider, the ranks inference cannot tell observed
+        in a run on ``feeds``: made once for each set of feeds."""
+        key = _digest(feeds)
+        if key not in self.emulations:
+            observation = Observation(feeds=dict(feeds), folder=self.folder)
+            verdicts = check(self.proto, observation=observation)
+            converted = to_dml(
+                self.proto,
+                observation=observation,
+                keep_cpu_gathers=True,
+                provider_failures="onnx",
+                scatter_duplicates="last",
+            )
+            self.emulations[key] = emulate(converted, verdicts)
+        return self.emulations[key]
 
 
 def _digest(feeds: Mapping[str, np.ndarray]) -> str:

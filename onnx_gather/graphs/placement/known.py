@@ -7,6 +7,10 @@ nodes around it, the ranges ``graphs.ranges`` finds for its inputs). Where the b
 brings, the rule says on which (``when``), which of the node's values tell (``reads``) and how to count the elements
 of a run that meet it (``counter``); where the graph fixes those values so that none can, it is ruled out, saying
 what rules it out. ``Known.measure`` holds such a flag to the values of a run.
+
+Beside each rule stands what the ``dmlsim`` backend makes of it: a ``differs`` rule's emulation (the nodes, in
+standard ONNX, that compute at the node what DirectML computes) or why it has none; a ``fails`` rule's ``Failure``
+(DirectML's HRESULT and when it comes).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import onnx
 from onnx import TensorProto
 
 from onnx_gather.core.scatter import scatter_elements_refusal
+from onnx_gather.graphs.emit import Emitter
 from onnx_gather.graphs.plumbing import DefUse, attribute
 from onnx_gather.graphs.ranges import Range, Ranges
 from onnx_gather.graphs.types import ValueType
@@ -47,6 +52,25 @@ class Status(StrEnum):
     RULED_OUT = "ruled out"
 
 
+class At(StrEnum):
+    """When DirectML's failure comes."""
+
+    CREATION = "when the session is created"
+    RUN = "when it runs"
+    PROCESS = "when it runs, ending the process that runs ONNX Runtime"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How DirectML fails: its HRESULT ("" where the process ends instead) and when."""
+
+    hresult: str
+    at: At
+
+
+CREATION_INVALID = Failure("80070057", At.CREATION)  # E_INVALIDARG when the session is created
+
+
 # Given the values a flag reads (in the order of its ``reads``), how many elements of a run meet its condition.
 Count = Callable[..., int]
 
@@ -61,6 +85,7 @@ class Flag:
     ruled_out: str = ""
     reads: tuple[str, ...] = ()
     counter: Count | None = field(default=None, compare=False)
+    failure: Failure | None = None  # a FAILS rule's
 
 
 @dataclass(frozen=True)
@@ -77,6 +102,11 @@ class Known:
     counter: Count | None = field(default=None, compare=False)
     measured: Status | None = None  # what a run's values say
     count: int | None = None  # the elements of the run that meet ``when``
+    failure: Failure | None = None  # a FAILS rule's: how DirectML fails
+    # A DIFFERS rule's: the emulation at this node (it emits, in standard ONNX, what DirectML computes there and
+    # returns the value it writes: the node that makes that value is replaced), or why there is none
+    emulation: Callable[[Emitter], str] | None = field(default=None, compare=False)
+    unemulated: str = ""
 
     @property
     def status(self) -> Status:
@@ -147,31 +177,52 @@ class Node:
         return tuple(value.dims)
 
 
+# A DIFFERS rule's emulation at a node: it emits what DirectML computes there and returns the value it writes.
+Emulate = Callable[[Node, Emitter], str]
+
+
 @dataclass(frozen=True)
 class Rule:
-    """One measured behaviour: its name, ``FAILS`` or ``DIFFERS``, the operators it concerns, and the test of a node
-    (a ``Known``, or None where the rule does not apply)."""
+    """One measured behaviour: its name, ``FAILS`` or ``DIFFERS``, the operators it concerns, the test of a node
+    (a ``Known``, or None where the rule does not apply), and for a DIFFERS rule its emulation or why none."""
 
     name: str
     kind: Kind
     op_types: frozenset[str]
     test: Callable[[Node], Known | None]
+    emulated: Emulate | str | None = None
 
 
 RULES: list[Rule] = []
 
 
-def _rule(name: str, kind: Kind, *op_types: str) -> Callable[[Callable[[Node], Flag | None]], Callable]:
-    """Register a rule whose function gives its ``Flag`` at the node (None: the rule does not apply)."""
+def _rule(
+    name: str, kind: Kind, *op_types: str, emulated: Emulate | str | None = None
+) -> Callable[[Callable[[Node], Flag | None]], Callable]:
+    """Register a rule whose function gives its ``Flag`` at the node (None: the rule does not apply); a DIFFERS
+    rule's ``emulated`` is its emulation, or why it has none."""
 
     def register(function: Callable[[Node], Flag | None]) -> Callable:
         def test(node: Node) -> Known | None:
             flag = function(node)
             if flag is None:
                 return None
-            return Known(name, kind, flag.what, flag.when, flag.ruled_out, flag.reads, flag.counter)
+            emulation = (lambda emit: emulated(node, emit)) if callable(emulated) else None
+            unemulated = emulated if isinstance(emulated, str) else ""
+            return Known(
+                name,
+                kind,
+                flag.what,
+                flag.when,
+                flag.ruled_out,
+                flag.reads,
+                flag.counter,
+                failure=flag.failure,
+                emulation=emulation,
+                unemulated=unemulated,
+            )
 
-        RULES.append(Rule(name, kind, frozenset(op_types), test))
+        RULES.append(Rule(name, kind, frozenset(op_types), test, emulated))
         return function
 
     return register
@@ -194,6 +245,23 @@ def _elements(array: np.ndarray) -> int:
     return int(np.count_nonzero(array))
 
 
+def _np_type(elem_type: int | None) -> np.dtype:
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type or TensorProto.FLOAT))
+
+
+def _again(node: Node, emit: Emitter, step: str, **attributes: object) -> str:
+    """The node itself once more (its ``attributes`` changed), writing a fresh value: what an emulation builds on."""
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node.node)
+    copy.output[0] = emit.names.fresh(f"{emit.prefix}/{step}")
+    copy.name = emit.names.fresh(f"{emit.prefix}/{step}")
+    kept = [a for a in copy.attribute if a.name not in attributes]
+    del copy.attribute[:]
+    copy.attribute.extend([*kept, *(onnx.helper.make_attribute(k, v) for k, v in attributes.items())])
+    emit.nodes.append(copy)
+    return copy.output[0]
+
+
 @_rule("reshape-allowzero", FAILS, "Reshape")
 def _reshape_allowzero(node: Node) -> Flag | None:
     if node.attribute("allowzero", 0) != 1:
@@ -204,11 +272,16 @@ def _reshape_allowzero(node: Node) -> Flag | None:
         "--reshape-allowzero-0` sets allowzero=0 where no 0 can reach the shape)"
     )
     shape = node.constant(1)
+    failure = CREATION_INVALID
+    if node.static(0) is None:
+        failure = Failure("8007000E" if node.node.output[0] in node.graph_outputs else "8007023E", At.RUN)
     if shape is None:
-        return Flag(what, "if its shape holds a -1 (allowzero=1)", reads=(node.input(1),), counter=_minus_ones)
+        return Flag(
+            what, "if its shape holds a -1 (allowzero=1)", reads=(node.input(1),), counter=_minus_ones, failure=failure
+        )
     if -1 not in shape.tolist():
         return Flag(what, "if its shape holds a -1", ruled_out=f"its shape is the constant {shape.tolist()}")
-    return Flag(f"allowzero=1 and a -1 in its shape: {what}")
+    return Flag(f"allowzero=1 and a -1 in its shape: {what}", failure=failure)
 
 
 def _minus_ones(shape: np.ndarray) -> int:
@@ -224,7 +297,8 @@ def _convtranspose_1d(node: Node) -> Flag | None:
     return Flag(
         "a 1-D ConvTranspose (3-D tensors) with output_padding: 80070057 (Invalid parameter, "
         "MLOperatorAuthorImpl.cpp(2818)) when the session is created; without output_padding (an output_shape "
-        "instead), or as a 2-D one over a height of 1 (Unsqueeze, ConvTranspose, Squeeze), it runs"
+        "instead), or as a 2-D one over a height of 1 (Unsqueeze, ConvTranspose, Squeeze), it runs",
+        failure=CREATION_INVALID,
     )
 
 
@@ -241,7 +315,14 @@ def _bounded(node: Node, low: float, high: float, what: str) -> str:
 _INT32_MIN = -(2.0**31)
 
 
-@_rule("cast-to-int64", DIFFERS, "Cast")
+def _cast_to_int64_emulated(node: Node, emit: Emitter) -> str:
+    """Every value below -2^31 made -2^31, then the Cast."""
+    x, floor = node.input(0), emit.constant(_INT32_MIN, _np_type(node.elem_type(0)), "int32_min")
+    floored = emit.node("Where", [emit.node("Less", [x, floor], "below"), floor, x], "floored")
+    return emit.node("Cast", [floored], "cast", output=node.node.output[0], to=TensorProto.INT64)
+
+
+@_rule("cast-to-int64", DIFFERS, "Cast", emulated=_cast_to_int64_emulated)
 def _cast_to_int64(node: Node) -> Flag | None:
     source, to = _cast_types(node)
     if to != TensorProto.INT64 or source not in (TensorProto.FLOAT, TensorProto.DOUBLE):
@@ -263,7 +344,10 @@ def _below_int32(x: np.ndarray) -> int:
 def _cast_double_to_uint64(node: Node) -> Flag | None:
     if _cast_types(node) != (TensorProto.DOUBLE, TensorProto.UINT64):
         return None
-    return Flag("Cast of DOUBLE to UINT64: 80004005 (Call failed) when the session is created")
+    return Flag(
+        "Cast of DOUBLE to UINT64: 80004005 (Call failed) when the session is created",
+        failure=Failure("80004005", At.CREATION),
+    )
 
 
 # What a float may be for a Cast to these types to give the same on DirectML and the CPU: above low, below high
@@ -271,7 +355,24 @@ def _cast_double_to_uint64(node: Node) -> Flag | None:
 _CAST_LIMITS = {TensorProto.INT32: (-(2.0**31) - 1, 2.0**31), TensorProto.UINT8: (-1.0, 256.0)}
 
 
-@_rule("cast-saturates", DIFFERS, "Cast")
+def _cast_saturates_emulated(node: Node, emit: Emitter) -> str:
+    """Saturated: what is at or beyond a limit gives the type's extreme, NaN 0, the rest the Cast of the CPU."""
+    x, dtype, to = node.input(0), _np_type(node.elem_type(0)), int(node.attribute("to", 0))
+    low, high = _CAST_LIMITS[to]
+    extremes = np.iinfo(_np_type(to))
+    # x <= low and x >= high, as comparisons NaN fails: below the next value up, above the next one down
+    below = emit.constant(np.nextafter(dtype.type(low), dtype.type(np.inf)), dtype, "low")
+    above = emit.constant(np.nextafter(dtype.type(high), dtype.type(-np.inf)), dtype, "high")
+    under, over = emit.node("Less", [x, below], "under"), emit.node("Greater", [x, above], "over")
+    outside = emit.node("Or", [emit.node("Or", [under, over], "beyond"), emit.node("IsNaN", [x], "nan")], "outside")
+    inside = emit.node("Where", [outside, emit.constant(0, dtype, "zero"), x], "inside")
+    cast = emit.node("Cast", [inside], "cast", to=to)
+    smallest = emit.node("Where", [under, emit.constant(extremes.min, extremes.dtype, "min"), cast], "floored")
+    largest = emit.constant(extremes.max, extremes.dtype, "max")
+    return emit.node("Where", [over, largest, smallest], "saturated", output=node.node.output[0])
+
+
+@_rule("cast-saturates", DIFFERS, "Cast", emulated=_cast_saturates_emulated)
 def _cast_saturates(node: Node) -> Flag | None:
     source, to = _cast_types(node)
     if source not in _FLOATS or to not in _CAST_LIMITS:
@@ -290,7 +391,17 @@ def _cast_saturates(node: Node) -> Flag | None:
     )
 
 
-@_rule("pow-zero-zero", DIFFERS, "Pow")
+def _pow_zero_zero_emulated(node: Node, emit: Emitter) -> str:
+    """0 where the base and the exponent are both 0, else the CPU's Pow."""
+    (a, b), zero = (node.input(0), node.input(1)), emit.constant(0, _np_type(node.elem_type(0)), "zero")
+    naught = emit.constant(0, _np_type(node.elem_type(1)), "naught")
+    both = emit.node(
+        "And", [emit.node("Equal", [a, zero], "base"), emit.node("Equal", [b, naught], "exponent")], "both"
+    )
+    return emit.node("Where", [both, zero, _again(node, emit, "pow")], "pow_0_0", output=node.node.output[0])
+
+
+@_rule("pow-zero-zero", DIFFERS, "Pow", emulated=_pow_zero_zero_emulated)
 def _pow_zero_zero(node: Node) -> Flag | None:
     if node.elem_type(0) not in _FLOATS:
         return None
@@ -321,7 +432,27 @@ def _said(array: np.ndarray) -> str:
 _FLOAT_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal FLOAT
 
 
-@_rule("log-subnormal", DIFFERS, "Log")
+def _log_subnormal_emulated(node: Node, emit: Emitter) -> str:
+    """A positive subnormal's bits read as a normal number's of exponent -127, 2^-127 * (1 + x * 2^126), as DirectML's
+    log reads them (log(1e-45) = -127 ln 2 = -88.03); other values the CPU's Log."""
+    x, dtype = node.input(0), np.float32
+    subnormal = emit.node(
+        "And",
+        [
+            emit.node("Greater", [x, emit.constant(0, dtype, "zero")], "positive"),
+            emit.node("Less", [x, emit.constant(_FLOAT_TINY, dtype, "tiny")], "below_normal"),
+        ],
+        "subnormal",
+    )
+    mantissa = emit.node("Mul", [x, emit.constant(2.0**126, dtype, "scale")], "mantissa")
+    ones = emit.node("Add", [mantissa, emit.constant(1, dtype, "one")], "significand")
+    read = emit.node(
+        "Add", [emit.node("Log", [ones], "log_significand"), emit.constant(-127 * np.log(2), dtype, "exponent")], "read"
+    )
+    return emit.node("Where", [subnormal, read, _again(node, emit, "log")], "log", output=node.node.output[0])
+
+
+@_rule("log-subnormal", DIFFERS, "Log", emulated=_log_subnormal_emulated)
 def _log_subnormal(node: Node) -> Flag | None:
     if node.elem_type(0) != TensorProto.FLOAT:
         return None
@@ -342,11 +473,27 @@ _GELU_DIFFERENCE = (
 )
 
 
-@_rule("tanh-gelu", DIFFERS, "Tanh", "FastGelu")
+def _tanh_gelu_emulated(node: Node, emit: Emitter) -> str:
+    """GELU with erf, 0.5 x (1 + erf(x / sqrt 2)), of FastGelu's input (and bias), or of the pattern's x in place of
+    its last Mul."""
+    if node.node.op_type == "FastGelu":
+        x, output, dtype = node.input(0), node.node.output[0], _np_type(node.elem_type(0))
+        if node.input(1):
+            x = emit.node("Add", [x, node.input(1)], "biased")
+    else:
+        x, last = _gelu_pattern(node)
+        output, dtype = last.output[0], _np_type(node.elem_type(0))
+    scaled = emit.node("Mul", [x, emit.constant(1 / np.sqrt(2), dtype, "rsqrt2")], "scaled")
+    gate = emit.node("Add", [emit.node("Erf", [scaled], "erf"), emit.constant(1, dtype, "one")], "gate")
+    half = emit.node("Mul", [x, emit.constant(0.5, dtype, "half")], "half")
+    return emit.node("Mul", [half, gate], "gelu", output=output)
+
+
+@_rule("tanh-gelu", DIFFERS, "Tanh", "FastGelu", emulated=_tanh_gelu_emulated)
 def _tanh_gelu(node: Node) -> Flag | None:
     if node.node.op_type == "FastGelu":
         return Flag(f"ONNX Runtime's FastGelu (the tanh approximation of GELU), {_GELU_DIFFERENCE}")
-    if not _gelu_pattern(node):
+    if _gelu_pattern(node) is None:
         return None
     return Flag(
         "the tanh approximation of GELU around this Tanh (PyTorch's GELU of T5 and GPT-2): ONNX Runtime's "
@@ -354,10 +501,11 @@ def _tanh_gelu(node: Node) -> Flag | None:
     )
 
 
-def _gelu_pattern(node: Node) -> bool:
-    """Whether this Tanh is the one ONNX Runtime's FastGeluFusion (onnxruntime/core/optimizer/fast_gelu_fusion.cc)
-    fuses: ``tanh(0.7978845834732056 * (x + 0.044715 * Pow(x, 3)))`` or ``tanh(x * 0.79788... * (1 + 0.044715 * x *
-    x))``, then Add 1 and a Mul by ``x * 0.5``; every value but the last single-use, none a graph output."""
+def _gelu_pattern(node: Node) -> tuple[str, onnx.NodeProto] | None:
+    """The GELU's x and its last Mul where this Tanh is the one ONNX Runtime's FastGeluFusion
+    (onnxruntime/core/optimizer/fast_gelu_fusion.cc) fuses: ``tanh(0.7978845834732056 * (x + 0.044715 * Pow(x, 3)))``
+    or ``tanh(x * 0.79788... * (1 + 0.044715 * x * x))``, then Add 1 and a Mul by ``x * 0.5``; every value but the last
+    single-use, none a graph output; else None."""
     graph = node.graph
 
     def made(value: str, op: str, single: bool = True) -> onnx.NodeProto | None:
@@ -397,16 +545,21 @@ def _gelu_pattern(node: Node) -> bool:
 
     add = graph.sole_consumer(node.node.output[0])
     if add is None or add.op_type != "Add" or other(add, 1.0) != node.node.output[0]:
-        return False
+        return None
     last = graph.sole_consumer(add.output[0])
     if last is None or last.op_type != "Mul" or last.output[0] in node.graph_outputs:
-        return False
+        return None
     half = made(last.input[1] if last.input[0] == add.output[0] else last.input[0], "Mul", single=False)
     x = other(half, 0.5)
-    return x is not None and formula(x, node.node.input[0])
+    return (x, last) if x is not None and formula(x, node.node.input[0]) else None
 
 
-@_rule("empty-output", DIFFERS, "NonZero")
+@_rule(
+    "empty-output",
+    DIFFERS,
+    "NonZero",
+    emulated="what the unwritten outputs hold is whatever the device's memory held: the dml backend notes it too",
+)
 def _empty_output(node: Node) -> Flag | None:
     if not (set(node.node.output) & node.graph_outputs) or len(node.graph_outputs) < 2:
         return None
@@ -452,7 +605,12 @@ def _out_of_bounds(node: Node) -> Count:
     return count
 
 
-@_rule("scatter-out-of-bounds", DIFFERS, *_SCATTERS)
+def _in_dml_form(node: Node, emit: Emitter) -> str:
+    """Nothing more: the DML form the lowering writes computes what DirectML does."""
+    return ""
+
+
+@_rule("scatter-out-of-bounds", DIFFERS, *_SCATTERS, emulated=_in_dml_form)
 def _scatter_out_of_bounds(node: Node) -> Flag:
     bound, found = _scatter_bound(node), node.range(1)
     inside = bound is not None and found.within(-bound, bound - 1)
@@ -489,7 +647,12 @@ def _duplicates(node: Node) -> Count:
     return count
 
 
-@_rule("scatter-duplicates", DIFFERS, *_SCATTERS)
+@_rule(
+    "scatter-duplicates",
+    DIFFERS,
+    *_SCATTERS,
+    emulated="a race, whose winner changes from run to run: the emulation keeps the last update, as the CPU does",
+)
 def _scatter_duplicates(node: Node) -> Flag:
     indices, ruled_out = node.constant(1), ""
     data = node.static(0)
@@ -509,7 +672,13 @@ def _scatter_duplicates(node: Node) -> Flag:
     )
 
 
-@_rule("scatter-nd-empty-indices", DIFFERS, "ScatterND")
+def _zeros_like_data(node: Node, emit: Emitter) -> str:
+    zero = onnx.numpy_helper.from_array(np.zeros(1, _np_type(node.elem_type(0))))
+    shape = emit.node("Shape", [node.input(0)], "shape")
+    return emit.node("ConstantOfShape", [shape], "unwritten", output=node.node.output[0], value=zero)
+
+
+@_rule("scatter-nd-empty-indices", DIFFERS, "ScatterND", emulated=_zeros_like_data)
 def _scatter_nd_empty_indices(node: Node) -> Flag | None:
     indices = node.type_of(1)
     if indices is None or indices.dims is None or 0 not in indices.dims:
@@ -533,7 +702,8 @@ def _scatter_elements_shapes(node: Node) -> Flag | None:
         return None
     return Flag(
         f"{refusal}: DirectML refuses the DML_SCATTER and the session fails when it is created "
-        "(AbiCustomRegistry.cpp(519) 80070057), CPU fallback or not"
+        "(AbiCustomRegistry.cpp(519) 80070057), CPU fallback or not",
+        failure=CREATION_INVALID,
     )
 
 
@@ -546,7 +716,25 @@ _EMPTY_SET = (
 )
 
 
-@_rule("reduce-empty-set", DIFFERS, "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSum", "ReduceLogSumExp")
+def _reduce_empty_set_emulated(node: Node, emit: Emitter) -> str:
+    """0 everywhere where the input is empty (then every output element reduces the empty set, or there is none),
+    else the CPU's reduction."""
+    size = emit.node("Size", [node.input(0)], "size")
+    empty = emit.node("Equal", [size, emit.constant(0, np.int64, "none")], "empty")
+    zero = emit.constant(0, _np_type(node.elem_type(0)), "zero")
+    return emit.node("Where", [empty, zero, _again(node, emit, "reduced")], "empty_set", output=node.node.output[0])
+
+
+@_rule(
+    "reduce-empty-set",
+    DIFFERS,
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    emulated=_reduce_empty_set_emulated,
+)
 def _reduce_empty_set(node: Node) -> Flag | None:
     data = node.type_of(0)
     if data is None or data.dims is None or node.elem_type(0) not in _FLOATS or 0 not in data.dims:
@@ -583,7 +771,13 @@ def _empty_reductions(shape: tuple[int, ...], axes: list[int], rank: int, keep_a
     return int(np.prod([dim for k, dim in enumerate(shape) if k not in reduced]))
 
 
-@_rule("clip-min-above-max", DIFFERS, "Clip")
+def _clip_min_above_max_emulated(node: Node, emit: Emitter) -> str:
+    low, high = node.input(1), node.input(2)
+    inverted = emit.node("Greater", [low, high], "inverted")
+    return emit.node("Where", [inverted, low, _again(node, emit, "clip")], "min_above_max", output=node.node.output[0])
+
+
+@_rule("clip-min-above-max", DIFFERS, "Clip", emulated=_clip_min_above_max_emulated)
 def _clip_min_above_max(node: Node) -> Flag | None:
     if not node.input(1) or not node.input(2):
         return None
@@ -598,7 +792,15 @@ def _clip_min_above_max(node: Node) -> Flag | None:
     )
 
 
-@_rule("matmul-1d-b", DIFFERS, "MatMul")
+def _matmul_1d_b_emulated(node: Node, emit: Emitter) -> str:
+    """A @ [b0, b0, ...]."""
+    b = node.input(1)
+    first = emit.slice(b, 0, 1, "b0")
+    repeated = emit.node("Expand", [first, emit.node("Shape", [b], "b_shape")], "repeated")
+    return emit.node("MatMul", [node.input(0), repeated], "matmul", output=node.node.output[0])
+
+
+@_rule("matmul-1d-b", DIFFERS, "MatMul", emulated=_matmul_1d_b_emulated)
 def _matmul_1d_b(node: Node) -> Flag | None:
     b = node.type_of(1)
     if b is None or b.rank != 1:
@@ -615,7 +817,8 @@ def _qlinearmatmul_float16(node: Node) -> Flag | None:
         return None
     return Flag(
         "FLOAT16 scales: 80070057 (Invalid parameter, AbiCustomRegistry.cpp(519)) when the session is created, "
-        "int8 and uint8 alike; with FLOAT scales it runs"
+        "int8 and uint8 alike; with FLOAT scales it runs",
+        failure=CREATION_INVALID,
     )
 
 
@@ -623,7 +826,10 @@ def _resize_mode(node: Node) -> tuple[str, str]:
     return node.attribute("mode", "nearest"), node.attribute("coordinate_transformation_mode", "half_pixel")
 
 
-@_rule("resize-antialias", DIFFERS, "Resize")
+_OWN_ALGORITHM = "DirectML's own algorithm, which no measurement has stated yet: the emulation computes ONNX's"
+
+
+@_rule("resize-antialias", DIFFERS, "Resize", emulated=_OWN_ALGORITHM)
 def _resize_antialias(node: Node) -> Flag | None:
     if node.attribute("antialias", 0) != 1 or _resize_mode(node)[0] != "linear":
         return None
@@ -633,7 +839,13 @@ def _resize_antialias(node: Node) -> Flag | None:
     )
 
 
-@_rule("resize-pytorch-half-pixel", DIFFERS, "Resize")
+def _as_half_pixel(node: Node, emit: Emitter) -> str:
+    """half_pixel, which pytorch_half_pixel is but for an axis resized to 1."""
+    again = _again(node, emit, "resize", coordinate_transformation_mode="half_pixel")
+    return emit.node("Identity", [again], "half_pixel", output=node.node.output[0])
+
+
+@_rule("resize-pytorch-half-pixel", DIFFERS, "Resize", emulated=_as_half_pixel)
 def _resize_pytorch_half_pixel(node: Node) -> Flag | None:
     if _resize_mode(node) != ("linear", "pytorch_half_pixel"):
         return None
@@ -659,11 +871,12 @@ def _resize_keep_aspect_ratio(node: Node) -> Flag | None:
         return None
     return Flag(
         f"keep_aspect_ratio_policy={policy} with sizes: 80070057 (Invalid parameter, MLOperatorAuthorImpl.cpp(2853)) "
-        "when it runs, upsampling or downsampling"
+        "when it runs, upsampling or downsampling",
+        failure=Failure("80070057", At.RUN),
     )
 
 
-@_rule("resize-tf-crop-and-resize", DIFFERS, "Resize")
+@_rule("resize-tf-crop-and-resize", DIFFERS, "Resize", emulated=_OWN_ALGORITHM)
 def _resize_tf_crop_and_resize(node: Node) -> Flag | None:
     if _resize_mode(node)[1] != "tf_crop_and_resize" or node.attribute("axes") is not None:
         return None
@@ -679,11 +892,26 @@ def _resize_tf_crop_and_resize_axes(node: Node) -> Flag | None:
         return None
     return Flag(
         "tf_crop_and_resize with axes: the process running ONNX Runtime ends when it runs (this project's DirectML "
-        "runner: exit code 3)"
+        "runner: exit code 3)",
+        failure=Failure("", At.PROCESS),
     )
 
 
-@_rule("dynamicquantizelinear-rounding", DIFFERS, "DynamicQuantizeLinear")
+def _dynamicquantizelinear_emulated(node: Node, emit: Emitter) -> str:
+    """y = saturate(round(x * (1 / y_scale)) + y_zero_point): DirectML multiplies by the reciprocal where ONNX
+    divides (which gives test_dynamicquantizelinear's -2.5 as -127.5 and its one value off, 25 for 26); y_scale and
+    y_zero_point the CPU's."""
+    _again(node, emit, "scales")  # its y unused: its y_scale and y_zero_point are the node's
+    scale, zero_point = node.node.output[1], node.node.output[2]
+    ratio = emit.node("Mul", [node.input(0), emit.node("Reciprocal", [scale], "reciprocal")], "ratio")
+    shift = emit.node("Cast", [zero_point], "zero_point", to=TensorProto.FLOAT)
+    shifted = emit.node("Add", [emit.node("Round", [ratio], "rounded"), shift], "shifted")
+    low, high = emit.constant(0, np.float32, "low"), emit.constant(255, np.float32, "high")
+    saturated = emit.node("Clip", [shifted, low, high], "saturated")
+    return emit.node("Cast", [saturated], "quantized", output=node.node.output[0], to=TensorProto.UINT8)
+
+
+@_rule("dynamicquantizelinear-rounding", DIFFERS, "DynamicQuantizeLinear", emulated=_dynamicquantizelinear_emulated)
 def _dynamicquantizelinear_rounding(node: Node) -> Flag:
     return Flag(
         "y can be 1 below ONNX's where x / y_scale is a half (test_dynamicquantizelinear: -2.5 with y_scale 5/255 "
@@ -707,7 +935,7 @@ def _near_halves(x: np.ndarray) -> int:
     return _elements(off <= 4 * np.spacing(np.abs(ratio)))
 
 
-@_rule("averagepool-3d-dilations-ceil", DIFFERS, "AveragePool")
+@_rule("averagepool-3d-dilations-ceil", DIFFERS, "AveragePool", emulated=_OWN_ALGORITHM)
 def _averagepool_3d_dilations_ceil(node: Node) -> Flag | None:
     kernel = node.attribute("kernel_shape", [])
     if len(kernel) != 3 or not any(d > 1 for d in node.attribute("dilations", [])):
@@ -720,7 +948,12 @@ def _averagepool_3d_dilations_ceil(node: Node) -> Flag | None:
     )
 
 
-@_rule("asin-accuracy", DIFFERS, "Asin")
+@_rule(
+    "asin-accuracy",
+    DIFFERS,
+    "Asin",
+    emulated="the device's own rounding (GPU-specific floats): the emulation computes the CPU's asin",
+)
 def _asin_accuracy(node: Node) -> Flag | None:
     if node.elem_type(0) != TensorProto.FLOAT:
         return None
@@ -730,7 +963,29 @@ def _asin_accuracy(node: Node) -> Flag | None:
     )
 
 
-@_rule("mod-fmod-0-infinity", DIFFERS, "Mod")
+def _mod_emulated(node: Node, emit: Emitter) -> str:
+    """fmod=0 of floats as DirectML computes it: the remainder of fmod=1 moved to the divisor's sign, and NaN where
+    the divisor is infinite and x finite (ONNX Runtime's CPU refuses fmod=0 for floats)."""
+    (x, y), dtype = (node.input(0), node.input(1)), _np_type(node.elem_type(0))
+    zero, infinity = emit.constant(0, dtype, "zero"), emit.constant(np.inf, dtype, "infinity")
+    remainder = _again(node, emit, "fmod", fmod=1)
+    signs = emit.node(
+        "Xor",
+        [emit.node("Less", [remainder, zero], "negative"), emit.node("Less", [y, zero], "divisor_negative")],
+        "signs",
+    )
+    moved = emit.node(
+        "And", [signs, emit.node("Not", [emit.node("Equal", [remainder, zero], "exact")], "inexact")], "moved"
+    )
+    modulo = emit.node("Where", [moved, emit.node("Add", [remainder, y], "shifted"), remainder], "modulo")
+    infinite = emit.node("Equal", [emit.node("Abs", [y], "divisor_size"), infinity], "infinite")
+    finite = emit.node("Less", [emit.node("Abs", [x], "size"), infinity], "finite")
+    nan = emit.constant(np.nan, dtype, "nan")
+    nan_where = emit.node("And", [infinite, finite], "nan_where")
+    return emit.node("Where", [nan_where, nan, modulo], "mod", output=node.node.output[0])
+
+
+@_rule("mod-fmod-0-infinity", DIFFERS, "Mod", emulated=_mod_emulated)
 def _mod_infinity(node: Node) -> Flag | None:
     if node.attribute("fmod", 0) != 0 or node.elem_type(0) not in (TensorProto.FLOAT, TensorProto.FLOAT16):
         return None
@@ -755,7 +1010,8 @@ def _convtranspose_same_strided(node: Node) -> Flag | None:
         return None
     return Flag(
         f"a 2-D ConvTranspose with auto_pad={auto_pad} and strides above 1: 80070057 (Invalid parameter, "
-        "MLOperatorAuthorImpl.cpp(2853)) when the session is created; with strides 1 it runs"
+        "MLOperatorAuthorImpl.cpp(2853)) when the session is created; with strides 1 it runs",
+        failure=CREATION_INVALID,
     )
 
 
@@ -774,7 +1030,8 @@ def _quantize_per_axis(node: Node) -> Flag | None:
             "if its scale is 1-D of more than one value (per axis)",
             reads=(node.input(1),),
             counter=lambda scale: int(scale.ndim == 1 and scale.size > 1),
+            failure=CREATION_INVALID,
         )
     if scale.rank == 1 and scale.dims[0] > 1:
-        return Flag(f"a per-axis scale ({scale.dims[0]} values): {what}")
+        return Flag(f"a per-axis scale ({scale.dims[0]} values): {what}", failure=CREATION_INVALID)
     return None
