@@ -182,7 +182,7 @@ def test_a_model_openvino_cannot_convert_or_compile_is_one_it_could_not_run(tmp_
     assert document["verdict"] == "partial" and document["backends"]["cpu"]["status"] == "ok"
     skipped = [name for name, entry in document["backends"].items() if entry["status"] == "skipped"]
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
-        "PARTIAL: every output of cpu, lowered is within tolerance of the reference pyop; could not run: "
+        "PARTIAL: every output of cpu, lowered, dmlsim is within tolerance of the reference pyop; could not run: "
         f"{', '.join(skipped)} (see above)."
     )
     assert main(["parity", str(model.path), *shape, "--backends", "cpu,openvino"]) == 4  # named: incomplete

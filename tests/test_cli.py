@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -270,20 +271,25 @@ def test_demo_shows_the_sample_model_agreeing_everywhere(tmp_path, request, real
     assert "embed: Gather -> DmlGather, N=3" in first and "rerank: GatherElements -> DmlGatherElements" in first
     assert "openvino  DIFFERENT" in second and "cpu       error" in second and "per DML node: embed 2." in second
     # The backends defaulted: cuda (onnxruntime's CPU build here) could not run, so the verdict is PARTIAL, not PASSED.
-    if not real:  # 3 outputs on cpu, lowered and openvino
-        assert first.count("bit-identical") == 9 and "PASSED" not in first
-        assert (
-            "PARTIAL: every output of cpu, lowered, openvino is within tolerance of the reference pyop; could not "
-            "run: cuda, dml (see above)." in first
-        )
-        assert "Real DirectML did not run here (skipped: real DirectML is not set up here" in second
-    else:  # and on real DirectML
+    if not real:  # 3 outputs on cpu, lowered, openvino and dmlsim
         assert first.count("bit-identical") == 12 and "PASSED" not in first
         assert (
-            "PARTIAL: every output of cpu, lowered, openvino, dml is within tolerance of the reference pyop; "
+            "PARTIAL: every output of cpu, lowered, openvino, dmlsim is within tolerance of the reference pyop; could "
+            "not run: cuda, dml (see above)." in first
+        )
+        assert "Real DirectML did not run here (skipped: real DirectML is not set up here" in second
+        assert "; dmlsim emulates it." in second and second.count("    dmlsim [") == 2
+    else:  # and on real DirectML, with its emulation beside it
+        assert first.count("bit-identical") == 15 and "PASSED" not in first
+        assert (
+            "PARTIAL: every output of cpu, lowered, openvino, dml, dmlsim is within tolerance of the reference pyop; "
             "could not run: cuda (see above)." in first
         )
-        assert "the custom ops beside real DirectML:" in second and second.count("    dml   [") == 2
+        assert "pyop, dml, dmlsim (dmlsim: DirectML emulated on the CPU):" in second
+        assert second.count("    dml    [") == 2 and second.count("    dmlsim [") == 2
+    # DirectML's reads of the out-of-range ids, emulated: the same embeddings as the custom ops'
+    rows = re.findall(r"^    (pyop|dmlsim) +(\[.*\])$", second, re.MULTILINE)
+    assert [row for name, row in rows if name == "pyop"] == [row for name, row in rows if name == "dmlsim"]
 
 
 def test_version_and_debug_anywhere(tmp_path, capsys):

@@ -31,6 +31,7 @@ from onnx_gather.graphs.placement.check import check, flagged, measured, reads
 from onnx_gather.graphs.plumbing import node_label
 from onnx_gather.runtime import backends
 from onnx_gather.runtime.comparison import Tolerance, compare, exactness, faulty, is_float
+from onnx_gather.runtime.dmlsim import EmulatedFailure
 from onnx_gather.runtime.observe import Observation
 
 # (DirectML's outputs, the reference's (ONNX Runtime's CPU's, None where it failed, or a suite case's expected ones),
@@ -405,6 +406,25 @@ def _repros() -> list[Repro]:
 
 
 REPROS = _repros() + _suite_repros()
+# The differs rules dmlsim does not emulate (each says why): there it gives the CPU's values, not DirectML's.
+UNEMULATED = {rule.name for rule in known.RULES if isinstance(rule.emulated, str)}
+_HRESULT = re.compile(r"\b8[0-9A-F]{7}\b")
+
+
+def _dmlsim_fails_as_directml(model: backends.Model, repro: Repro, directml: Exception) -> None:
+    """dmlsim fails at the repro with real DirectML's HRESULT (where the runner ended: saying the process ends)."""
+    with pytest.raises(EmulatedFailure) as emulated:
+        backends.create("dmlsim").run(model, repro.feeds)
+    failure = emulated.value.fault.failure
+    assert failure.hresult in _HRESULT.findall(str(directml)) if failure.hresult else isinstance(directml, RunnerError)
+
+
+def _dmlsim_computes_as_directml(model: backends.Model, repro: Repro, directml: dict[str, np.ndarray]) -> None:
+    """dmlsim gives real DirectML's outputs at the repro: bit for bit for a scatter, else within tolerance."""
+    emulated = backends.create("dmlsim").run(model, repro.feeds).outputs
+    tolerance = Tolerance(atol=0, rtol=0) if repro.rule.startswith("scatter") else Tolerance()
+    for name in model.output_names:
+        assert compare(directml[name], emulated[name], tolerance).within_tolerance, name
 
 
 def test_every_rule_has_a_repro():
@@ -430,9 +450,12 @@ def test_real_directml_does_what_the_rule_says(repro, tmp_path):
     model = backends.Model(tmp_path / "repro.onnx", repro.model)
     dml = backends.create("dml")
     if repro.failure:
-        with pytest.raises((DirectMlError, RunnerError), match=repro.failure):
+        with pytest.raises((DirectMlError, RunnerError), match=repro.failure) as failure:
             dml.run(model, repro.feeds)
-        SUMMARIES.append(f"known rule {repro.rule} ({repro.name}): {_said(flag)}, DirectML fails with {repro.failure}")
+        _dmlsim_fails_as_directml(model, repro, failure.value)
+        SUMMARIES.append(
+            f"known rule {repro.rule} ({repro.name}): {_said(flag)}, DirectML fails with {repro.failure}, dmlsim too"
+        )
         return
     reference = None
     if repro.expected is not None:
@@ -457,7 +480,13 @@ def test_real_directml_does_what_the_rule_says(repro, tmp_path):
     verdicts = ""
     if repro.expected is None and reference is not None:  # parity's verdict against the CPU: the yardstick keeps it
         verdicts = _judged_exactly(model, repro.feeds, reference, outputs)
-    SUMMARIES.append(f"known rule {repro.rule} ({repro.name}): {_said(flag)}, DirectML differs as it says{verdicts}")
+    emulated = "dmlsim does not emulate it"
+    if repro.rule not in UNEMULATED:
+        _dmlsim_computes_as_directml(model, repro, outputs)
+        emulated = "dmlsim computes what DirectML computes"
+    SUMMARIES.append(
+        f"known rule {repro.rule} ({repro.name}): {_said(flag)}, DirectML differs as it says{verdicts}; {emulated}"
+    )
 
 
 def _said(flag: known.Known) -> str:

@@ -143,14 +143,18 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
     }
     assert report["seed"] is None  # nothing was generated
     assert report["onnx_gather"] == importlib.metadata.version("onnx-gather")
-    assert list(report["backends"]) == ["pyop", "cpu", "lowered", "openvino", "cuda", "dml"]
+    # real DirectML cannot run here: its emulation runs instead, and says what it is
+    assert list(report["backends"]) == ["pyop", "cpu", "lowered", "openvino", "cuda", "dml", "dmlsim"]
     packages = {
         "pyop": ["onnxruntime", "onnxruntime-extensions"],
         "cpu": ["onnxruntime"],
         "lowered": ["onnxruntime"],
         "openvino": ["openvino"],
+        "dmlsim": ["onnxruntime"],
     }
-    for name in ("pyop", "cpu", "lowered", "openvino"):
+    emulation = report["backends"]["dmlsim"].pop("notes")
+    assert len(emulation) == 1 and emulation[0].startswith("an emulation of DirectML on ONNX Runtime's CPU")
+    for name in ("pyop", "cpu", "lowered", "openvino", "dmlsim"):
         status = report["backends"][name]
         assert list(status) == ["status", "reason", "seconds", "versions"]
         assert status["status"] == "ok" and status["reason"] is None and status["seconds"] >= 0
@@ -160,7 +164,7 @@ def test_json_report_key_by_key_on_agreement(tmp_path, no_directml):
         assert (status["status"], status["seconds"]) == ("skipped", None) and reason in status["reason"]
     assert list(report["outputs"]) == ["rows", "picked"]
     for output, by_backend in report["outputs"].items():
-        assert list(by_backend) == ["cpu", "lowered", "openvino"]
+        assert list(by_backend) == ["cpu", "lowered", "openvino", "dmlsim"]
         for comparison in by_backend.values():
             assert comparison == {
                 "equal": True,

@@ -4,8 +4,9 @@ tests/peers/cases.json) on real DirectML, the oracle, and through the routes tha
 * Real DirectML (the ``dml`` backend) gives each case the verdict recorded in the data: the same output bit for
   bit, or the same failure at the same stage. The cases it runs are packed into one model per opset; a case that
   fails gets a session of its own (two runners side by side, ``directml.alone``).
-* ``pyop``, ``lowered`` and ``evaluator`` give DirectML's output bit for bit where it ran, and fail where it failed:
-  naming DirectML where the DirectML provider refused the node, with any error where ONNX Runtime refused the model
+* ``pyop``, ``lowered``, ``evaluator`` and ``dmlsim`` give DirectML's output bit for bit where it ran, and fail where
+  it failed: naming DirectML where the DirectML provider refused the node (``dmlsim`` with DirectML's HRESULT), with
+  any error where ONNX Runtime refused the model
   before any provider saw it (an invalid axis). The cases that ran are packed into one model per route and opset
   (as are those ONNX Runtime's CPU kernels compute for the reference check), each case still checked and reported
   on its own; a case that should fail runs alone, and so does each case of a batch that failed.
@@ -32,7 +33,7 @@ from onnx_gather.graphs.placement.check import check
 from onnx_gather.runtime import backends
 
 CASES = peers.load()
-ROUTES = ("pyop", "lowered", "evaluator")
+ROUTES = ("pyop", "lowered", "evaluator", "dmlsim")
 
 # Where ONNX Runtime's CPU kernels do not give the peer's expectation: the expectation of ORT's CUDA and ROCm build,
 # and WebNN's clamping, where the CPU kernels refuse an out-of-bounds index.
@@ -252,6 +253,8 @@ def test_route_gives_directml_s_verdict(route, case, tmp_path, batches):
             _run(route, [case], tmp_path)
         if REFUSED_BY_DIRECTML in case.directml["message"]:
             assert "DirectML" in str(failure.value)
+            if route == "dmlsim":  # the emulation gives DirectML's own HRESULT
+                assert REFUSED_BY_DIRECTML in str(failure.value)
         RESULTS[f"{route}: fails as DirectML does"] += 1
         return
     assert_identical(batches.output(route, case, lambda each: each.ran, tmp_path), case.directml_output)

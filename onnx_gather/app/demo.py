@@ -22,17 +22,21 @@ from onnx_gather.runtime.parity import Parity, run_parity
 
 
 def _side_by_side(parity: Parity, token_ids: np.ndarray, out: TextIO) -> None:
-    """The embeddings of the out-of-range ids as the custom ops and real DirectML computed them."""
+    """The embeddings of the out-of-range ids as the custom ops, real DirectML and its emulation computed them."""
     dml = parity.backends["dml"]
+    shown = ["pyop", "dml", "dmlsim"] if dml.outcome is not None else ["pyop", "dmlsim"]
     if dml.outcome is None:
-        print(f"\nReal DirectML did not run here ({dml.status}: {dml.reason}).", file=out)
-        return
-    print("\nThe out-of-range ids' embeddings (first 4 of each row), the custom ops beside real DirectML:", file=out)
+        print(f"\nReal DirectML did not run here ({dml.status}: {dml.reason}); dmlsim emulates it.", file=out)
+    print(
+        f"\nThe out-of-range ids' embeddings (first 4 of each row), {', '.join(shown)} (dmlsim: DirectML emulated "
+        "on the CPU):",
+        file=out,
+    )
     for position in ((0, 1), (1, 4)):
         print(f"  token_ids{list(position)} = {token_ids[position]}:", file=out)
-        for name in ("pyop", "dml"):
+        for name in shown:
             row = parity.backends[name].outcome.outputs["embeddings"][position][:4]
-            print(f"    {name:<5} {np.array2string(row, precision=4, floatmode='fixed')}", file=out)
+            print(f"    {name:<6} {np.array2string(row, precision=4, floatmode='fixed')}", file=out)
 
 
 def _parity(model: Model, token_ids: np.ndarray, built: dict[str, Backend]) -> Reported:
@@ -54,7 +58,9 @@ def run_demo(out: TextIO, out_of_bounds: str = "directml") -> int:
         note = f"; {change.note}" if change.note else ""
         print(f"  {change.node}: {change.op_type} -> Dml{change.op_type}, N={change.dimension_count}{note}", file=out)
 
-    built = {name: backends.create(name, out_of_bounds=out_of_bounds) for name in backends.DEFAULT_BACKENDS}
+    built = {
+        name: backends.create(name, out_of_bounds=out_of_bounds) for name in backends.default_backends(emulation=True)
+    }
     token_ids = np.random.default_rng(0).permutation(32)[:12].reshape(2, 6)  # distinct ids: no ties in TopK
     print(f"\n1. Token ids in range: {token_ids.tolist()}\n", file=out)
     in_range = _parity(model, token_ids, built)

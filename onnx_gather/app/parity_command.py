@@ -69,7 +69,7 @@ _Chosen = tuple[list[str], frozenset[str], dict[str, backends.Backend]]
 
 def _backends(args: argparse.Namespace) -> _Chosen:
     named = args.backends is not None
-    asked = args.backends if named else list(backends.DEFAULT_BACKENDS)
+    asked = args.backends if named else backends.default_backends()
     required = frozenset(asked if named and not args.allow_skipped else ())
     names = dict.fromkeys((args.reference, *asked))  # each once
     return asked, required, {name: options.build_backend(args, name) for name in names}
@@ -85,7 +85,8 @@ class ParityCommand(Command):
             "--backends",
             type=_backend_names,
             help=f"comma-separated, of: {', '.join(options.COMPARED)}; each must run, or the run is incomplete "
-            "(exit 4) (default: all but evaluator, those that cannot run here listed as skipped)",
+            "(exit 4) (default: all but evaluator and dmlsim, and dmlsim where dml cannot run here; those that cannot "
+            "run here listed as skipped)",
         )
         parser.add_argument(
             "--allow-skipped",

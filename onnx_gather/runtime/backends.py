@@ -423,8 +423,20 @@ _CLASSES = {
     backend.name: backend for backend in (PyOp, Cpu, Lowered, OpenVino, Cuda, DirectMl, DmlSim, Evaluator, Exact)
 }
 BACKENDS = tuple(_CLASSES)
-# parity's and the demo's: the reference evaluator only when named; the exact yardstick is parity's own
-DEFAULT_BACKENDS = tuple(name for name in BACKENDS if name not in (Evaluator.name, Exact.name))
+# parity's and the demo's: the reference evaluator only when named, the emulation of DirectML where real DirectML
+# cannot run (``default_backends``); the exact yardstick is parity's own
+DEFAULT_BACKENDS = tuple(name for name in BACKENDS if name not in (DmlSim.name, Evaluator.name, Exact.name))
+
+
+def default_backends(emulation: bool = False) -> list[str]:
+    """The backends parity and the demo run unless told: ``DEFAULT_BACKENDS``, and ``dmlsim`` where ``dml`` cannot
+    run here (or ``emulation``: always)."""
+    names = list(DEFAULT_BACKENDS)
+    if emulation or DirectMl().unavailable() is not None:
+        names.insert(names.index(DirectMl.name) + 1, DmlSim.name)
+    return names
+
+
 YARDSTICK = Exact.name
 
 

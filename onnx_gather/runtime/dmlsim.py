@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from onnx_gather.core.words import counted
 from onnx_gather.graphs.emulate import Emulation, Fault
 from onnx_gather.graphs.placement import known
 
@@ -43,9 +44,17 @@ def reads(emulation: Emulation) -> list[str]:
 
 
 def notes(emulation: Emulation) -> list[str]:
-    """Where DirectML computes otherwise than the emulation, or may: a note a node and rule each."""
+    """What the emulation is, then where DirectML computes otherwise than it, or may: a note a node and rule each."""
+    rewritten = counted(len(emulation.emulated), "node")
+    said = (
+        f"an emulation of DirectML on ONNX Runtime's CPU, not DirectML: its gathers and scatters in DirectML's "
+        f"semantics, {rewritten} rewritten as known rules say, the rest as the CPU computes it (docs/dmlsim.md)"
+    )
     return [
-        f"node {u.node!r}: DirectML {'computes' if u.status == known.Status.MET else 'may compute'} otherwise "
-        f"(rule {u.rule}), which dmlsim does not emulate: {u.why}"
-        for u in emulation.unemulated
+        said,
+        *(
+            f"node {u.node!r}: DirectML {'computes' if u.status == known.Status.MET else 'may compute'} otherwise "
+            f"(rule {u.rule}), which dmlsim does not emulate: {u.why}"
+            for u in emulation.unemulated
+        ),
     ]
