@@ -186,3 +186,15 @@ def test_dmlsim_gives_real_directmls_verdict_and_values_on_the_bundled_models(na
     for output in model.output_names:
         tolerance = Tolerance(atol=0, rtol=0) if output in ("embeddings", "ranked_ids") else Tolerance()
         assert compare(dml.outputs[output], dmlsim.outputs[output], tolerance).within_tolerance, output
+
+
+def test_docs_dmlsim_says_of_every_rule_what_dmlsim_makes_of_it():
+    page = (Path(__file__).resolve().parent.parent / "docs" / "dmlsim.md").read_text()
+    table = page.split("## The rules and what dmlsim makes of them")[1].split("```")[0]
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `") or line.startswith("| the ")]
+    named = {name: row[1] for row in rows for name in re.findall(r"`([a-z0-9-]+)`", row[0])}
+    assert set(named) == set(known.rule_names())
+    assert {name for name, said in named.items() if said.startswith("not emulated")} == UNEMULATED
+    assert {name for name, said in named.items() if said.startswith("DirectML's failure")} == {
+        rule.name for rule in known.RULES if rule.kind == known.FAILS
+    }

@@ -67,6 +67,8 @@ class RunCommand(Command):
         for node, count in outcome.out_of_bounds.items():
             if count:
                 print(f"  {count} out-of-bounds index values met by DML node {node!r}")
+        for note in outcome.notes:
+            print(f"  note: {note}")
         if args.outputs:
             with outputs.writing("--outputs") as path:
                 inputs.save_npz(path, outcome.outputs)
