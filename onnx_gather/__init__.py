@@ -7,6 +7,8 @@
 * ``to_dml`` and ``to_onnx``: standard gathers into DML form and back (``onnx_gather.graphs.convert``, ``.lower``;
   ``LoweringError`` where a DML node cannot be lowered);
   ``Observation``: the run that tells ``to_dml`` the ranks no shape inference can (``onnx_gather.runtime.observe``);
+* ``emulated``: a model as ONNX Runtime's DirectML provider would run it, in standard ONNX for any ONNX Runtime, with
+  the failures DirectML gives (``onnx_gather.graphs.emulate``; the ``dmlsim`` backend, docs/dmlsim.md);
 * ``register_schemas()``: the DML ops declared to onnx, whose shape inference and checker then know them
   (``onnx_gather.core.contract``, the one declaration of the ops);
 * ``sample_model_path()``: where the bundled sample model is, installed or in a source tree
@@ -28,6 +30,7 @@ _WHERE = {
     "LoweringError": "onnx_gather.graphs.lowering.lower",
     "Observation": "onnx_gather.runtime.observe",
     "dml_gather": "onnx_gather.core.semantics",
+    "emulated": "onnx_gather.graphs.emulate",
     "dml_gather_elements": "onnx_gather.core.semantics",
     "dml_gather_nd": "onnx_gather.core.semantics",
     "register_schemas": "onnx_gather.core.contract",

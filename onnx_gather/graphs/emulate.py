@@ -11,12 +11,14 @@ from dataclasses import dataclass, replace
 
 import onnx
 
+from onnx_gather.graphs.convert import to_dml
 from onnx_gather.graphs.emit import Emitter
 from onnx_gather.graphs.lowering.lower import to_onnx
 from onnx_gather.graphs.placement import known
-from onnx_gather.graphs.placement.check import Verdict
+from onnx_gather.graphs.placement.check import Verdict, check
 from onnx_gather.graphs.placement.nodes import Where
 from onnx_gather.graphs.plumbing import Names, bodies, needed_nodes
+from onnx_gather.graphs.ranks import Observer
 
 _HRESULT = re.compile(r"\b(?:0x)?(8[0-9A-F]{7})\b")
 
@@ -63,6 +65,17 @@ def _gather_fault(verdict: Verdict) -> Fault:
     at = known.At.RUN if "when it runs" in verdict.reason else known.At.CREATION
     failure = known.Failure(found[1] if found else "80070057", at)
     return Fault(verdict.where, verdict.node, "", failure, verdict.reason)
+
+
+def emulated(model: onnx.ModelProto, observation: Observer | None = None) -> Emulation:
+    """``model`` as ONNX Runtime's DirectML provider would run it, in standard ONNX (``Emulation.model``), with the
+    failures DirectML gives (``faults``, and ``pending`` for those a run's values decide); ``observation`` tells the
+    ranks no shape inference can (``onnx_gather.Observation``), as for ``to_dml``."""
+    verdicts = check(model, observation=observation)
+    converted = to_dml(
+        model, observation=observation, keep_cpu_gathers=True, provider_failures="onnx", scatter_duplicates="last"
+    )
+    return emulate(converted, verdicts)
 
 
 def emulate(converted: onnx.ModelProto, verdicts: list[Verdict]) -> Emulation:

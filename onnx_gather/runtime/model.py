@@ -15,8 +15,7 @@ import onnx
 
 from onnx_gather.graphs import model_io
 from onnx_gather.graphs.convert import to_dml
-from onnx_gather.graphs.emulate import Emulation, emulate
-from onnx_gather.graphs.placement.check import check
+from onnx_gather.graphs.emulate import Emulation, emulated
 from onnx_gather.runtime import inputs
 from onnx_gather.runtime.observe import Observation
 
@@ -76,21 +75,11 @@ class Model:
         return self.conversions[key]
 
     def emulated(self, feeds: Mapping[str, np.ndarray]) -> Emulation:
-        """The model as DirectML computes it (``graphs.emulate``), from ``check``'s verdicts and the DML form that
-        keeps standard the gathers the provider leaves on its CPU provider, the ranks inference cannot tell observed
+        """The model as DirectML computes it (``graphs.emulate.emulated``), the ranks inference cannot tell observed
         in a run on ``feeds``: made once for each set of feeds."""
         key = _digest(feeds)
         if key not in self.emulations:
-            observation = Observation(feeds=dict(feeds), folder=self.folder)
-            verdicts = check(self.proto, observation=observation)
-            converted = to_dml(
-                self.proto,
-                observation=observation,
-                keep_cpu_gathers=True,
-                provider_failures="onnx",
-                scatter_duplicates="last",
-            )
-            self.emulations[key] = emulate(converted, verdicts)
+            self.emulations[key] = emulated(self.proto, Observation(feeds=dict(feeds), folder=self.folder))
         return self.emulations[key]
 
 
