@@ -350,7 +350,7 @@ def test_the_docs_the_messages_cite_are_installed_and_printed(capsys):
     assert "4.3" in text and "GetCpuPreferredNodes" in text
     assert main(["docs", "nothing"]) == 2
     error = capsys.readouterr().err
-    listed = "cli, design, directml-on-linux, measurements, node-suite, ops, semantics"
+    listed = "cli, design, directml-on-linux, dmlsim, measurements, node-suite, ops, semantics"
     assert f"no document 'nothing' (there are: {listed})" in error
 
 

@@ -367,7 +367,7 @@ class DmlSim(Backend):
     def run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
         emulation = model.emulated(feeds)
         dmlsim.raise_at_creation(emulation)
-        proto, wanted = emulation.model, dmlsim.reads(emulation)
+        proto, wanted = emulation.model, dmlsim.values_read(emulation)
         produced = {out for body in bodies(proto) for node in body.nodes for out in node.output}
         extra = [name for name in wanted if name not in model.output_names and name in produced]
         if extra:

@@ -38,7 +38,7 @@ def raise_at_run(emulation: Emulation, values: Mapping[str, np.ndarray]) -> None
             raise EmulatedFailure(fault)
 
 
-def reads(emulation: Emulation) -> list[str]:
+def values_read(emulation: Emulation) -> list[str]:
     """The values the pending failures read."""
     return list(dict.fromkeys(name for f in emulation.pending if f.flag for name in f.flag.reads if name))
 
