@@ -6,7 +6,6 @@ Runtime's CPU computes."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 import onnx
@@ -16,11 +15,9 @@ from onnx_gather.graphs.emit import Emitter
 from onnx_gather.graphs.lowering.lower import to_onnx
 from onnx_gather.graphs.placement import known
 from onnx_gather.graphs.placement.check import Verdict, check
-from onnx_gather.graphs.placement.nodes import Where
+from onnx_gather.graphs.placement.nodes import CREATION_INVALID, Failure, Where
 from onnx_gather.graphs.plumbing import Names, bodies, needed_nodes
 from onnx_gather.graphs.ranks import Observer
-
-_HRESULT = re.compile(r"\b(?:0x)?(8[0-9A-F]{7})\b")
 
 
 @dataclass(frozen=True)
@@ -32,7 +29,7 @@ class Fault:
     where: str
     node: str
     rule: str
-    failure: known.Failure
+    failure: Failure
     what: str
     flag: known.Known | None = None
 
@@ -59,14 +56,6 @@ class Emulation:
     unemulated: tuple[Unemulated, ...]
 
 
-def _gather_fault(verdict: Verdict) -> Fault:
-    """A gather the provider takes and DirectML fails: the HRESULT its reason names, when it names it."""
-    found = _HRESULT.search(verdict.reason)
-    at = known.At.RUN if "when it runs" in verdict.reason else known.At.CREATION
-    failure = known.Failure(found[1] if found else "80070057", at)
-    return Fault(verdict.where, verdict.node, "", failure, verdict.reason)
-
-
 def emulated(model: onnx.ModelProto, observation: Observer | None = None) -> Emulation:
     """``model`` as ONNX Runtime's DirectML provider would run it, in standard ONNX (``Emulation.model``), with the
     failures DirectML gives (``faults``, and ``pending`` for those a run's values decide); ``observation`` tells the
@@ -88,7 +77,7 @@ def emulate(converted: onnx.ModelProto, verdicts: list[Verdict]) -> Emulation:
         flags = [k for k in verdict.known if k.status not in (known.Status.RULED_OUT, known.Status.NOT_MET)]
         failing = [k for k in flags if k.kind == known.FAILS]
         if verdict.status == Where.FAILS and not any(k.status == known.Status.MET for k in failing):
-            faults.append(_gather_fault(verdict))
+            faults.append(Fault(verdict.where, verdict.node, "", verdict.failure or CREATION_INVALID, verdict.reason))
         for flag in failing:
             fault = Fault(verdict.where, verdict.node, flag.rule, flag.failure, flag.what)
             if flag.status == known.Status.MET:

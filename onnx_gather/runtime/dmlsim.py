@@ -10,6 +10,7 @@ import numpy as np
 from onnx_gather.core.words import counted
 from onnx_gather.graphs.emulate import Emulation, Fault
 from onnx_gather.graphs.placement import known
+from onnx_gather.graphs.placement.nodes import At
 
 
 class EmulatedFailure(RuntimeError):
@@ -28,7 +29,7 @@ def raise_at_creation(emulation: Emulation) -> None:
     """The first failure the graph decides, as DirectML gives it, if there is one (at creation or when it runs:
     either way nothing runs)."""
     if emulation.faults:
-        raise EmulatedFailure(min(emulation.faults, key=lambda f: f.failure.at != known.At.CREATION))
+        raise EmulatedFailure(min(emulation.faults, key=lambda f: f.failure.at != At.CREATION))
 
 
 def raise_at_run(emulation: Emulation, values: Mapping[str, np.ndarray]) -> None:

@@ -27,7 +27,7 @@ from onnx_gather.graphs.placement.gather import (
     judge,
     needed_level,
 )
-from onnx_gather.graphs.placement.nodes import Placed, Where, Why, place_nodes
+from onnx_gather.graphs.placement.nodes import CREATION_INVALID, Failure, Placed, Where, Why, place_nodes
 from onnx_gather.graphs.placement.session import Fate, Session
 from onnx_gather.graphs.plumbing import (
     Body,
@@ -62,6 +62,7 @@ class Verdict:
     gather: bool = False  # a standard gather or a DML-form one
     cause: Why | None = None  # for a node on the CPU provider
     fate: Fate | None = None  # in ONNX Runtime's session, where it is known (``with_session``)
+    failure: Failure | None = None  # how DirectML fails a gather whose status is FAILS
     session_node: str = ""  # the session's node it runs as or in
 
     @property
@@ -84,24 +85,33 @@ def _standard(change: NodeChange, level: FeatureLevel, placed: Placed | None) ->
     """A standard gather, which DML form expresses (``change.plan`` a ``DmlPlan``) or not (a ``Left``), and where
     the provider's graph partitioning puts it (``placed``) and a device of ``level`` (``plan.placement``)."""
 
-    def verdict(status: Where, reason: str) -> Verdict:
+    def verdict(status: Where, reason: str, failure: Failure | None = None) -> Verdict:
         cause = None
         if placed and status == Where.CPU:
             cause = placed.why if placed.provider == Where.CPU else Why.DEVICE_TYPES
         provider = placed.provider if placed is not None and status in (Where.UNKNOWN, Where.REFUSED) else None
         return Verdict(
-            change.where, change.node, change.op_type, status, reason, change.ranks, provider, gather=True, cause=cause
+            change.where,
+            change.node,
+            change.op_type,
+            status,
+            reason,
+            change.ranks,
+            provider,
+            gather=True,
+            cause=cause,
+            failure=failure,
         )
 
     plan = change.plan
     if placed is not None and placed.by_its_graph:
         return verdict(Where.CPU, cpu_reason(placed.why))
     if isinstance(plan, Left) and plan.fails:  # a gather DML form cannot express that the provider takes and fails
-        return verdict(Where.FAILS, plan.fails)
+        return verdict(Where.FAILS, plan.fails, plan.placement.failure if plan.placement else None)
     if plan.placement is None:  # a rank, or the length of GatherND's index tuples, is unknown
         return verdict(Where.UNKNOWN, f"the provider decides when it runs: {change.reason}")
     if plan.placement.provider != Where.DIRECTML:
-        return verdict(plan.placement.provider, plan.placement.reason)
+        return verdict(plan.placement.provider, plan.placement.reason, plan.placement.failure)
     if isinstance(plan, Left):
         return verdict(Where.REFUSED, f"cannot be expressed: {change.reason}")
     dml = (change.op_type, plan.form.dimension_count, plan.data.elem_type, plan.indices.elem_type, plan.batch)
@@ -112,6 +122,7 @@ def _standard(change: NodeChange, level: FeatureLevel, placed: Placed | None) ->
             f"{refusal}: ONNX Runtime's provider takes the node (the device has its types) and "
             "DirectML refuses the operator when the session is created (from DirectML's "
             "operator tables; no device of that level was measured)",
+            CREATION_INVALID,
         )
     described = _describe(*dml)
     return verdict(Where.DIRECTML, f"{described}; {plan.placement.reason}")

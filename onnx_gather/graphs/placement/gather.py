@@ -21,7 +21,7 @@ from onnx import TensorProto
 from onnx_gather.core import contract
 from onnx_gather.core.sizes import MAX_DIMENSION_COUNT, off_axis_difference
 from onnx_gather.core.words import counted
-from onnx_gather.graphs.placement.nodes import Where, Why
+from onnx_gather.graphs.placement.nodes import CREATION_INVALID, At, Failure, Where, Why
 from onnx_gather.graphs.types import ValueType
 
 _T = TensorProto
@@ -111,11 +111,12 @@ def cpu_reason(why: Why) -> str:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where ONNX Runtime's DirectML provider puts one standard gather: ``DIRECTML``, ``CPU``, ``FAILS`` or (its
-    ranks untold) ``UNKNOWN``."""
+    """Where ONNX Runtime's DirectML provider puts one standard gather: ``DIRECTML``, ``CPU``, ``FAILS`` (with how it
+    fails) or (its ranks untold) ``UNKNOWN``."""
 
     provider: Where
     reason: str
+    failure: Failure | None = None
 
 
 def place_gather(
@@ -140,22 +141,26 @@ def place_gather(
     ranks = {"data": data.rank, "indices": indices.rank, "output": out_rank}
     over = [f"{role} {rank}" for role, rank in ranks.items() if rank is not None and rank > MAX_DIMENSION_COUNT]
     when = "when the session is created (static shapes) or when it runs (dynamic ones)"
+    static = all(v.dims is not None and all(isinstance(d, int) for d in v.dims) for v in (data, indices))
+    fails_there = CREATION_INVALID if static else Failure("80070057", At.RUN)
     if op_type == "GatherND" and indices.rank == 0:  # ONNX Runtime's GatherND_runtime_scalar_indices_error
         return Placement(
             Where.FAILS,
             "its indices are a scalar (rank 0, as a run brings them: declared so, ONNX Runtime's shape inference "
             "refuses the model for every provider): the provider takes the node and fails when it runs "
             "(MLOperatorAuthorImpl.cpp(2818) 80070057), where ONNX Runtime's CPU fails too",
+            Failure("80070057", At.RUN),
         )
     if over:
         return Placement(
             Where.FAILS,
             f"more than {MAX_DIMENSION_COUNT} dimensions ({', '.join(over)}): the provider "
             f"takes the node and fails {when} (80070057)",
+            fails_there,
         )
     if op_type == "GatherND" and out_rank == 0:
         return Placement(
-            Where.FAILS, f"its output is a scalar: the provider takes the node and fails {when} (80070057)"
+            Where.FAILS, f"its output is a scalar: the provider takes the node and fails {when} (80070057)", fails_there
         )
     if op_type == "GatherND":
         pairs = zip(data.dims[:batch], indices.dims[:batch], strict=True)
@@ -167,6 +172,7 @@ def place_gather(
                 f"its batch sizes differ (dimension {d}: data {data.dims[d]}, indices "
                 f"{indices.dims[d]}); the provider takes the node and fails when the session "
                 "is created (MLOperatorAuthorImpl.cpp(2853) 80070057)",
+                CREATION_INVALID,
             )
     if op_type == "GatherElements" and data.rank != indices.rank:
         return Placement(
@@ -183,6 +189,7 @@ def place_gather(
                 f"{indices.dims[d]} != {data.dims[d]}); DirectML refuses such a "
                 "DML_GATHER_ELEMENTS and the provider fails when the session is created "
                 "(AbiCustomRegistry.cpp(519) 80070057)",
+                CREATION_INVALID,
             )
         pairs = [(a, b) for d, (a, b) in enumerate(zip(data.dims, indices.dims, strict=True)) if d != axis]
         if any(a is None or b is None or a != b for a, b in pairs):

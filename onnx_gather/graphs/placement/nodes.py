@@ -70,6 +70,25 @@ _TYPE_CODES = {
 }
 
 
+class At(StrEnum):
+    """When DirectML's failure comes."""
+
+    CREATION = "when the session is created"
+    RUN = "when it runs"
+    PROCESS = "when it runs, ending the process that runs ONNX Runtime"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How DirectML fails: its HRESULT ("" where the process ends instead) and when."""
+
+    hresult: str
+    at: At
+
+
+CREATION_INVALID = Failure("80070057", At.CREATION)  # E_INVALIDARG when the session is created
+
+
 class Where(StrEnum):
     """Where a node runs, or what becomes of it: on DirectML or the CPU provider; taken by the provider and failing;
     a gather DirectML cannot express; unknown until the model runs; a DML node of onnx-gather's (a converted

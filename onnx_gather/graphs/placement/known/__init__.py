@@ -25,6 +25,7 @@ import onnx
 from onnx import TensorProto
 
 from onnx_gather.graphs.emit import Emitter
+from onnx_gather.graphs.placement.nodes import Failure
 from onnx_gather.graphs.plumbing import DefUse, attribute
 from onnx_gather.graphs.ranges import Range, Ranges
 from onnx_gather.graphs.types import ValueType
@@ -50,25 +51,6 @@ class Status(StrEnum):
     NOT_MET = "not met"
     POSSIBLE = "possible"
     RULED_OUT = "ruled out"
-
-
-class At(StrEnum):
-    """When DirectML's failure comes."""
-
-    CREATION = "when the session is created"
-    RUN = "when it runs"
-    PROCESS = "when it runs, ending the process that runs ONNX Runtime"
-
-
-@dataclass(frozen=True)
-class Failure:
-    """How DirectML fails: its HRESULT ("" where the process ends instead) and when."""
-
-    hresult: str
-    at: At
-
-
-CREATION_INVALID = Failure("80070057", At.CREATION)  # E_INVALIDARG when the session is created
 
 
 # Given the values a flag reads (in the order of its ``reads``), how many elements of a run meet its condition.

@@ -12,11 +12,8 @@ from onnx_gather.graphs.placement.known import (
     _CASES,
     _FLOATS,
     _OWN_ALGORITHM,
-    CREATION_INVALID,
     DIFFERS,
     FAILS,
-    At,
-    Failure,
     Flag,
     Node,
     _again,
@@ -24,6 +21,7 @@ from onnx_gather.graphs.placement.known import (
     _np_type,
     _rule,
 )
+from onnx_gather.graphs.placement.nodes import CREATION_INVALID, At, Failure
 
 
 def _cast_types(node: Node) -> tuple[int | None, int]:

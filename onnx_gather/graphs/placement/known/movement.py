@@ -11,12 +11,9 @@ from onnx_gather.graphs.emit import Emitter
 from onnx_gather.graphs.placement.known import (
     _CASES,
     _OWN_ALGORITHM,
-    CREATION_INVALID,
     DIFFERS,
     FAILS,
-    At,
     Count,
-    Failure,
     Flag,
     Node,
     _again,
@@ -24,6 +21,7 @@ from onnx_gather.graphs.placement.known import (
     _np_type,
     _rule,
 )
+from onnx_gather.graphs.placement.nodes import CREATION_INVALID, At, Failure
 
 
 @_rule("reshape-allowzero", FAILS, "Reshape")
