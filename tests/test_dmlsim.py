@@ -198,3 +198,20 @@ def test_docs_dmlsim_says_of_every_rule_what_dmlsim_makes_of_it():
     assert {name for name, said in named.items() if said.startswith("DirectML's failure")} == {
         rule.name for rule in known.RULES if rule.kind == known.FAILS
     }
+
+
+def test_types_onnx_runtimes_python_binding_cannot_carry_go_in_wider_ones(tmp_path):
+    import ml_dtypes
+
+    nodes = [
+        h.make_node("Cast", ["x"], ["wide"], to=T.FLOAT),
+        h.make_node("Add", ["wide", "wide"], ["twice"]),
+        h.make_node("Cast", ["twice"], ["y"], to=T.INT4),
+    ]
+    graph = h.make_graph(
+        nodes, "g", [h.make_tensor_value_info("x", T.FLOAT8E4M3FN, [3])], [h.make_tensor_value_info("y", T.INT4, [3])]
+    )
+    proto = h.make_model(graph, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+    x = np.array([0.5, -1.5, 3], ml_dtypes.float8_e4m3fn)
+    outcome = backends.create("dmlsim").run(backends.Model(tmp_path / "m.onnx", proto), {"x": x})
+    assert outcome.outputs["y"].dtype == ml_dtypes.int4 and outcome.outputs["y"].astype(int).tolist() == [1, -3, 6]

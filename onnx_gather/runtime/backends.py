@@ -374,11 +374,13 @@ class DmlSim(Backend):
             proto = onnx.ModelProto()
             proto.CopyFrom(emulation.model)
             proto.graph.output.extend(onnx.ValueInfoProto(name=name) for name in extra)
+        carried = dmlsim.carried(proto)  # the types the runner carries and ONNX Runtime's Python binding does not
         session = onnxruntime.InferenceSession(
-            proto.SerializeToString(), quiet_options(model.folder), providers=["CPUExecutionProvider"]
+            carried.model.SerializeToString(), quiet_options(model.folder), providers=["CPUExecutionProvider"]
         )
-        names = [value.name for value in proto.graph.output]
-        values = dict(zip(names, session.run(None, inputs.for_onnxruntime(feeds)), strict=True))
+        names = [value.name for value in carried.model.graph.output]
+        ran = session.run(None, inputs.for_onnxruntime(carried.feeds(feeds)))
+        values = carried.returned(dict(zip(names, ran, strict=True)))
         dmlsim.raise_at_run(emulation, {**feeds, **values})
         outputs = {name: np.asarray(values[name]) for name in model.output_names}
         return Outcome(outputs, notes=dmlsim.notes(emulation))

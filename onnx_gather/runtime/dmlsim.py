@@ -1,16 +1,21 @@
-"""The ``dmlsim`` backend's failures and notes: what DirectML would raise where a rule says it fails, and what of
-its outputs the emulation cannot vouch for (``graphs.emulate``)."""
+"""The ``dmlsim`` backend's failures and notes: what DirectML would raise where a rule says it fails, what of its
+outputs the emulation cannot vouch for (``graphs.emulate``), and the types ONNX Runtime's Python binding cannot carry,
+which DirectML's runner does, carried in wider ones."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
+import onnx
+from onnx import TensorProto
 
 from onnx_gather.core.words import counted
 from onnx_gather.graphs.emulate import Emulation, Fault
 from onnx_gather.graphs.placement import known
 from onnx_gather.graphs.placement.nodes import At
+from onnx_gather.graphs.plumbing import Names
 
 
 class EmulatedFailure(RuntimeError):
@@ -59,3 +64,78 @@ def notes(emulation: Emulation) -> list[str]:
             for u in emulation.unemulated
         ),
     ]
+
+
+# The element types ONNX Runtime's Python binding neither takes nor returns, and the wider type each is carried in
+# (a Cast at the graph's input and at its output: exact for every value of the type).
+_CARRIERS = {
+    getattr(TensorProto, name): carrier
+    for name, carrier in {
+        "BFLOAT16": TensorProto.FLOAT,
+        "FLOAT8E4M3FN": TensorProto.FLOAT,
+        "FLOAT8E4M3FNUZ": TensorProto.FLOAT,
+        "FLOAT8E5M2": TensorProto.FLOAT,
+        "FLOAT8E5M2FNUZ": TensorProto.FLOAT,
+        "INT4": TensorProto.INT8,
+        "UINT4": TensorProto.UINT8,
+        "INT2": TensorProto.INT8,
+        "UINT2": TensorProto.UINT8,
+    }.items()
+    if hasattr(TensorProto, name)
+}
+
+
+@dataclass(frozen=True)
+class Carried:
+    """A model whose main graph's inputs and outputs of ``_CARRIERS``' types go in a wider type: the carried inputs'
+    and outputs' names (the model's name -> the carrier's) and their types."""
+
+    model: onnx.ModelProto
+    inputs: dict[str, str]
+    outputs: dict[str, str]
+    types: dict[str, np.dtype]  # the model's name -> its own numpy type (ml_dtypes')
+
+    def feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        carrier = {name: onnx.helper.tensor_dtype_to_np_dtype(_CARRIERS[self._type(name)]) for name in self.inputs}
+        return {self.inputs.get(k, k): v.astype(carrier[k]) if k in self.inputs else v for k, v in feeds.items()}
+
+    def returned(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        back = {carried: name for name, carried in self.outputs.items()}
+        return {back.get(k, k): v.astype(self.types[back[k]]) if k in back else v for k, v in values.items()}
+
+    def _type(self, name: str) -> int:
+        return onnx.helper.np_dtype_to_tensor_dtype(self.types[name])
+
+
+def carried(model: onnx.ModelProto) -> Carried:
+    """``model`` with each main-graph input and output of a type ONNX Runtime's Python binding cannot take carried in
+    a wider one, or ``model`` itself where none is."""
+    graph = model.graph
+    ends = [v for v in (*graph.input, *graph.output) if v.type.tensor_type.elem_type in _CARRIERS]
+    if not ends:
+        return Carried(model, {}, {}, {})
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph, names = copy.graph, Names(copy)
+    inputs, outputs, types, casts = {}, {}, {}, []
+    for value in graph.input:
+        own = value.type.tensor_type.elem_type
+        if own in _CARRIERS:
+            inputs[value.name], types[value.name] = names.fresh(f"{value.name}/carried"), _np(own)
+            casts.append(onnx.helper.make_node("Cast", [inputs[value.name]], [value.name], to=own))
+            value.name, value.type.tensor_type.elem_type = inputs[value.name], _CARRIERS[own]
+    ends = []
+    for value in graph.output:
+        own = value.type.tensor_type.elem_type
+        if own in _CARRIERS:
+            outputs[value.name], types[value.name] = names.fresh(f"{value.name}/carried"), _np(own)
+            ends.append(onnx.helper.make_node("Cast", [value.name], [outputs[value.name]], to=_CARRIERS[own]))
+            value.name, value.type.tensor_type.elem_type = outputs[value.name], _CARRIERS[own]
+    nodes = [*casts, *graph.node, *ends]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return Carried(copy, inputs, outputs, types)
+
+
+def _np(elem_type: int) -> np.dtype:
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
