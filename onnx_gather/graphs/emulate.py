@@ -93,7 +93,10 @@ def emulate(converted: onnx.ModelProto, verdicts: list[Verdict]) -> Emulation:
                 emulations.append((verdict.where, verdict.node, flag))
     model = onnx.ModelProto()
     model.CopyFrom(converted)
-    done = _rewrite(model, emulations)
+    found = {body.where for body in bodies(model)}
+    for where, node, flag in [e for e in emulations if e[0] not in found]:  # a subgraph of a node the DML form renamed
+        unemulated.append(Unemulated(node, flag.rule, f"its {where} has another name in the DML form", flag.status))
+    done = _rewrite(model, [e for e in emulations if e[0] in found])
     return Emulation(to_onnx(model), tuple(faults), tuple(pending), tuple(done), tuple(unemulated))
 
 
