@@ -85,6 +85,11 @@ SAME_MEANING = {
     "run_cases": {"conformance/provider_door.py", "conformance/direct_door.py"},
     "results_table": {"conformance/provider_door.py", "conformance/direct_door.py"},
     "main": {"app/cli.py", "app/entry.py"},
+    # the node suite's run and counts, and dmlsim's agreement with real DirectML on it
+    "run_suite": {"conformance/node_suite.py", "conformance/dmlsim_suite.py"},
+    "figures": {"conformance/node_suite.py", "conformance/dmlsim_suite.py"},
+    "suite_summary": {"conformance/node_suite.py", "conformance/dmlsim_suite.py"},
+    "recorded": {"conformance/node_suite.py", "conformance/dmlsim_suite.py"},
 }
 
 

@@ -57,7 +57,7 @@ def _main_opset(model: onnx.ModelProto) -> int | None:
     return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), None)
 
 
-def _standard_ops(model: onnx.ModelProto) -> list[str]:
+def standard_ops(model: onnx.ModelProto) -> list[str]:
     """The op types of the standard domain in every graph of ``model``, without repeats, in order."""
     names = [node.op_type for body in bodies(model) for node in body.nodes if node.domain in ("", "ai.onnx")]
     return list(dict.fromkeys(names))
@@ -91,7 +91,7 @@ def restamp(model: onnx.ModelProto) -> Restamp | None:
     opset = _main_opset(model)
     if opset is None:
         return None
-    ops = [op for op in _standard_ops(model) if directml_versions(op)]
+    ops = [op for op in standard_ops(model) if directml_versions(op)]
     lacking = [op for op in ops if opset > ORT_OPSET or not _has_kernel(op, opset)]
     if not lacking:
         return None
@@ -118,6 +118,17 @@ def _first_line(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+def hresult(text: str) -> str | None:
+    """The HRESULT (8 hex digits, 8xxxxxxx) an error's message names, if any."""
+    code = _HRESULT.search(_LOCATION.sub("", text))
+    return code[1] if code else None
+
+
+def refused_stamp(error: BaseException) -> bool:
+    """Whether ``error`` is ONNX Runtime 1.24.4 refusing the model's stamp (IR version, opset) on every provider."""
+    return bool(_REFUSED_STAMP.search(str(error)))
+
+
 def error_symptom(error: BaseException) -> str:
     """A failure in a few words: DirectML's HRESULT and its text where there is one, else the message's first line."""
     text = _LOCATION.sub("", str(error))
@@ -126,8 +137,11 @@ def error_symptom(error: BaseException) -> str:
     return where + (_first_line(f"{code[1]} {code[2]}") if code else _first_line(text))
 
 
-def difference_symptom(name: str, comparison: Comparison, reference: np.ndarray, actual: np.ndarray) -> str:
-    """An output outside its tolerance, in a few words: how many values, how far, and the first one."""
+def difference_symptom(
+    name: str, comparison: Comparison, reference: np.ndarray, actual: np.ndarray, said: str = "{} is expected"
+) -> str:
+    """An output outside its tolerance, in a few words: how many values, how far, and the first one (``said``
+    words the reference's value there)."""
     if comparison.note:
         return f"{name}: {comparison.note}"
     text = f"{name}: {comparison.mismatches} of {reference.size} differ"
@@ -138,7 +152,7 @@ def difference_symptom(name: str, comparison: Comparison, reference: np.ndarray,
         )
     if comparison.first_mismatch is not None:
         where = tuple(comparison.first_mismatch)
-        text += f"; at {list(where)}: {actual[where]} where {reference[where]} is expected"
+        text += f"; at {list(where)}: {actual[where]} where {said.format(reference[where])}"
     return text
 
 
@@ -157,13 +171,19 @@ def compare_outputs(
     if len(outputs) != len(expected):
         return f"{len(outputs)} outputs where {len(expected)} are expected"
     for name, reference in zip(names, expected, strict=True):
-        reference, actual = np.asarray(reference), np.asarray(outputs[name])
-        if reference.dtype == actual.dtype:
-            reference, actual = _numeric(reference), _numeric(actual)
+        reference, actual = by_value(reference, outputs[name])
         comparison = compare(reference, actual, tolerance)
         if not comparison.within_tolerance:
             return difference_symptom(name, comparison, reference, actual)
     return ""
+
+
+def by_value(reference: object, actual: object) -> tuple[np.ndarray, np.ndarray]:
+    """Two outputs as arrays to compare by value: of one type, ml_dtypes' 8- and 4-bit ones as FLOAT32."""
+    reference, actual = np.asarray(reference), np.asarray(actual)
+    if reference.dtype == actual.dtype:
+        return _numeric(reference), _numeric(actual)
+    return reference, actual
 
 
 @dataclass(frozen=True)
@@ -230,49 +250,64 @@ def data_sets(case: TestCase) -> list[tuple[list[np.ndarray], list[np.ndarray]]]
     return backends.create("dml").refusal(case.model) or sets
 
 
-def run_model(
-    backend: backends.Backend, model: onnx.ModelProto, sets: Sequence[tuple[list, list]], tolerance: Tolerance
-) -> dict:
+# How the dml backend fails a case: DirectML or ONNX Runtime refuses it, or the runner ends.
+FAILURES = (DirectMlError, RunnerError, backends.CannotRun)
+DataSets = Sequence[tuple[list, list]]
+# How a case's model is run on its data sets (``run_model``): one results line's run, as stamped or re-stamped.
+RunModel = Callable[[backends.Backend, onnx.ModelProto, DataSets, Tolerance], dict]
+
+
+def suite_model(model: onnx.ModelProto) -> Model:
+    """A case's model as the backends run it."""
+    return Model(Path(tempfile.gettempdir()) / "case.onnx", model)
+
+
+def feeds(model: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """A data set's inputs by the names of the model's inputs (a case may leave its last optional ones out)."""
+    return {value.name: array for value, array in zip(model.graph.input, inputs, strict=False)}
+
+
+def run_model(backend: backends.Backend, model: onnx.ModelProto, sets: DataSets, tolerance: Tolerance) -> dict:
     """Run ``model`` on each data set (inputs, expected outputs): its verdict, symptom and the nodes placed on DirectML
     and on the CPU provider (None where the run failed before ONNX Runtime reported them)."""
-    wrapped = Model(Path(tempfile.gettempdir()) / "case.onnx", model)
+    wrapped = suite_model(model)
     names = wrapped.output_names
     placed: dict = {}
     for inputs, expected in sets:
-        feeds = {value.name: array for value, array in zip(model.graph.input, inputs, strict=False)}
         try:
-            outcome = backend.run(wrapped, feeds)
-        except (DirectMlError, RunnerError, backends.CannotRun) as error:
-            verdict = NOT_RUN if _REFUSED_STAMP.search(str(error)) else FAIL
+            outcome = backend.run(wrapped, feeds(model, inputs))
+        except FAILURES as error:
+            verdict = NOT_RUN if refused_stamp(error) else FAIL
             return {"verdict": verdict, "symptom": error_symptom(error), "directml": None, "cpu": None}
         placed = outcome.placement
         symptom = compare_outputs(expected, outcome.outputs, names, tolerance)
         if symptom:
             note = f" ({outcome.notes[0]})" if outcome.notes else ""
-            return {"verdict": FAIL, "symptom": symptom + note, **_counts(placed)}
-    return {"verdict": PASS, "symptom": "", **_counts(placed)}
+            return {"verdict": FAIL, "symptom": symptom + note, **counts(placed)}
+    return {"verdict": PASS, "symptom": "", **counts(placed)}
 
 
-def _counts(placement: Mapping[str, dict]) -> dict:
+def counts(placement: Mapping[str, dict]) -> dict:
+    """The nodes a run placed on DirectML and on the CPU provider (``directml``, ``cpu``)."""
     directml = placement.get(DML_PROVIDER, {}).get("nodes", 0)
     return {"directml": directml, "cpu": sum(p["nodes"] for name, p in placement.items() if name != DML_PROVIDER)}
 
 
-def run_case(backend: backends.Backend, case: TestCase, expectations: Expectations) -> dict:
-    """One results line of ``case``: as stamped and, where ``restamp`` applies, re-stamped."""
-    line = {"case": case.name, "opset": _main_opset(case.model), "ops": _standard_ops(case.model)}
+def run_case(backend: backends.Backend, case: TestCase, expectations: Expectations, run: RunModel = run_model) -> dict:
+    """One results line of ``case``, each run by ``run``: as stamped and, where ``restamp`` applies, re-stamped."""
+    line = {"case": case.name, "opset": _main_opset(case.model), "ops": standard_ops(case.model)}
     sets = data_sets(case)
     if isinstance(sets, str):
         return {**line, "verdict": NOT_RUN, "symptom": sets, "directml": None, "cpu": None, "restamp": None}
     tolerance = expectations.tolerance(case.name)
-    line.update(run_model(backend, case.model, sets, tolerance))
+    line.update(run(backend, case.model, sets, tolerance))
     again = restamp(case.model)
     if again is None:
         line["restamp"] = None
     elif again.model is None:
         line["restamp"] = {"opset": again.opset, "refused": again.refused}
     else:
-        line["restamp"] = {"opset": again.opset, **run_model(backend, again.model, sets, tolerance)}
+        line["restamp"] = {"opset": again.opset, **run(backend, again.model, sets, tolerance)}
     return line
 
 
@@ -290,11 +325,14 @@ def read_results(path: Path) -> dict[str, dict]:
 
 
 def run_suite(
-    results: Path, select: str | None = None, report: Callable[[dict], None] = lambda line: None
+    results: Path,
+    select: str | None = None,
+    report: Callable[[dict], None] = lambda line: None,
+    run: RunModel = run_model,
 ) -> dict[str, dict]:
-    """Run every node case (those whose name ``select`` finds, a regular expression) not yet in ``results``, one
-    runner for all, appending each case's line as it is done; a case that ends the runner fails, and the next one
-    starts it again. Returns every line of ``results``."""
+    """Run every node case (those whose name ``select`` finds, a regular expression) not yet in ``results``, each
+    model by ``run`` on the ``dml`` backend, one runner for all, appending each case's line as it is done; a case
+    that ends the runner fails, and the next one starts it again. Returns every line of ``results``."""
     done = read_results(results)
     pending = [case for case in node_cases() if case.name not in done and (not select or re.search(select, case.name))]
     expectations = Expectations.bundled()
@@ -302,7 +340,7 @@ def run_suite(
     with Runner(timeout=CASE_SECONDS) as runner, results.open("a") as out:
         backend.runner = runner
         for case in pending:
-            line = run_case(backend, case, expectations)
+            line = run_case(backend, case, expectations, run)
             out.write(json.dumps(line) + "\n")
             out.flush()
             done[case.name] = line
