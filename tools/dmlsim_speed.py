@@ -111,7 +111,8 @@ def main() -> None:
         # the first run fails as the steady one does: said once
         failed.extend(f"* {name}, {route}: {failure}" for route, failure in failures.items() if route != "dmlsim first")
     print(f"worst dmlsim/cpu: {worst:.2f} (target: 2)")
-    print("\n".join(failed))
+    for line in failed:
+        print(line)
 
 
 if __name__ == "__main__":
