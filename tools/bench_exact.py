@@ -22,18 +22,12 @@ import rounding_models
 
 from onnx_gather.runtime import backends
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def _cases(folder: Path) -> dict[str, tuple[Path, dict[str, np.ndarray]]]:
-    cases = {
-        "sample": (ROOT / "models" / "sample.onnx", {"token_ids": np.arange(24).reshape(4, 6) % 32}),
-        "pow_chain": (ROOT / "models" / "pow_chain.onnx", dict(np.load(ROOT / "models" / "pow_chain.npz"))),
-    }
-    for name, (package, file, feeds) in bench_models.MODELS.items():
-        path = bench_models.THIRD_PARTY / package / file
-        if path.is_file():
-            cases[name] = (path, bench_models._decoder_feeds(feeds) if name == "romanizer decoder" else feeds)
+    cases = bench_models.own_cases()
+    for name in bench_models.MODELS:
+        if found := bench_models.case(name):
+            cases[name] = found
     for name, build in rounding_models.BUILDERS.items():
         model, feeds = build()
         onnx.save(model, folder / f"{name}.onnx")

@@ -26,7 +26,8 @@ import onnxruntime
 import onnx_gather
 from onnx_gather.graphs import model_io
 
-THIRD_PARTY = Path(__file__).resolve().parent.parent / "tests" / "third_party"
+ROOT = Path(__file__).resolve().parent.parent
+THIRD_PARTY = ROOT / "tests" / "third_party"
 RNG = np.random.default_rng(11)
 
 
@@ -87,6 +88,24 @@ MODELS = {
         },
     ),
 }
+
+
+def case(name: str) -> tuple[Path, dict[str, np.ndarray]] | None:
+    """The file of the third-party model ``name`` (of ``MODELS``) and its feeds (the romanizer's decoder's with the
+    encoder's outputs, the encoder fetched with it), or None where tools/fetch_models.py has not fetched the file."""
+    package, file, feeds = MODELS[name]
+    path = THIRD_PARTY / package / file
+    if not path.is_file():
+        return None
+    return path, _decoder_feeds(feeds) if name == "romanizer decoder" else feeds
+
+
+def own_cases() -> dict[str, tuple[Path, dict[str, np.ndarray]]]:
+    """The project's own test models in models/ and their feeds, by name."""
+    return {
+        "sample": (ROOT / "models" / "sample.onnx", {"token_ids": np.arange(24).reshape(4, 6) % 32}),
+        "pow_chain": (ROOT / "models" / "pow_chain.onnx", dict(np.load(ROOT / "models" / "pow_chain.npz"))),
+    }
 
 
 def _options(folder: Path) -> onnxruntime.SessionOptions:
@@ -150,12 +169,11 @@ def main() -> None:
     print(f"{'model':<20} {'cpu ms':>9} {'pyop ms':>9} {'lowered ms':>11} {'pyop/cpu':>9} {'lowered/cpu':>12}")
     worst = {"pyop": 0.0, "lowered": 0.0}
     for name in args.names or MODELS:
-        package, file, feeds = MODELS[name]
-        path = THIRD_PARTY / package / file
-        if not path.is_file():
-            print(f"{name:<20} missing: {path} (python tools/fetch_models.py fetches it)")
+        found = case(name)
+        if found is None:
+            print(f"{name:<20} missing: {THIRD_PARTY / MODELS[name][0]} (python tools/fetch_models.py fetches it)")
             continue
-        r = measure(path, _decoder_feeds(feeds) if name == "romanizer decoder" else feeds, args.runs)
+        r = measure(*found, args.runs)
         ratios = {route: r[route] / r["cpu"] for route in worst}
         worst = {route: max(worst[route], ratios[route]) for route in worst}
         print(
