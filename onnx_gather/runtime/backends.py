@@ -368,15 +368,19 @@ class DmlSim(Backend):
         emulation = model.emulated(feeds)
         dmlsim.raise_at_creation(emulation)
         proto, wanted = emulation.model, dmlsim.values_read(emulation)
-        produced = {out for body in bodies(proto) for node in body.nodes for out in node.output}
+        produced = {out for body in bodies(proto) for node in body.nodes for out in node.output} if wanted else set()
         extra = [name for name in wanted if name not in model.output_names and name in produced]
         if extra:
             proto = onnx.ModelProto()
             proto.CopyFrom(emulation.model)
             proto.graph.output.extend(onnx.ValueInfoProto(name=name) for name in extra)
         carried = dmlsim.carried(proto)  # the types the runner carries and ONNX Runtime's Python binding does not
+        options = quiet_options(model.folder)
+        # Unoptimised: the lowered form's guards make ONNX Runtime's graph optimizations cost several times the run
+        # (docs/measurements.md, "dmlsim"), and DirectML's own fusions are not the CPU's anyway
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
         session = onnxruntime.InferenceSession(
-            carried.model.SerializeToString(), quiet_options(model.folder), providers=["CPUExecutionProvider"]
+            carried.model.SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
         names = [value.name for value in carried.model.graph.output]
         ran = session.run(None, inputs.for_onnxruntime(carried.feeds(feeds)))
