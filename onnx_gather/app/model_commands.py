@@ -6,10 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-import onnx
-
 from onnx_gather.app import options
-from onnx_gather.app.check_report import check_document, summary
+from onnx_gather.app.check_report import check_document, session_of, summary
 from onnx_gather.app.command import Command
 from onnx_gather.app.options import InputChoice
 from onnx_gather.core import contract
@@ -26,9 +24,7 @@ from onnx_gather.graphs.placement.check import Verdict, check, flagged, measured
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
 from onnx_gather.graphs.placement.known import Status
 from onnx_gather.graphs.placement.nodes import Where, Why
-from onnx_gather.graphs.placement.session import Fate, Session, session
-from onnx_gather.graphs.plumbing import bodies
-from onnx_gather.runtime import session_graph
+from onnx_gather.graphs.placement.session import Fate, Session
 
 _OUTPUT = "-o/--output"  # convert's and lower's output
 
@@ -228,7 +224,7 @@ class CheckCommand(Command):
                 if not run.failure
                 else f"The flags that read what the run did not make stay possible: {run.failure}."
             )
-        session, trouble = _session(model, args.model)
+        session, trouble = session_of(model, args.model)
         if session is not None:
             verdicts = with_session(verdicts, session)
         lines = summary(verdicts, args.feature_level, session) + lines
@@ -248,19 +244,6 @@ _GONE_REASONS = {
     Fate.FOLDED: Why.FOLDED.sentence,
     Fate.REMOVED: "ONNX Runtime's optimizations remove it (an Identity, a Dropout, a no-op, a node no output needs)",
 }
-
-
-def _session(model: onnx.ModelProto, path: str) -> tuple[Session | None, str]:
-    """ONNX Runtime's DirectML session of ``model`` (the file at ``path``) as its optimizations leave it, or None
-    and why not."""
-    if any(contract.is_dml(n) or contract.is_dml_scatter(n) for body in bodies(model) for n in body.nodes):
-        return None, "A model with onnx-gather's DML nodes: counted as it is, not as ONNX Runtime's session holds it."
-    try:
-        optimized = session_graph.optimized(model, path)
-    except Exception as error:  # onnxruntime's own errors (Fail, InvalidGraph, NotImplemented...) have no common base
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return None, f"ONNX Runtime's CPU provider cannot optimize the model ({first}): counted as it is."
-    return session(model, optimized), ""
 
 
 def _print_check(verdicts: list[Verdict], lines: list[str], every: bool, session: Session | None) -> None:
