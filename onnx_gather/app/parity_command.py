@@ -212,7 +212,7 @@ def _print_verdicts(runs: list[Reported], refused: dict[Path, str], count: int) 
         return
     for path, reason in refused.items():
         print(f"{path}: refused: {reason}\n")
-    print(f"{sum(run.parity.passed for run in runs)} of {count} models passed.")
+    print(report.passed_line(runs, count))
     for run in runs:
         verdict = run.parity.verdict
         print(f"  {verdict if run.parity.passed else verdict.upper()}  {run.parity.model}")
