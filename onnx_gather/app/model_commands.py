@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from onnx_gather.app import options
-from onnx_gather.app.check_report import check_document, session_of, summary
+from onnx_gather.app.check_page import check_page
+from onnx_gather.app.check_report import check_document, session_of, summary, tallied
 from onnx_gather.app.command import Command
 from onnx_gather.app.options import InputChoice
 from onnx_gather.core import contract
@@ -27,6 +28,7 @@ from onnx_gather.graphs.placement.nodes import Where, Why
 from onnx_gather.graphs.placement.session import Fate, Session
 
 _OUTPUT = "-o/--output"  # convert's and lower's output
+_HTML = "--html"  # check's page
 
 _RANK_RUN = (
     "The inputs options are those of the run of ONNX Runtime that tells the ranks no shape inference can (made only "
@@ -154,7 +156,7 @@ class ConvertCommand(Command):
         outputs.save(_OUTPUT, result, args.model)
         _print_report(report, "Converted", args.model, args.output)
         if reshapes is not None:
-            print(allowzero.tally(reshapes))
+            print(allowzero.tallied(reshapes))
             for change in reshapes:
                 print(f"  {change.describe()}" if change.changed else f"  left as it was: {change.describe()}")
         return 1 if args.strict and report.left else 0
@@ -208,10 +210,16 @@ class CheckCommand(Command):
             "DirectML behaviour; the others are counted)",
         )
         parser.add_argument("--json", action="store_true", help="print a JSON report of every node instead")
+        parser.add_argument(
+            "--html",
+            help="also write the report as one self-contained HTML page here: the summary, a picture of the model as "
+            "the session runs it, every node's row",
+        )
         options.add_input_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         model, choice = model_io.load(args.model), InputChoice.of(args)
+        outputs = model_io.outputs({_HTML: args.html}, [(args.model, model)], [choice.inputs])
         given = choice.given(model)
         observation = choice.observation(given, Path(args.model).parent)
         verdicts = check(model, args.feature_level, observation)
@@ -230,6 +238,10 @@ class CheckCommand(Command):
         lines = summary(verdicts, args.feature_level, session) + lines
         if trouble:  # where the session's line would be
             lines.insert(1, trouble)
+        if args.html:
+            document = check_document(args.model, args.feature_level, verdicts, lines, True, session)
+            page = check_page(document, tallied(verdicts, session), verdicts, session)
+            outputs.write_bytes(_HTML, page.encode())
         if args.json:
             document = check_document(args.model, args.feature_level, verdicts, lines, args.all_nodes, session)
             print(json.dumps(document, indent=2))
