@@ -20,10 +20,12 @@ from onnx_gather.runtime.parity import BackendRun, Parity
 
 @dataclass(frozen=True)
 class Reported:
-    """A parity run and the hint its caller worded from its failures ("" for none)."""
+    """A parity run, the hint its caller worded from its failures ("" for none) and, for the HTML page of a run
+    with ``--all-tensors``, the picture of the model with its divergences marked (``parity_page.marked_picture``)."""
 
     parity: Parity
     hint: str = ""
+    picture: list[dict] | None = None
 
 
 def _outputs(by_backend: Mapping[str, Comparison]) -> dict:
