@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from onnx_gather.app import pages
-from onnx_gather.app.check_report import CAUSES, GONE, Tally, providers
+from onnx_gather.app.check_report import CAUSES, GATHER_STATUSES, GONE, Tally, providers
 from onnx_gather.core.words import counted, listed
 from onnx_gather.graphs.placement import known
 from onnx_gather.graphs.placement.check import Verdict, flagged
@@ -165,7 +165,7 @@ def summary_figures(counts: Tally) -> str:
         total = sum(n for (s, _), n in counts.flagged.items() if s == status)
         parts.append(pages.card(f"known behaviours {status.value}", total, rules, kind=f"known {status.name}"))
     if counts.gathers:
-        gathers = [f"{n} {status}" for status, n in counts.gathers.most_common()]
+        gathers = [f"{counts.gathers[s]} {label}" for s, label in GATHER_STATUSES.items() if counts.gathers[s]]
         parts.append(pages.card("gathers", counts.gathers.total(), gathers))
     return f'<div class="figures">{"".join(parts)}</div>'
 

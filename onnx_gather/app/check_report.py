@@ -58,7 +58,7 @@ class Tally:
     session: SessionTally | None
 
 
-def tally(verdicts: list[Verdict], session: Session | None = None) -> Tally:
+def tallied(verdicts: list[Verdict], session: Session | None = None) -> Tally:
     """The figures of ``summary``."""
     running = [v for v in verdicts if v.fate not in GONE]
     return Tally(
@@ -77,7 +77,7 @@ def summary(verdicts: list[Verdict], feature_level: str, session: Session | None
     """A line on every node, by provider and by what DirectML is known to do; with ``session``, the nodes no
     provider runs said as such and a line on the session (its nodes, partitions and memory copies); then one on the
     gathers, if any."""
-    counts = tally(verdicts, session)
+    counts = tallied(verdicts, session)
     runs, gone = counts.runs, counts.gone
     why = ", ".join(f"{count} {CAUSES[cause]}" for cause, count in counts.causes.most_common())
     on_cpu = f"{runs[Where.CPU]} on the CPU provider" + (f" ({why})" if why else "")
@@ -155,20 +155,19 @@ def _session_line(counts: SessionTally) -> str:
     )
 
 
+GATHER_STATUSES = {  # how the summary counts the gathers, by status
+    Where.DIRECTML: "on DirectML",
+    Where.CPU: "on the CPU provider",
+    Where.FAILS: "failing",
+    Where.REFUSED: "refused",
+    Where.UNKNOWN: "unknown until the model runs",
+    Where.DML: "as DML nodes (converted by onnx-gather: check the original model for placement)",
+}
+
+
 def _gathers(counts: Counter, feature_level: str) -> str:
     """One line: how many gathers the provider runs where, at ``feature_level``."""
-    parts = [
-        f"{counts[s]} {label}"
-        for s, label in (
-            (Where.DIRECTML, "on DirectML"),
-            (Where.CPU, "on the CPU provider"),
-            (Where.FAILS, "failing"),
-            (Where.REFUSED, "refused"),
-            (Where.UNKNOWN, "unknown until the model runs"),
-            (Where.DML, "as DML nodes (converted by onnx-gather: check the original model for placement)"),
-        )
-        if counts[s]
-    ]
+    parts = [f"{counts[status]} {label}" for status, label in GATHER_STATUSES.items() if counts[status]]
     return f"{counted(counts.total(), 'gather')} at DirectML feature level {feature_level}: {', '.join(parts)}."
 
 

@@ -340,7 +340,7 @@
         const classes = ["box", box.dml ? "dml" : "cpu", unit.kind];
         if (box.fails) classes.push("fails");
         if (box.marks) classes.push("marked");
-        if (hitBoxes[unit.box]) classes.push("hit");
+        if (hitBoxes[unit.box] && unit.kind === "box") classes.push("hit"); // an open box's nodes say it themselves
         if (unit.kind === "box") {
           for (const i of this.members(unit.box)) this.where[i] = [x, y];
           parts.push('<g class="' + classes.join(" ") + '" data-box="' + unit.box + '" transform="translate(' + left +
@@ -382,16 +382,17 @@
       }
     }
 
-    fit(start) { // the whole drawing; at the start, no smaller than READABLE, from its top left corner
+    fit(start) { // the whole drawing; at the start, no smaller than READABLE, from its top (its left if wide)
       if (!this.drawn) return;
       const box = this.svg.getBoundingClientRect();
       const laid = this.drawn.laid;
       const whole = Math.min(1, box.width / Math.max(laid.width, 1), box.height / Math.max(laid.height, 1));
       const k = start ? Math.max(whole, READABLE) : whole;
+      const below = laid.height * k < box.height ? (box.height - laid.height * k) / 2 : 0;
       this.view = {
         k: k,
         x: laid.width * k < box.width ? (box.width - laid.width * k) / 2 : 0,
-        y: laid.height * k < box.height ? (box.height - laid.height * k) / 2 : 0,
+        y: start ? Math.min(below, 8) : below, // the start of the model at the top
       };
       this.apply();
     }
