@@ -156,7 +156,7 @@ class ConvertCommand(Command):
         outputs.save(_OUTPUT, result, args.model)
         _print_report(report, "Converted", args.model, args.output)
         if reshapes is not None:
-            print(allowzero.tallied(reshapes))
+            print(allowzero.tally(reshapes))
             for change in reshapes:
                 print(f"  {change.describe()}" if change.changed else f"  left as it was: {change.describe()}")
         return 1 if args.strict and report.left else 0
