@@ -156,3 +156,27 @@ def test_the_html_path_is_checked_before_any_work(tmp_path, capsys):
     assert "--html" in capsys.readouterr().err
     assert cli.main(["check", str(model), "--html", str(tmp_path / "missing" / "page.html")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_model_whose_session_is_not_known_gets_its_page_without_a_picture(tmp_path, capsys):
+    converted = tmp_path / "sample.dml.onnx"
+    assert cli.main(["convert", str(MODELS / "sample.onnx"), "-o", str(converted)]) == 0
+    page, report = _check_page(tmp_path, capsys, converted)
+    assert report["session"] is None and "No picture" in page and 'id="picture-data"' not in page
+    assert html.escape(report["summary"][1]) in page  # the line saying why
+    assert addresses(page) == []
+
+
+def test_the_parity_page_of_a_folder_has_a_section_per_model_and_the_models_refused(tmp_path, capsys):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for name in ("sample.onnx", "pow_chain.onnx"):
+        (folder / name).write_bytes((MODELS / name).read_bytes())
+    (folder / "broken.onnx").write_bytes(b"not a model")
+    page = tmp_path / "parity.html"
+    cli.main(["parity", str(folder), "--backends", "pyop,cpu", "--html", str(page)])
+    text = page.read_text()
+    (passed,) = [line for line in capsys.readouterr().out.splitlines() if line.endswith(" of 3 models passed.")]
+    assert passed in text
+    assert text.count('<section class="model">') == 3 and "Refused: " in text
+    assert text.count("<h2>") == 3 and f"<h2>{html.escape(str(folder / 'broken.onnx'))}</h2>" in text
