@@ -12,11 +12,13 @@ on leaving the ``with``, on a time-out, on an error.
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -54,6 +56,21 @@ class Seen:
     @property
     def console_errors(self) -> list[str]:
         return [text for kind, text in self.console if kind in ("error", "assert")]
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid``, at any depth (from /proc; none where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, ahead = [], [pid]
+    while ahead:
+        for child in children.get(ahead.pop(), []):
+            found.append(child)
+            ahead.append(child)
+    return found
 
 
 class Browser:
@@ -108,6 +125,7 @@ class Browser:
                 stderr=subprocess.DEVNULL,
                 close_fds=False,  # the descriptors Python opens are not inherited (PEP 446); fd 3 and 4 are
                 preexec_fn=pipes,
+                start_new_session=True,  # a process group of its own, ended whole on leaving
             )
         finally:
             os.close(to_browser)
@@ -129,6 +147,7 @@ class Browser:
 
     def __exit__(self, *_: object) -> None:
         process = self._process
+        helpers = _descendants(process.pid) if process is not None else []
         if process is not None and process.poll() is None:
             try:
                 os.write(self._writer, json.dumps({"id": 0, "method": "Browser.close"}).encode() + b"\0")
@@ -136,6 +155,12 @@ class Browser:
             except (OSError, subprocess.TimeoutExpired):
                 process.kill()
                 process.wait(timeout=10)
+        if process is not None:  # its helpers still there (renderers, the zygote), by their ids, and its own group
+            for pid in helpers:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
         for descriptor in (self._writer, self._reader):
             try:
                 os.close(descriptor)
