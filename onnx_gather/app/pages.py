@@ -42,11 +42,12 @@ def data_script(identifier: str, data: object) -> str:
 
 
 def html_table(header: Sequence[str], rows: Iterable[Sequence[object]], identifier: str = "") -> str:
-    """A table of text cells, sorted by a column at a click on its head (``page.js``)."""
+    """A table of text cells, sorted by a column at a click on its head (``page.js``), in a box of its own that
+    scrolls (a long name widens the table, not the page)."""
     attributes = (f' id="{escaped(identifier)}"' if identifier else "") + ' class="sortable"'
     head = "".join(f"<th>{escaped(cell)}</th>" for cell in header)
     body = "".join("<tr>" + "".join(f"<td>{escaped(cell)}</td>" for cell in row) + "</tr>" for row in rows)
-    return f"<table{attributes}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="scroll"><table{attributes}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def card(label: str, value: object, detail: Iterable[str] = (), kind: str = "") -> str:

@@ -504,7 +504,10 @@
         drag = null;
         if (moved) return;
         const target = event.target.closest("[data-node],[data-box],[data-close]");
-        if (!target) return;
+        if (!target) { // a click beside the shapes puts the details away
+          this.details.hidden = true;
+          return;
+        }
         if (target.dataset.close !== undefined) {
           this.open.delete(Number(target.dataset.close));
           this.render();
