@@ -180,3 +180,12 @@ def test_the_parity_page_of_a_folder_has_a_section_per_model_and_the_models_refu
     assert passed in text
     assert text.count('<section class="model">') == 3 and "Refused: " in text
     assert text.count("<h2>") == 3 and f"<h2>{html.escape(str(folder / 'broken.onnx'))}</h2>" in text
+
+
+def test_with_all_tensors_and_nothing_apart_the_parity_page_draws_the_model_unmarked(tmp_path, capsys):
+    page = tmp_path / "parity.html"
+    arguments = ["parity", str(MODELS / "sample.onnx"), "--backends", "pyop,cpu", "--shape", "token_ids:4x6"]
+    assert cli.main([*arguments, "--int-range", "0:32", "--all-tensors", "--html", str(page)]) == 0
+    (graph,) = _data(page.read_text(), "picture-data-0")["graphs"]
+    assert len(graph["nodes"]) == 6 and not any("marks" in node for node in graph["nodes"])
+    assert "no node's outputs differ beyond tolerance" in page.read_text()
