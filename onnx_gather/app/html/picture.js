@@ -235,7 +235,9 @@
       const token = ++this.token;
       const started = performance.now();
       const graph = this.graph;
-      const opened = Array.from(this.open).sort(function (a, b) { return a - b; });
+      const opened = Array.from(this.open).filter((box) => this.members(box).length > 1).sort(function (a, b) {
+        return a - b;
+      });
       const inner = {};
       for (const box of opened) {
         inner[box] = await this.innerLayout(box);
