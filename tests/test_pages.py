@@ -64,6 +64,8 @@ def test_the_check_page_holds_the_text_reports_figures_and_a_row_for_every_node(
         assert f'<div class="value">{value}</div>' in page
     drawn = _data(page, "picture-data")["graphs"]
     assert [node["name"] for node in drawn[0]["nodes"]] == [node["name"] for node in report["session"]["nodes"]]
+    flagged = {node["name"]: (node["possible"], node["flags"]) for node in drawn[0]["nodes"] if "flags" in node}
+    assert flagged == {"power": (1, ["differs pow-zero-zero (possible)"])}
     assert drawn[0]["boxes"] == {
         "0": {
             "title": "DirectML partition 1 of 1",

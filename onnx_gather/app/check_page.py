@@ -50,10 +50,14 @@ def _groups(session: Session, graph: str, names: Sequence[str], on_dml: Sequence
 
 
 def _flags(verdicts: Sequence[Verdict]) -> dict:
-    """The met and possible flags of the model's nodes one session node stands for, and whether one fails."""
-    statuses = Counter(k.status for v in verdicts for k in v.known)
-    found = {"met": statuses[known.Status.MET], "possible": statuses[known.Status.POSSIBLE]}
+    """The met and possible flags of the model's nodes one session node stands for (counted, and said by rule), and
+    whether one fails."""
+    shown = [k for v in verdicts for k in v.known if k.status in (known.Status.MET, known.Status.POSSIBLE)]
+    statuses = Counter(k.status for k in shown)
+    found: dict = {"met": statuses[known.Status.MET], "possible": statuses[known.Status.POSSIBLE]}
     found = {key: count for key, count in found.items() if count}
+    if shown:
+        found["flags"] = [f"{k.kind} {k.rule} ({k.status})" for k in shown]
     if any(v.status == Where.FAILS for v in verdicts):
         found["fails"] = True
     return found

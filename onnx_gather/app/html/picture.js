@@ -432,8 +432,8 @@
       const item = this.graph.nodes[node];
       const rows = [["node", item.name], ["op type", item.op], ["runs on", item.on], ["why", item.reason]];
       if (item.of) rows.push(["stands for", item.of.join(", ") || "(no node of the model)"]);
-      if (item.met) rows.push(["known behaviours met", item.met]);
-      if (item.possible) rows.push(["known behaviours possible", item.possible]);
+      if (item.flags) rows.push(["known behaviours", item.flags.join("; ")]);
+      if (item.fails) rows.push(["fails", "DirectML fails at this node (its row in the table says how)"]);
       if (item.marks) rows.push(["marked", item.marks.join("; ")]);
       const box = this.graph.boxes[item.box];
       rows.push(["box", box.title + " (" + nodes(box.size) + ")"]);
