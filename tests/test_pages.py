@@ -83,8 +83,11 @@ def test_a_page_names_nothing_outside_itself_and_its_policy_lets_it_fetch_nothin
     assert addresses('<img src="x"><a href="https://example.org">') != []  # the test sees what it looks for
     assert f'content="{pages.POLICY}"' in page and "default-src 'none'" in pages.POLICY
     assert "connect-src 'none'" in pages.POLICY and "sourceMappingURL" not in page
-    # The data cannot close its script element, nor the text open a tag
-    assert pages.data_script("d", {"x": "</script><b>"}).count("</script>") == 1
+    # The data cannot close its script element, nor the text open a tag; no file put inside an element closes it
+    assert pages.data_script("d", {"x": "</script><!--<b>"}).count("<") == 2  # its own two tags
+    assert json.loads(pages.data_script("d", {"x": "<!--"}).split(">", 1)[1].rsplit("<", 1)[0]) == {"x": "<!--"}
+    for name in ("dagre.min.js", "picture.js", "page.js", "page.css"):
+        assert not re.search(r"</(script|style)|<!--", pages.asset(name), re.I), name
     assert pages.escaped("<b>'") == "&lt;b&gt;&#x27;"
 
 

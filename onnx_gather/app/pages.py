@@ -36,8 +36,9 @@ def escaped(value: object) -> str:
 
 
 def data_script(identifier: str, data: object) -> str:
-    """``data`` as JSON in a script element the page's scripts read (``</`` written so that it cannot close it)."""
-    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    """``data`` as JSON in a script element the page's scripts read (every ``<`` written ``\\u003c``, so that no
+    text of it can close the element or open a comment in it)."""
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     return f'<script type="application/json" id="{escaped(identifier)}">{payload}</script>'
 
 
