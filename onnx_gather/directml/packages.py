@@ -24,7 +24,7 @@ from onnx_gather.directml.layout import (
 )
 
 # Wine, Xvfb, mingw-w64 for the programs and d3d12.dll, what d3d12.dll's build needs besides, Mesa's Vulkan driver;
-# Chromium for the tests of the HTML reports.
+# Chromium and a font for the tests of the HTML reports.
 PACKAGES = (
     "wine",
     "wine64",
@@ -36,6 +36,7 @@ PACKAGES = (
     "libvulkan-dev",
     MESA_PACKAGE,
     "chromium",
+    "fonts-dejavu-core",  # the pages' text in Chromium's screenshots (installed without chromium's recommended fonts)
 )
 BACKPORTS_SOURCE = Path("/etc/apt/sources.list.d/onnx-gather-bookworm-backports.sources")
 
