@@ -211,6 +211,17 @@ def _missing(reason: str) -> None:
     pytest.skip(reason)
 
 
+def require_chromium() -> str:
+    """The path of headless Chromium (Debian's ``chromium``, which ``onnx-gather setup-directml`` installs for the
+    tests of the HTML pages); skipped where it is not there, failing in CI."""
+    import shutil
+
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        _missing("Chromium is not installed (the HTML pages' browser tests): apt-get install chromium")
+    return found
+
+
 def _require_openvino() -> None:
     """A test marked ``openvino`` runs the openvino backend: skipped where the openvino extra is not installed."""
     from onnx_gather.runtime import backends

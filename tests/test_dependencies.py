@@ -1,5 +1,6 @@
 """The package depends on what it imports: every third-party module it imports is a declared dependency, and a plain
-``pip install .`` (no extras) runs ``check`` on a model whose ranks need ONNX Runtime's symbolic shape inference."""
+``pip install .`` (no extras) runs ``check`` on a model whose ranks need ONNX Runtime's symbolic shape inference, and
+writes its HTML page with the scripts installed with the package."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def test_a_plain_install_checks_a_model_that_needs_symbolic_shape_inference(tmp_
     )
     assert install.returncode == 0, install.stderr[-2000:]
     check = subprocess.run(
-        [venv / "bin" / "onnx-gather", "check", "contrib.onnx"],
+        [venv / "bin" / "onnx-gather", "check", "contrib.onnx", "--html", "page.html"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -100,3 +101,5 @@ def test_a_plain_install_checks_a_model_that_needs_symbolic_shape_inference(tmp_
     assert check.returncode == 0, check.stderr
     assert "internal error" not in check.stderr and "sympy" not in check.stderr
     assert "1 gather" in check.stdout and "'pick'" in check.stdout, check.stdout
+    page = (tmp_path / "page.html").read_text()  # the installed package holds the page's scripts (package-data)
+    assert "dagre" in page and "class Picture" in page and '"name":"pick"' in page

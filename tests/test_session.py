@@ -84,6 +84,21 @@ def test_a_cpu_node_between_directml_nodes_costs_two_copies_and_splits_the_parti
     assert sorted(found.partitions) == [("c2", "r2", "add"), ("r1", "neg", "c1")]
 
 
+def test_the_links_are_every_value_one_node_makes_and_another_takes():
+    """Each value between two of the session's nodes, once per consumer (the graph's input and output are no node's);
+    a copied value is a link too."""
+    found = session(_island(), optimized(_island()))
+    assert sorted((link.producer, link.value, link.consumer) for link in found.links) == [
+        ("c1", "b", "sin"),
+        ("c2", "d", "r2"),
+        ("neg", "f", "add"),
+        ("r1", "a", "c1"),
+        ("r1", "a", "neg"),
+        ("r2", "e", "add"),
+        ("sin", "c", "c2"),
+    ]
+
+
 def test_directml_fuses_an_activation_into_the_node_before_it_as_its_provider_does():
     model = _fusions()
     found = session(model, optimized(model))

@@ -6,10 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-import onnx
-
 from onnx_gather.app import options
-from onnx_gather.app.check_report import check_document, summary
+from onnx_gather.app.check_page import check_page
+from onnx_gather.app.check_report import check_document, session_of, summary, tallied
 from onnx_gather.app.command import Command
 from onnx_gather.app.options import InputChoice
 from onnx_gather.core import contract
@@ -26,11 +25,10 @@ from onnx_gather.graphs.placement.check import Verdict, check, flagged, measured
 from onnx_gather.graphs.placement.gather import FEATURE_LEVELS
 from onnx_gather.graphs.placement.known import Status
 from onnx_gather.graphs.placement.nodes import Where, Why
-from onnx_gather.graphs.placement.session import Fate, Session, session
-from onnx_gather.graphs.plumbing import bodies
-from onnx_gather.runtime import session_graph
+from onnx_gather.graphs.placement.session import Fate, Session
 
 _OUTPUT = "-o/--output"  # convert's and lower's output
+_HTML = "--html"  # check's page
 
 _RANK_RUN = (
     "The inputs options are those of the run of ONNX Runtime that tells the ranks no shape inference can (made only "
@@ -212,10 +210,16 @@ class CheckCommand(Command):
             "DirectML behaviour; the others are counted)",
         )
         parser.add_argument("--json", action="store_true", help="print a JSON report of every node instead")
+        parser.add_argument(
+            "--html",
+            help="also write the report as one self-contained HTML page here: the summary, a picture of the model as "
+            "the session runs it, every node's row",
+        )
         options.add_input_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         model, choice = model_io.load(args.model), InputChoice.of(args)
+        outputs = model_io.outputs({_HTML: args.html}, [(args.model, model)], [choice.inputs])
         given = choice.given(model)
         observation = choice.observation(given, Path(args.model).parent)
         verdicts = check(model, args.feature_level, observation)
@@ -228,12 +232,16 @@ class CheckCommand(Command):
                 if not run.failure
                 else f"The flags that read what the run did not make stay possible: {run.failure}."
             )
-        session, trouble = _session(model, args.model)
+        session, trouble = session_of(model, args.model)
         if session is not None:
             verdicts = with_session(verdicts, session)
         lines = summary(verdicts, args.feature_level, session) + lines
         if trouble:  # where the session's line would be
             lines.insert(1, trouble)
+        if args.html:
+            document = check_document(args.model, args.feature_level, verdicts, lines, True, session)
+            page = check_page(document, tallied(verdicts, session), verdicts, session)
+            outputs.write_bytes(_HTML, page.encode())
         if args.json:
             document = check_document(args.model, args.feature_level, verdicts, lines, args.all_nodes, session)
             print(json.dumps(document, indent=2))
@@ -248,19 +256,6 @@ _GONE_REASONS = {
     Fate.FOLDED: Why.FOLDED.sentence,
     Fate.REMOVED: "ONNX Runtime's optimizations remove it (an Identity, a Dropout, a no-op, a node no output needs)",
 }
-
-
-def _session(model: onnx.ModelProto, path: str) -> tuple[Session | None, str]:
-    """ONNX Runtime's DirectML session of ``model`` (the file at ``path``) as its optimizations leave it, or None
-    and why not."""
-    if any(contract.is_dml(n) or contract.is_dml_scatter(n) for body in bodies(model) for n in body.nodes):
-        return None, "A model with onnx-gather's DML nodes: counted as it is, not as ONNX Runtime's session holds it."
-    try:
-        optimized = session_graph.optimized(model, path)
-    except Exception as error:  # onnxruntime's own errors (Fail, InvalidGraph, NotImplemented...) have no common base
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return None, f"ONNX Runtime's CPU provider cannot optimize the model ({first}): counted as it is."
-    return session(model, optimized), ""
 
 
 def _print_check(verdicts: list[Verdict], lines: list[str], every: bool, session: Session | None) -> None:

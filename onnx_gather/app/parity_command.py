@@ -12,6 +12,7 @@ from onnx_gather.app import options, report
 from onnx_gather.app.command import INCOMPLETE, Command
 from onnx_gather.app.hints import parity_hint
 from onnx_gather.app.options import InputChoice
+from onnx_gather.app.parity_page import marked_picture, parity_page
 from onnx_gather.app.parser import UsageError
 from onnx_gather.app.progress import Announced, Progress
 from onnx_gather.app.report import Reported
@@ -105,6 +106,11 @@ class ParityCommand(Command):
         parser.add_argument("--report", help="write the JSON report here")
         parser.add_argument("--markdown", help="write the report as Markdown here")
         parser.add_argument(
+            "--html",
+            help="write the report as one self-contained HTML page here: the verdict, the tables, a histogram of the "
+            "differences per output, with --all-tensors the first nodes outside tolerance on a picture of the model",
+        )
+        parser.add_argument(
             "--all-tensors",
             action="store_true",
             help="compare every intermediate value too, and name the first nodes whose outputs differ while their "
@@ -127,7 +133,12 @@ class ParityCommand(Command):
         if not single and (choice.inputs or args.save_inputs):
             raise UsageError("--inputs and --save-inputs take a single model")
         models, refused = _load_models(paths, single)
-        written = {"--report": args.report, "--markdown": args.markdown, "--save-inputs": args.save_inputs}
+        written = {
+            "--report": args.report,
+            "--markdown": args.markdown,
+            "--html": args.html,
+            "--save-inputs": args.save_inputs,
+        }
         outputs = model_io.outputs(written, [(m.path, m.proto) for m in models], [*refused, choice.inputs])
         runs = self._run_models(args, choice, chosen, models, refused, single, outputs)
         self._write_files(args, runs, refused, single, outputs)
@@ -179,7 +190,8 @@ class ParityCommand(Command):
                 exact=yardstick,
             )
             model.conversions.clear()  # the DML forms its backends shared: not kept while the next model runs
-            runs.append(Reported(parity, parity_hint(parity, model.proto, choice)))
+            drawn = marked_picture(model.proto, model.path, parity) if args.html and args.all_tensors else None
+            runs.append(Reported(parity, parity_hint(parity, model.proto, choice), drawn))
             progress.model_done()
             if not single:  # the verdict on them all comes after the files
                 print(report.text(runs[-1]) + "\n")
@@ -194,7 +206,7 @@ class ParityCommand(Command):
         single: bool,
         outputs: model_io.Outputs,
     ) -> None:
-        """The --report and --markdown files of a parity run, written before its verdict is printed."""
+        """The --report, --markdown and --html files of a parity run, written before its verdict is printed."""
         if args.report:
             documents = [report.document(run) for run in runs]
             documents += [{"model": str(path), "refused": reason, "passed": False} for path, reason in refused.items()]
@@ -203,6 +215,8 @@ class ParityCommand(Command):
             outputs.write_bytes("--report", json.dumps(document, indent=2).encode())
         if args.markdown:
             outputs.write_bytes("--markdown", report.markdown(runs, refused).encode())
+        if args.html:
+            outputs.write_bytes("--html", parity_page(runs, refused).encode())
 
 
 def _print_verdicts(runs: list[Reported], refused: dict[Path, str], count: int) -> None:
@@ -212,7 +226,7 @@ def _print_verdicts(runs: list[Reported], refused: dict[Path, str], count: int) 
         return
     for path, reason in refused.items():
         print(f"{path}: refused: {reason}\n")
-    print(f"{sum(run.parity.passed for run in runs)} of {count} models passed.")
+    print(report.passed_line(runs, count))
     for run in runs:
         verdict = run.parity.verdict
         print(f"  {verdict if run.parity.passed else verdict.upper()}  {run.parity.model}")

@@ -20,10 +20,12 @@ from onnx_gather.runtime.parity import BackendRun, Parity
 
 @dataclass(frozen=True)
 class Reported:
-    """A parity run and the hint its caller worded from its failures ("" for none)."""
+    """A parity run, the hint its caller worded from its failures ("" for none) and, for the HTML page of a run
+    with ``--all-tensors``, the picture of the model with its divergences marked (``parity_page.marked_picture``)."""
 
     parity: Parity
     hint: str = ""
+    picture: list[dict] | None = None
 
 
 def _outputs(by_backend: Mapping[str, Comparison]) -> dict:
@@ -285,26 +287,14 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
 
 def text(reported: Reported) -> str:
     """The report as a terminal table."""
-    parity = reported.parity
-    backend_rows, output_rows = _rows(parity)
+    parity, words = reported.parity, said(reported)
     lines = [f"{parity.model}  (reference {parity.reference}, {parity.tolerance.describe()})"]
-    lines += ["  " + line for line in _table(backend_rows, ["backend", "status", "seconds", ""])]
-    if output_rows:
-        lines += [""] + ["  " + line for line in _table(output_rows, OUTPUT_HEADER)]
-    lines += [
-        "",
-        *inputs_lines(parity.feeds),
-        *_random(parity),
-        *_placement(parity),
-        *_notes(parity),
-        *findings.declared_lines(parity),
-        *findings.exact_lines(parity),
-        *findings.marked_lines(parity),
-        _out_of_bounds(parity),
-        _summary(parity),
-    ]
-    if reported.hint:
-        lines.append(f"Hint: {reported.hint}.")
+    lines += ["  " + line for line in _table(words.backend_rows, ["backend", "status", "seconds", ""])]
+    if words.output_rows:
+        lines += [""] + ["  " + line for line in _table(words.output_rows, OUTPUT_HEADER)]
+    lines += ["", *words.inputs, *words.random, *words.notes, *words.divergence, words.out_of_bounds, words.summary]
+    if words.hint:
+        lines.append(words.hint)
     return "\n".join(lines)
 
 
@@ -323,32 +313,72 @@ def _markdown_table(rows: list[list[str]], header: list[str]) -> list[str]:
     return [line(header), "|" + "---|" * len(header), *(line(row) for row in rows)]
 
 
+@dataclass(frozen=True)
+class Said:
+    """One model's run as the Markdown and HTML reports word it: the tables' rows, the notes beside them (placement,
+    backends' notes, declared shapes, the exact yardstick), the run with every value marked, the out-of-bounds line,
+    the verdict, the hint, the inputs, the line on random nodes, the versions."""
+
+    backend_rows: list[list[str]]
+    output_rows: list[list[str]]
+    notes: list[str]
+    divergence: list[str]
+    out_of_bounds: str
+    summary: str
+    hint: str
+    inputs: list[str]
+    random: list[str]
+    versions: str
+
+
+BACKEND_HEADER = ["backend", "status", "seconds", "reason"]
+
+
+def said(reported: Reported) -> Said:
+    """``reported`` in the words and cells of the reports."""
+    parity = reported.parity
+    backend_rows, output_rows = _rows(parity)
+    return Said(
+        backend_rows,
+        output_rows,
+        [*_placement(parity), *_notes(parity), *findings.declared_lines(parity), *findings.exact_lines(parity)],
+        findings.marked_lines(parity),
+        _out_of_bounds(parity),
+        _summary(parity),
+        f"Hint: {reported.hint}." if reported.hint else "",
+        inputs_lines(parity.feeds),
+        _random(parity),
+        _versions(parity),
+    )
+
+
 def markdown(runs: Sequence[Reported], refused: Mapping[Path, str] | None = None) -> str:
     """One or several reports as Markdown; ``refused``: models that could not be loaded, with why."""
     sections = []
     for reported in runs:
-        parity = reported.parity
-        backend_rows, output_rows = _rows(parity)
+        parity, words = reported.parity, said(reported)
         tolerance = parity.tolerance.describe()
         section = [f"## {_escape(str(parity.model))}", "", f"Reference **{parity.reference}**, {tolerance}.", ""]
-        section += _markdown_table(backend_rows, ["backend", "status", "seconds", "reason"])
-        if output_rows:
-            section += ["", *_markdown_table(output_rows, OUTPUT_HEADER)]
-        divergence = findings.marked_lines(parity)
-        notes = [*_placement(parity), *_notes(parity), *findings.declared_lines(parity), *findings.exact_lines(parity)]
-        section += ["", *map(_escape, notes)]
-        section += ["", *map(_escape, divergence)] if divergence else []
-        section += ["", _escape(_out_of_bounds(parity)), "", f"**{_escape(_summary(parity))}**"]
-        if reported.hint:
-            section += ["", _escape(f"Hint: {reported.hint}.")]
-        random = _random(parity)
-        section += ["", *map(_escape, inputs_lines(parity.feeds)), *(["", *map(_escape, random)] if random else [])]
-        section += ["", _escape(_versions(parity))]
+        section += _markdown_table(words.backend_rows, BACKEND_HEADER)
+        if words.output_rows:
+            section += ["", *_markdown_table(words.output_rows, OUTPUT_HEADER)]
+        section += ["", *map(_escape, words.notes)]
+        section += ["", *map(_escape, words.divergence)] if words.divergence else []
+        section += ["", _escape(words.out_of_bounds), "", f"**{_escape(words.summary)}**"]
+        if words.hint:
+            section += ["", _escape(words.hint)]
+        random = words.random
+        section += ["", *map(_escape, words.inputs), *(["", *map(_escape, random)] if random else [])]
+        section += ["", _escape(words.versions)]
         sections.append("\n".join(section))
     for path, reason in (refused or {}).items():
         sections.append(f"## {_escape(str(path))}\n\n**Refused:** {_escape(reason)}")
     total = len(runs) + len(refused or {})
     if total > 1:  # the overall summary the terminal prints too
-        passed = sum(reported.parity.passed for reported in runs)
-        sections.insert(0, f"**{passed} of {total} models passed.**")
+        sections.insert(0, f"**{passed_line(runs, total)}**")
     return "# Parity\n\n" + "\n\n".join(sections) + "\n"
+
+
+def passed_line(runs: Sequence[Reported], total: int) -> str:
+    """The line on a run of several models: how many passed."""
+    return f"{sum(reported.parity.passed for reported in runs)} of {total} models passed."

@@ -1,7 +1,9 @@
 """Step 1 of ``onnx-gather setup-directml``: the system packages real DirectML runs on, through apt.
 
 Wine, Xvfb, mingw-w64's C compiler, what d3d12.dll's build needs besides, and Mesa's Vulkan driver 25 or newer (on
-Debian 12 from bookworm-backports, whose apt source is added for it). Needs root and apt.
+Debian 12 from bookworm-backports, whose apt source is added for it); and, not for DirectML, Chromium: the browser the
+tests of the HTML reports open them in (tests/test_page_browser.py), set up here as the README's test command runs
+this. Needs root and apt.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from onnx_gather.directml.layout import (
     package_version,
 )
 
-# Wine, Xvfb, mingw-w64 for the programs and d3d12.dll, what d3d12.dll's build needs besides, Mesa's Vulkan driver.
+# Wine, Xvfb, mingw-w64 for the programs and d3d12.dll, what d3d12.dll's build needs besides, Mesa's Vulkan driver;
+# Chromium and a font for the tests of the HTML reports.
 PACKAGES = (
     "wine",
     "wine64",
@@ -32,6 +35,8 @@ PACKAGES = (
     "wine64-tools",
     "libvulkan-dev",
     MESA_PACKAGE,
+    "chromium",
+    "fonts-dejavu-core",  # the pages' text in Chromium's screenshots (installed without chromium's recommended fonts)
 )
 BACKPORTS_SOURCE = Path("/etc/apt/sources.list.d/onnx-gather-bookworm-backports.sources")
 
@@ -80,7 +85,7 @@ def install_packages(out: TextIO) -> None:
     if shutil.which("apt-get") is None:
         problems.append(
             f"apt-get is not here: install {', '.join(missing)} (Wine 8, Xvfb, mingw-w64's gcc, Mesa {MESA_MINIMUM}+ "
-            "Vulkan drivers) with this system's package manager, then run this again"
+            "Vulkan drivers; Chromium for the tests) with this system's package manager, then run this again"
         )
     if "debian" not in (release.get("ID", "") + " " + release.get("ID_LIKE", "")):
         problems.append(

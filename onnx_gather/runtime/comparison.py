@@ -259,3 +259,38 @@ def compare(reference: np.ndarray, actual: np.ndarray, tolerance: Tolerance) -> 
         rtol=rtol,
         excess=excess,
     )
+
+
+DECADES = 16  # the decades a histogram of differences spans, below its largest (smaller ones fall into its first)
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """How far two numeric arrays of one shape are apart, position by position: the positions equal (NaN meeting
+    NaN), those apart by ``|actual - reference|`` in each decade (``counts[i]`` from ``edges[i]`` up to
+    ``edges[i + 1]``; the first also holds every smaller one), and those where one is not finite and they differ."""
+
+    equal: int
+    edges: tuple[float, ...]
+    counts: tuple[int, ...]
+    unfinite: int
+
+
+def histogram(reference: np.ndarray, actual: np.ndarray) -> Histogram | None:
+    """The ``Histogram`` of ``actual`` against ``reference``; None where they are not numbers of one shape (STRING,
+    BOOL; a backend's output of another shape)."""
+    numeric = [a.dtype.kind in "fiu" or a.dtype.name == "bfloat16" for a in (reference, actual)]
+    if not all(numeric) or reference.shape != actual.shape:
+        return None
+    with np.errstate(invalid="ignore"):  # no tolerance: 0 times an infinite reference
+        difference, _, finite, close = _differences(reference, actual, 0.0, 0.0)
+    apart = difference[finite & (difference > 0)]
+    unfinite = int((~finite & ~close).sum())
+    if not apart.size:
+        return Histogram(int(reference.size) - unfinite, (), (), unfinite)
+    exponents = np.floor(np.log10(apart)).astype(np.int64)
+    top = int(exponents.max())
+    bottom = max(int(exponents.min()), top - DECADES + 1)
+    counts = np.bincount(np.clip(exponents, bottom, top) - bottom, minlength=top - bottom + 1)
+    edges = tuple(10.0**e for e in range(bottom, top + 2))
+    return Histogram(int(reference.size) - int(apart.size) - unfinite, edges, tuple(map(int, counts)), unfinite)

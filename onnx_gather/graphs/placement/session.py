@@ -97,14 +97,26 @@ class Copy:
 
 
 @dataclass(frozen=True)
+class Link:
+    """One value of the session's graph that one of its nodes makes and another takes (copied or not)."""
+
+    where: str  # the graph
+    value: str
+    producer: str
+    consumer: str
+
+
+@dataclass(frozen=True)
 class Session:
     """The session's nodes, what became of each node of the model (by graph and name: its fate and, where fused,
-    the node it went into), the DirectML partitions (names of their nodes) and the copies."""
+    the node it went into), the DirectML partitions (names of their nodes), the copies, and the values that join
+    its nodes (each producer and consumer once a value)."""
 
     nodes: tuple[Ran, ...]
     fates: dict[tuple[str, str], tuple[Fate, str]]
     partitions: tuple[tuple[str, ...], ...]
     copies: tuple[Copy, ...]
+    links: tuple[Link, ...] = ()
 
 
 def _label(node: onnx.NodeProto) -> str:
@@ -118,13 +130,15 @@ def session(model: onnx.ModelProto, optimized: onnx.ModelProto) -> Session:
     ran: list[Ran] = []
     partitions: list[tuple[str, ...]] = []
     copies: list[Copy] = []
+    links: list[Link] = []
     for index, body in enumerate(bodies(optimized)):
         graph_nodes, graph_ran = _fuse_activations(body, placed[body.where], index == 0)
         ran.extend(graph_ran)
-        found_partitions, found_copies = _partitions_and_copies(body, graph_nodes, graph_ran, types.get(body.scope, {}))
-        partitions.extend(found_partitions)
-        copies.extend(found_copies)
-    return Session(tuple(ran), _fates(model, optimized, ran), tuple(partitions), tuple(copies))
+        found = _partitions_and_copies(body, graph_nodes, graph_ran, types.get(body.scope, {}))
+        partitions.extend(found[0])
+        copies.extend(found[1])
+        links.extend(found[2])
+    return Session(tuple(ran), _fates(model, optimized, ran), tuple(partitions), tuple(copies), tuple(links))
 
 
 def _fuse_activations(
@@ -180,8 +194,8 @@ def _fuse_activations(
 
 def _partitions_and_copies(
     body: Body, nodes: list[onnx.NodeProto], ran: list[Ran], types: dict
-) -> tuple[list[tuple[str, ...]], list[Copy]]:
-    """The DirectML partitions and the memory copies of one graph."""
+) -> tuple[list[tuple[str, ...]], list[Copy], list[Link]]:
+    """The DirectML partitions, the memory copies and the links of one graph."""
     running = [r.placed.why.runs for r in ran]
     on_dml = [r.placed.provider == Where.DIRECTML and run for r, run in zip(ran, running, strict=True)]
     made: dict[str, tuple[int, bool]] = {}  # value -> (producer, in device memory)
@@ -204,9 +218,11 @@ def _partitions_and_copies(
                 continue
             device = on_dml[position] and index not in cpu_inputs
             needs.setdefault(name, {}).setdefault(device, []).append(position)
-    copies = []
+    copies, links = [], []
     for name, wanted in needs.items():
         producer, in_device = made[name]
+        takers = dict.fromkeys(p for consumers in wanted.values() for p in consumers)
+        links += [Link(body.where, name, ran[producer].name, ran[p].name) for p in takers]
         other = wanted.get(not in_device)
         if other:
             copies.append(
@@ -218,7 +234,7 @@ def _partitions_and_copies(
                     tuple(ran[p].name for p in other),
                 )
             )
-    return _partitions(nodes, ran, on_dml, made, needs), copies
+    return _partitions(nodes, ran, on_dml, made, needs), copies, links
 
 
 def _partitions(
