@@ -215,3 +215,19 @@ def test_types_onnx_runtimes_python_binding_cannot_carry_go_in_wider_ones(tmp_pa
     x = np.array([0.5, -1.5, 3], ml_dtypes.float8_e4m3fn)
     outcome = backends.create("dmlsim").run(backends.Model(tmp_path / "m.onnx", proto), {"x": x})
     assert outcome.outputs["y"].dtype == ml_dtypes.int4 and outcome.outputs["y"].astype(int).tolist() == [1, -3, 6]
+
+
+def test_an_empty_output_beside_others_is_noted_whichever_node_made_it(tmp_path):
+    # DirectML's provider leaves the other outputs unwritten after an empty one (docs/semantics.md 9): not emulated
+    nodes = [h.make_node("Neg", ["x"], ["y"]), h.make_node("Slice", ["x", "start", "start"], ["z"], name="slice")]
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [3])],
+        [h.make_tensor_value_info("y", T.FLOAT, [3]), h.make_tensor_value_info("z", T.FLOAT, None)],
+        [numpy_helper.from_array(np.array([1], np.int64), "start")],
+    )
+    proto = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
+    outcome = backends.create("dmlsim").run(backends.Model(tmp_path / "m.onnx", proto), {"x": np.ones(3, np.float32)})
+    assert outcome.outputs["z"].size == 0 and outcome.outputs["y"].tolist() == [-1.0, -1.0, -1.0]
+    assert any(note.startswith("output 'z' is empty, and ONNX Runtime's DirectML provider") for note in outcome.notes)

@@ -299,11 +299,7 @@ class DirectMl(_Provider):
             )
         own = [name for name in empty if name not in model.marked]
         if own:
-            outcome.notes.append(
-                f"output {own[0]!r} is empty, and ONNX Runtime's DirectML provider then leaves the "
-                "other outputs it copies back from the device unwritten: they hold leftover memory "
-                "(docs/semantics.md, section 9)"
-            )
+            outcome.notes.append(f"{_empty_output(own[0])}: they hold leftover memory (docs/semantics.md, section 9)")
         return outcome
 
     def _run(self, model: Model, feeds: Mapping[str, np.ndarray]) -> Outcome:
@@ -330,6 +326,13 @@ class DirectMl(_Provider):
         if self.native:
             return super().versions()
         return directml_layout.Layout.default().versions()
+
+
+def _empty_output(name: str) -> str:
+    return (
+        f"output {name!r} is empty, and ONNX Runtime's DirectML provider then leaves the other outputs it copies back "
+        "from the device unwritten"
+    )
 
 
 def _why_absent(model: onnx.ModelProto, names: list[str]) -> dict[str, str]:
@@ -387,7 +390,11 @@ class DmlSim(Backend):
         values = carried.returned(dict(zip(names, ran, strict=True)))
         dmlsim.raise_at_run(emulation, {**feeds, **values})
         outputs = {name: np.asarray(values[name]) for name in model.output_names}
-        return Outcome(outputs, notes=dmlsim.notes(emulation))
+        notes = dmlsim.notes(emulation)
+        empty = [name for name, array in outputs.items() if array.size == 0]
+        if empty and len(outputs) > 1:  # whichever node made it: DirectML's leftover memory, which none can emulate
+            notes.append(f"{_empty_output(empty[0])} (docs/semantics.md, section 9): dmlsim computes them all the same")
+        return Outcome(outputs, notes=notes)
 
 
 class Evaluator(Backend):
