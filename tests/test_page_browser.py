@@ -78,7 +78,8 @@ def _holds_the_summary(shown: dict, report: dict) -> None:
     assert shown["figures"][0] == str(len(report["nodes"]))  # the first figure: the model's nodes
 
 
-@pytest.mark.parametrize("name", ["sample.onnx", "pow_chain.onnx"])
+# pow_chain's page in the slow tier: the fast tier opens the sample's (a browser start costs some 2 s a page)
+@pytest.mark.parametrize("name", ["sample.onnx", pytest.param("pow_chain.onnx", marks=pytest.mark.slow)])
 def test_the_check_page_of_a_bundled_model_opens_in_chromium_and_draws_its_session(name, tmp_path, capsys):
     require_chromium()
     page, report = _check(MODELS / name, tmp_path, capsys)
