@@ -13,6 +13,11 @@ from onnx_gather.core.sizes import dim_size
 from onnx_gather.graphs.plumbing import bodies, graphs
 
 
+def numpy_type(elem_type: int) -> np.dtype:
+    """The numpy type of an ONNX element type (ml_dtypes' for BFLOAT16, the FLOAT8s and the 4- and 2-bit ones)."""
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
 def array_type(dtype: np.dtype) -> str:
     """An array's element type as reports say it, in ONNX's words: STRING for numpy's strings (``<U32``, bytes,
     objects), FLOAT for float32, BFLOAT16 for ml_dtypes' bfloat16; numpy's own name where ONNX has none."""

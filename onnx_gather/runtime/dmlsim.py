@@ -16,6 +16,7 @@ from onnx_gather.graphs.emulate import Emulation, Fault
 from onnx_gather.graphs.placement import known
 from onnx_gather.graphs.placement.nodes import At
 from onnx_gather.graphs.plumbing import Names
+from onnx_gather.graphs.types import numpy_type
 
 
 class EmulatedFailure(RuntimeError):
@@ -87,55 +88,54 @@ _CARRIERS = {
 
 @dataclass(frozen=True)
 class Carried:
-    """A model whose main graph's inputs and outputs of ``_CARRIERS``' types go in a wider type: the carried inputs'
-    and outputs' names (the model's name -> the carrier's) and their types."""
+    """A model whose main graph's inputs and outputs of ``_CARRIERS``' types go in a wider type: the carried inputs
+    and outputs (the model's name -> the carrier's name and the numpy type a value goes in there: the carrier's for an
+    input, its own for an output)."""
 
     model: onnx.ModelProto
-    inputs: dict[str, str]
-    outputs: dict[str, str]
-    types: dict[str, np.dtype]  # the model's name -> its own numpy type (ml_dtypes')
+    inputs: dict[str, tuple[str, np.dtype]]
+    outputs: dict[str, tuple[str, np.dtype]]
 
     def feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        carrier = {name: onnx.helper.tensor_dtype_to_np_dtype(_CARRIERS[self._type(name)]) for name in self.inputs}
-        return {self.inputs.get(k, k): v.astype(carrier[k]) if k in self.inputs else v for k, v in feeds.items()}
+        """``feeds`` as the carried model takes them."""
+        return dict(_carry(name, array, self.inputs) for name, array in feeds.items())
 
     def returned(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        back = {carried: name for name, carried in self.outputs.items()}
-        return {back.get(k, k): v.astype(self.types[back[k]]) if k in back else v for k, v in values.items()}
+        """The carried model's ``values`` under the model's own names and types."""
+        back = {carried: (name, own) for name, (carried, own) in self.outputs.items()}
+        return dict(_carry(name, array, back) for name, array in values.items())
 
-    def _type(self, name: str) -> int:
-        return onnx.helper.np_dtype_to_tensor_dtype(self.types[name])
+
+def _carry(name: str, array: np.ndarray, by: Mapping[str, tuple[str, np.dtype]]) -> tuple[str, np.ndarray]:
+    """``name`` and ``array`` as ``by`` names and types it (as they are where it does not)."""
+    if name not in by:
+        return name, array
+    other, dtype = by[name]
+    return other, array.astype(dtype)
 
 
 def carried(model: onnx.ModelProto) -> Carried:
     """``model`` with each main-graph input and output of a type ONNX Runtime's Python binding cannot take carried in
     a wider one, or ``model`` itself where none is."""
-    graph = model.graph
-    ends = [v for v in (*graph.input, *graph.output) if v.type.tensor_type.elem_type in _CARRIERS]
-    if not ends:
-        return Carried(model, {}, {}, {})
+    if not any(v.type.tensor_type.elem_type in _CARRIERS for v in (*model.graph.input, *model.graph.output)):
+        return Carried(model, {}, {})
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     graph, names = copy.graph, Names(copy)
-    inputs, outputs, types, casts = {}, {}, {}, []
+    inputs, outputs, first, last = {}, {}, [], []
     for value in graph.input:
         own = value.type.tensor_type.elem_type
         if own in _CARRIERS:
-            inputs[value.name], types[value.name] = names.fresh(f"{value.name}/carried"), _np(own)
-            casts.append(onnx.helper.make_node("Cast", [inputs[value.name]], [value.name], to=own))
-            value.name, value.type.tensor_type.elem_type = inputs[value.name], _CARRIERS[own]
-    ends = []
+            inputs[value.name] = (names.fresh(f"{value.name}/carried"), numpy_type(_CARRIERS[own]))
+            first.append(onnx.helper.make_node("Cast", [inputs[value.name][0]], [value.name], to=own))
+            value.name, value.type.tensor_type.elem_type = inputs[value.name][0], _CARRIERS[own]
     for value in graph.output:
         own = value.type.tensor_type.elem_type
         if own in _CARRIERS:
-            outputs[value.name], types[value.name] = names.fresh(f"{value.name}/carried"), _np(own)
-            ends.append(onnx.helper.make_node("Cast", [value.name], [outputs[value.name]], to=_CARRIERS[own]))
-            value.name, value.type.tensor_type.elem_type = outputs[value.name], _CARRIERS[own]
-    nodes = [*casts, *graph.node, *ends]
+            outputs[value.name] = (names.fresh(f"{value.name}/carried"), numpy_type(own))
+            last.append(onnx.helper.make_node("Cast", [value.name], [outputs[value.name][0]], to=_CARRIERS[own]))
+            value.name, value.type.tensor_type.elem_type = outputs[value.name][0], _CARRIERS[own]
+    nodes = [*first, *graph.node, *last]
     del graph.node[:]
     graph.node.extend(nodes)
-    return Carried(copy, inputs, outputs, types)
-
-
-def _np(elem_type: int) -> np.dtype:
-    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    return Carried(copy, inputs, outputs)

@@ -28,7 +28,7 @@ from onnx_gather.graphs.emit import Emitter
 from onnx_gather.graphs.placement.nodes import Failure
 from onnx_gather.graphs.plumbing import DefUse, attribute
 from onnx_gather.graphs.ranges import Range, Ranges
-from onnx_gather.graphs.types import ValueType
+from onnx_gather.graphs.types import ValueType, numpy_type
 
 _FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE})
 
@@ -228,7 +228,7 @@ def _elements(array: np.ndarray) -> int:
 
 
 def _np_type(elem_type: int | None) -> np.dtype:
-    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type or TensorProto.FLOAT))
+    return numpy_type(elem_type or TensorProto.FLOAT)
 
 
 def _again(node: Node, emit: Emitter, step: str, **attributes: object) -> str:
